@@ -1,0 +1,148 @@
+"""Local DynamoDB emulators for tests, benchmarks and the demo.
+
+Two independent implementations are supported: ``moto`` (its threaded HTTP
+server, in-process) and ``dynalite`` (the npm package, run with ``node``).
+Both listen on a free loopback port and are reached through an ordinary boto3
+client with ``endpoint_url``, so code under test cannot tell them from AWS.
+Nothing here is imported by the protocol core.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+logger = logging.getLogger(__name__)
+
+Kind = Literal["moto", "dynalite"]
+KINDS: tuple[Kind, ...] = ("moto", "dynalite")
+
+#: Credentials and region the emulators accept; never real ones.
+LOCAL_CREDENTIALS = {
+    "region_name": "us-east-1",
+    "aws_access_key_id": "local",
+    "aws_secret_access_key": "local",
+}
+
+
+class EmulatorError(RuntimeError):
+    """An emulator could not be found or did not start."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise EmulatorError(f"emulator exited with code {proc.returncode} before listening")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise EmulatorError(f"emulator did not listen on port {port} within {timeout}s")
+
+
+def find_dynalite() -> Path:
+    """Locate dynalite's ``cli.js``: ``$DDBTX_DYNALITE`` or ``node_modules`` above the cwd."""
+    override = os.environ.get("DDBTX_DYNALITE")
+    if override:
+        return Path(override)
+    for folder in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[3]]:
+        candidate = folder / "node_modules" / "dynalite" / "cli.js"
+        if candidate.exists():
+            return candidate
+    raise EmulatorError("dynalite is not installed: run `npm ci` at the repository root")
+
+
+class LocalDynamo:
+    """A running local DynamoDB emulator.
+
+    Examples
+    --------
+    >>> with LocalDynamo("moto") as db:            # doctest: +SKIP
+    ...     client = db.client()
+    ...     client.list_tables()["TableNames"]
+    []
+    """
+
+    def __init__(self, kind: Kind = "moto") -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+        self.kind: Kind = kind
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._moto: Any = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LocalDynamo:
+        self.port = free_port()
+        if self.kind == "moto":
+            from moto.server import ThreadedMotoServer  # dev/demo dependency only
+
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)
+            self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+            self._moto.start()
+            _wait_for_port(self.port, 10.0, None)
+        else:
+            node = shutil.which("node")
+            if node is None:
+                raise EmulatorError("node is not on the PATH; dynalite needs Node.js 20+")
+            args = [node, str(find_dynalite()), "--host", "127.0.0.1", "--port", str(self.port)]
+            # Tables become ACTIVE at once: the protocol never races table creation.
+            args += ["--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]
+            self._proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            _wait_for_port(self.port, 20.0, self._proc)
+        logger.info("started %s on %s", self.kind, self.endpoint_url)
+        return self
+
+    def client(self, **config: Any) -> Any:
+        """A boto3 DynamoDB client for this emulator (extra kwargs go to ``botocore.Config``)."""
+        import boto3
+        from botocore.config import Config
+
+        cfg = Config(retries={"max_attempts": 3, "mode": "standard"}, **config)
+        return boto3.client(
+            "dynamodb", endpoint_url=self.endpoint_url, config=cfg, **LOCAL_CREDENTIALS
+        )
+
+    def stop(self) -> None:
+        if self._moto is not None:
+            self._moto.stop()
+            self._moto = None
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+            self._proc = None
+
+    def __enter__(self) -> LocalDynamo:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
