@@ -1,0 +1,165 @@
+"""Exceptions raised by ddbtx.
+
+``ClientError`` from botocore is translated into these classes in exactly one
+place, :func:`translate`; every translated error keeps the original as
+``__cause__`` (``raise ... from exc``).
+
+Hierarchy::
+
+    DdbtxError
+    ├── DynamoDBError                 a DynamoDB call failed (code, operation)
+    │   ├── ConditionFailed           ConditionalCheckFailedException
+    │   ├── ValidationFailed          ValidationException (bad expression, item too large, ...)
+    │   ├── TableNotFound             ResourceNotFoundException
+    │   └── Throttled                 throughput or request-limit errors, after SDK retries
+    ├── TransactionError              a transaction could not do what was asked
+    │   ├── TransactionRolledBackError
+    │   ├── TransactionCommittedError
+    │   ├── TransactionNotFoundError
+    │   ├── TransactionConflictError
+    │   ├── DuplicateRequestError
+    │   ├── InvalidRequestError
+    │   └── ConditionalCheckFailedError
+    └── LockError
+        ├── LockNotGrantedError
+        └── LockLostError
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+
+class DdbtxError(Exception):
+    """Base class of every error ddbtx raises on purpose."""
+
+
+class DynamoDBError(DdbtxError):
+    """A DynamoDB call failed; ``code`` is DynamoDB's error code."""
+
+    def __init__(self, message: str, *, code: str, operation: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.operation = operation
+
+
+class ConditionFailed(DynamoDBError):
+    """A condition expression evaluated to false (nothing was written)."""
+
+
+class ValidationFailed(DynamoDBError):
+    """DynamoDB rejected the request as invalid (nothing was written)."""
+
+
+class TableNotFound(DynamoDBError):
+    """The table does not exist or is not active."""
+
+
+class Throttled(DynamoDBError):
+    """DynamoDB kept throttling after the SDK's retries were exhausted."""
+
+
+_THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "LimitExceededException",
+    }
+)
+
+
+def translate(exc: ClientError) -> DynamoDBError:
+    """Map a botocore ``ClientError`` to the matching :class:`DynamoDBError` subclass."""
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", "Unknown"))
+    message = str(error.get("Message", "")) or code
+    operation = str(getattr(exc, "operation_name", "") or "")
+    cls: type[DynamoDBError]
+    if code == "ConditionalCheckFailedException":
+        cls = ConditionFailed
+    elif code == "ValidationException":
+        cls = ValidationFailed
+    elif code == "ResourceNotFoundException":
+        cls = TableNotFound
+    elif code in _THROTTLE_CODES:
+        cls = Throttled
+    else:
+        cls = DynamoDBError
+    return cls(f"{operation}: {code}: {message}", code=code, operation=operation)
+
+
+def describe_key(key: dict[str, Any] | None) -> str:
+    """Render a low-level key like ``pk=S:acct-1`` for error messages."""
+    if not key:
+        return "-"
+    parts = []
+    for name in sorted(key):
+        value = key[name]
+        ((kind, raw),) = value.items() if isinstance(value, dict) and len(value) == 1 else (("?", value),)
+        text = raw.hex() if isinstance(raw, bytes | bytearray) else str(raw)
+        parts.append(f"{name}={kind}:{text[:64]}")
+    return ",".join(parts)
+
+
+class TransactionError(DdbtxError):
+    """A transaction operation failed. Names the transaction, and the item where relevant."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tx_id: str | None = None,
+        table: str | None = None,
+        key: dict[str, Any] | None = None,
+    ) -> None:
+        where = f" [tx={tx_id}"
+        if table is not None:
+            where += f" table={table} key={describe_key(key)}"
+        where += "]"
+        super().__init__(message + (where if tx_id is not None else ""))
+        self.tx_id = tx_id
+        self.table = table
+        self.key = key
+
+
+class TransactionRolledBackError(TransactionError):
+    """The transaction was rolled back (by this or another coordinator)."""
+
+
+class TransactionCommittedError(TransactionError):
+    """The transaction is already committed; it can no longer change or roll back."""
+
+
+class TransactionNotFoundError(TransactionError):
+    """No TX record exists under this id (never created, or already deleted)."""
+
+
+class TransactionConflictError(TransactionError):
+    """Another transaction kept an item locked past the wait bound; this one was rolled back."""
+
+
+class DuplicateRequestError(TransactionError):
+    """The item already has a write request in this transaction."""
+
+
+class InvalidRequestError(TransactionError):
+    """The request is malformed or cannot be applied (reserved names, size, types, ...)."""
+
+
+class ConditionalCheckFailedError(TransactionError):
+    """The request's own condition expression was false; the transaction was rolled back."""
+
+
+class LockError(DdbtxError):
+    """Base class of lock errors."""
+
+
+class LockNotGrantedError(LockError):
+    """The lock was not granted within the wait."""
+
+
+class LockLostError(LockError):
+    """A held lock was taken over (its lease ran out without a successful heartbeat)."""

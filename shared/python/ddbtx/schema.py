@@ -1,0 +1,63 @@
+"""Names of every table key, index and protocol attribute ddbtx writes.
+
+The CDK app imports these constants, so the deployed tables, TTL attributes
+and indexes always match what the core reads and writes.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Prefix of every protocol attribute on user items. User requests may not use it.
+RESERVED_PREFIX: Final = "_tx:"
+
+# --- attributes on data items while they take part in a transaction ---------
+ATTR_LOCK: Final = "_tx:id"  #: id of the transaction holding the item's lock
+ATTR_LOCKED_AT: Final = "_tx:at"  #: epoch ms when the lock was taken (diagnostics)
+ATTR_TRANSIENT: Final = "_tx:new"  #: BOOL, the item did not exist and was inserted to lock it
+ATTR_APPLIED: Final = "_tx:ap"  #: request id whose write has been applied to the item
+ATTR_IMAGE: Final = "_tx:img"  #: M, the item as it was before the write (in-item image)
+ATTR_IMAGE_EXTERNAL: Final = "_tx:ext"  #: BOOL, the image lives in the images table
+ATTR_DELETED: Final = "_tx:del"  #: BOOL, an applied delete: the item goes on commit
+
+ITEM_ATTRIBUTES: Final = (
+    ATTR_LOCK,
+    ATTR_LOCKED_AT,
+    ATTR_TRANSIENT,
+    ATTR_APPLIED,
+    ATTR_IMAGE,
+    ATTR_IMAGE_EXTERNAL,
+    ATTR_DELETED,
+)
+
+# --- transactions table: hash id + range sk -----------------------------------
+TX_PK: Final = "id"  #: transaction id (S)
+TX_SK: Final = "sk"  #: "#" for the TX record header, "r#<rid>" for spilled request bodies
+TX_HEADER_SK: Final = "#"
+TX_STATE: Final = "st"  #: "P" pending, "C" committed, "R" rolled back
+TX_VERSION: Final = "v"  #: N, bumped by every change to the header
+TX_UPDATED: Final = "ts"  #: N, epoch ms of the last change (coordinator's clock)
+TX_REQUESTS: Final = "rq"  #: M, request id -> request descriptor
+TX_FINISHED: Final = "fin"  #: BOOL, every item is unlocked and every image gone
+TX_TTL: Final = "ttl"  #: N, epoch seconds after which DynamoDB TTL may delete the record
+TX_SWEEP_KEY: Final = "sw"  #: S, "<state>#<shard>" hash key of the sparse sweep index
+
+#: Sparse index the sweeper queries: hash ``sw`` = "<P|C|R|F>#<shard>", range ``ts``.
+SWEEP_INDEX: Final = "sweep-by-age"
+SWEEP_SHARDS: Final = 8
+
+# --- images table: hash id + range rid ---------------------------------------
+IMAGE_PK: Final = "id"  #: transaction id (S)
+IMAGE_SK: Final = "rid"  #: request id (S)
+IMAGE_ITEM: Final = "img"  #: M, the saved item
+IMAGE_TTL: Final = "ttl"
+
+# --- locks table: hash pk + range sk ------------------------------------------
+LOCK_PK: Final = "pk"
+LOCK_SK: Final = "sk"
+LOCK_TTL: Final = "ttl"  #: N, epoch seconds; garbage collection only, never trusted for safety
+
+STATE_PENDING: Final = "P"
+STATE_COMMITTED: Final = "C"
+STATE_ROLLED_BACK: Final = "R"
+STATE_FINISHED_TAG: Final = "F"
