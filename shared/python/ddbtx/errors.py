@@ -98,7 +98,9 @@ def describe_key(key: dict[str, Any] | None) -> str:
     parts = []
     for name in sorted(key):
         value = key[name]
-        ((kind, raw),) = value.items() if isinstance(value, dict) and len(value) == 1 else (("?", value),)
+        ((kind, raw),) = (
+            value.items() if isinstance(value, dict) and len(value) == 1 else (("?", value),)
+        )
         text = raw.hex() if isinstance(raw, bytes | bytearray) else str(raw)
         parts.append(f"{name}={kind}:{text[:64]}")
     return ",".join(parts)

@@ -1,0 +1,83 @@
+"""Create the protocol's tables for local and development use (CDK provisions them in AWS)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import schema as s
+from ._dynamo import call
+from .errors import DynamoDBError, TableNotFound
+
+logger = logging.getLogger(__name__)
+
+
+def _create(client: Any, name: str, ttl_attribute: str, **spec: Any) -> None:
+    try:
+        call(client, "describe_table", TableName=name)
+    except TableNotFound:
+        try:
+            call(client, "create_table", TableName=name, BillingMode="PAY_PER_REQUEST", **spec)
+        except DynamoDBError as exc:
+            if exc.code != "ResourceInUseException":  # created concurrently: fine
+                raise
+    client.get_waiter("table_exists").wait(
+        TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
+    )
+    try:
+        call(
+            client,
+            "update_time_to_live",
+            TableName=name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute},
+        )
+    except DynamoDBError as exc:
+        # Already enabled, or an emulator without the TTL API (dynalite): TTL is
+        # garbage collection only, so the protocol never depends on it.
+        logger.debug("TTL not enabled on %s: %s", name, exc.code)
+
+
+def create_transactions_table(client: Any, name: str) -> None:
+    """Transactions table: hash ``id`` + range ``sk``, with the sparse sweep index."""
+    _create(
+        client,
+        name,
+        s.TX_TTL,
+        KeySchema=[
+            {"AttributeName": s.TX_PK, "KeyType": "HASH"},
+            {"AttributeName": s.TX_SK, "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": s.TX_PK, "AttributeType": "S"},
+            {"AttributeName": s.TX_SK, "AttributeType": "S"},
+            {"AttributeName": s.TX_SWEEP_KEY, "AttributeType": "S"},
+            {"AttributeName": s.TX_UPDATED, "AttributeType": "N"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": s.SWEEP_INDEX,
+                "KeySchema": [
+                    {"AttributeName": s.TX_SWEEP_KEY, "KeyType": "HASH"},
+                    {"AttributeName": s.TX_UPDATED, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+    )
+
+
+def create_images_table(client: Any, name: str) -> None:
+    """Images table: hash ``id`` (transaction) + range ``rid`` (request)."""
+    _create(
+        client,
+        name,
+        s.IMAGE_TTL,
+        KeySchema=[
+            {"AttributeName": s.IMAGE_PK, "KeyType": "HASH"},
+            {"AttributeName": s.IMAGE_SK, "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": s.IMAGE_PK, "AttributeType": "S"},
+            {"AttributeName": s.IMAGE_SK, "AttributeType": "S"},
+        ],
+    )

@@ -1,0 +1,1267 @@
+"""Multi-item ACID transactions over DynamoDB: the public API.
+
+See the README for the protocol; :mod:`ddbtx._protocol` has the steps shared
+with other coordinators and the sweeper.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import schema as s
+from ._dynamo import call
+from ._items import (
+    MAX_ITEM_BYTES,
+    Item,
+    flag,
+    is_locked_by,
+    item_size,
+    lock_owner,
+    request_id,
+    strip,
+)
+from ._protocol import (
+    Entry,
+    Header,
+    Protocol,
+    entry_to_av,
+    new_lock_value,
+    new_nonce,
+    new_tx_id,
+    shard_of,
+    user_view,
+)
+from ._requests import PROTOCOL_OVERHEAD, Op, Request, build, merge_set
+from .errors import (
+    ConditionalCheckFailedError,
+    ConditionFailed,
+    DuplicateRequestError,
+    InvalidRequestError,
+    TableNotFound,
+    TransactionCommittedError,
+    TransactionConflictError,
+    TransactionError,
+    TransactionNotFoundError,
+    TransactionRolledBackError,
+    ValidationFailed,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Request bodies larger than this go to their own row instead of the header.
+SPILL_BYTES = 16 * 1024
+#: The header spills every body once it reaches this size.
+HEADER_SOFT_LIMIT = 200 * 1024
+#: Images larger than this live in the images table instead of the item.
+INLINE_IMAGE_LIMIT = 64 * 1024
+
+
+class Isolation(enum.Enum):
+    """Read isolation levels of :meth:`TransactionManager.get_item`.
+
+    ``UNCOMMITTED`` reads the item as it is, uncommitted writes included.
+    ``COMMITTED`` never returns uncommitted data: a locked item that has a write
+    applied is read from its saved image. ``SERIALIZABLE`` takes a read lock in a
+    short transaction of its own.
+    """
+
+    UNCOMMITTED = "uncommitted"
+    COMMITTED = "committed"
+    SERIALIZABLE = "serializable"
+
+
+class Contention(enum.Enum):
+    """What a transaction does when an item it needs is locked by a pending one."""
+
+    #: The older transaction (smaller id) rolls the younger back; the younger waits.
+    WOUND_WAIT = "wound-wait"
+    #: Always roll the lock holder back (the Java library's policy; for comparison).
+    ROLLBACK_HOLDER = "rollback-holder"
+
+
+class SweepOutcome(enum.Enum):
+    """What :meth:`TransactionManager.sweep` did to one TX record."""
+
+    MISSING = "missing"
+    ACTIVE = "active"  #: pending and recently changed: left alone
+    ROLLED_BACK = "rolled_back"  #: pending and stale: rolled back and finished
+    ROLLED_FORWARD = "rolled_forward"  #: committed but unfinished: completed
+    FINALISED = "finalised"  #: rolled back but unfinished: completed
+    KEPT = "kept"  #: finished, younger than the delete age
+    DELETED = "deleted"
+
+
+@dataclass
+class _Local:
+    """This coordinator's knowledge of one request."""
+
+    request: Request
+    nonce: str
+    confirmed: bool = False  # its lock (and write) are known to be in place
+    transient: bool = False
+    applied: bool = False
+    pre: Item | None = None  # the item before the write (user view), None if absent
+    external_image: bool = False
+
+
+class TransactionManager:
+    """Entry point: begins, resumes and sweeps transactions, and reads with isolation.
+
+    Parameters
+    ----------
+    client
+        A boto3 low-level DynamoDB client (thread-safe; shared by every step).
+    transactions_table, images_table
+        Names of the TX record table and the item image table.
+    clock
+        Wall clock in epoch seconds; stamps TX records for the sweeper.
+    monotonic, sleep
+        Used to judge how long a lock holder made no progress, and to wait.
+    lock_wait
+        Seconds a younger transaction waits for an older one's lock before it
+        rolls itself back and raises :class:`TransactionConflictError`.
+    stale_after
+        Seconds without any change to a pending holder's TX record after which
+        its lock is broken by rolling it back (judged on the monotonic clock).
+    contention
+        :class:`Contention` policy, wound-wait by default.
+    max_workers
+        Bound on concurrent per-item steps (completion, catch-up); 1 is serial.
+    finished_ttl
+        How long a finished TX record is kept before DynamoDB TTL may delete it.
+
+    Examples
+    --------
+    >>> tm = TransactionManager(client, "Transactions", "TransactionImages")  # doctest: +SKIP
+    >>> tm.create_tables()                                                    # doctest: +SKIP
+    >>> with tm.transaction() as tx:                                          # doctest: +SKIP
+    ...     tx.update_item(TableName="Accounts", Key={"id": {"S": "a"}},
+    ...                    UpdateExpression="SET balance = balance - :n",
+    ...                    ConditionExpression="balance >= :n",
+    ...                    ExpressionAttributeValues={":n": {"N": "10"}})
+    ...     tx.update_item(TableName="Accounts", Key={"id": {"S": "b"}},
+    ...                    UpdateExpression="ADD balance :n",
+    ...                    ExpressionAttributeValues={":n": {"N": "10"}})
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        transactions_table: str = "Transactions",
+        images_table: str = "TransactionImages",
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        lock_wait: float = 10.0,
+        stale_after: float = 30.0,
+        contention: Contention = Contention.WOUND_WAIT,
+        max_workers: int = 8,
+        finished_ttl: timedelta = timedelta(days=1),
+        key_schemas: dict[str, tuple[str, ...]] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if lock_wait < 0 or stale_after <= 0 or max_workers < 1:
+            raise ValueError("lock_wait >= 0, stale_after > 0 and max_workers >= 1 are required")
+        self.client = client
+        self.transactions_table = transactions_table
+        self.images_table = images_table
+        self.clock = clock
+        self.monotonic = monotonic
+        self.sleep = sleep
+        self.lock_wait = lock_wait
+        self.stale_after = stale_after
+        self.contention = Contention(contention)
+        self.rng = rng or random.Random()
+        self._keys: dict[str, tuple[str, ...]] = dict(key_schemas or {})
+        self.protocol = Protocol(
+            client,
+            transactions_table,
+            images_table,
+            clock=clock,
+            max_workers=max_workers,
+            finished_ttl_seconds=int(finished_ttl.total_seconds()),
+        )
+
+    # -- tables ----------------------------------------------------------------
+
+    def create_tables(self) -> None:
+        """Create the transactions and images tables if missing; wait until active.
+
+        Idempotent, on-demand billing, TTL enabled where the API exists. For
+        local and development use: in AWS the CDK app provisions the tables.
+        """
+        from .tables import create_images_table, create_transactions_table
+
+        create_transactions_table(self.client, self.transactions_table)
+        create_images_table(self.client, self.images_table)
+
+    def key_names(self, table: str) -> tuple[str, ...]:
+        """The key attribute names of a data table (hash first), read once and cached."""
+        names = self._keys.get(table)
+        if names is None:
+            try:
+                desc = call(self.client, "describe_table", TableName=table)["Table"]
+            except TableNotFound as exc:
+                raise InvalidRequestError(f"table {table!r} does not exist", table=table) from exc
+            schema_ = sorted(desc["KeySchema"], key=lambda k: k["KeyType"] != "HASH")
+            names = tuple(k["AttributeName"] for k in schema_)
+            self._keys[table] = names
+        return names
+
+    # -- transactions ----------------------------------------------------------
+
+    def begin(self) -> Transaction:
+        """Start a transaction. Nothing is written until its first request."""
+        return Transaction(self, new_tx_id(lambda: int(self.clock() * 1e9)))
+
+    @contextmanager
+    def transaction(self, *, delete: bool = True) -> Iterator[Transaction]:
+        """Commit on normal exit; roll back and re-raise on an exception.
+
+        With ``delete`` (the default) the finished TX record is deleted on exit,
+        since the caller has seen the outcome.
+        """
+        tx = self.begin()
+        try:
+            yield tx
+        except BaseException:
+            try:
+                if tx.state == s.STATE_PENDING:
+                    tx.rollback()
+                if delete:
+                    tx.delete()
+            except Exception:  # the caller's exception matters more; the sweeper finishes
+                logger.exception("rollback of %s on exception did not complete", tx.id)
+            raise
+        tx.commit()
+        if delete:
+            tx.delete()
+
+    def resume(self, tx_id: str) -> Transaction:
+        """Take over a transaction started elsewhere (any process may).
+
+        A pending transaction can then receive more requests, commit or roll
+        back; a decided one is driven to completion before this returns.
+        """
+        header = self.protocol.read_header(tx_id)
+        if header is None:
+            raise TransactionNotFoundError("no such transaction", tx_id=tx_id)
+        tx = Transaction(self, tx_id)
+        tx._adopt(header)
+        if header.state != s.STATE_PENDING:
+            self.protocol.finish(header)
+        return tx
+
+    def sweep(
+        self,
+        tx_id: str,
+        *,
+        rollback_after: timedelta,
+        delete_after: timedelta,
+    ) -> SweepOutcome:
+        """Move one TX record along: roll back if stale, finish if decided, delete if old.
+
+        Ages are measured from the record's last change (``ts``) by this
+        manager's clock; a pending record is rolled back only if it has not
+        changed since it was read, so a live coordinator is never overtaken by
+        a sweeper that read an old version.
+        """
+        p = self.protocol
+        header = p.read_header(tx_id)
+        if header is None:
+            return SweepOutcome.MISSING
+        age_ms = p.now_ms() - header.updated_ms
+        if not header.finished:
+            if header.state == s.STATE_PENDING:
+                if age_ms < rollback_after.total_seconds() * 1000:
+                    return SweepOutcome.ACTIVE
+                decided = p.decide(tx_id, s.STATE_ROLLED_BACK, expect_version=header.version)
+                if decided is None:
+                    return SweepOutcome.MISSING
+                if decided.state == s.STATE_PENDING:
+                    return SweepOutcome.ACTIVE  # it moved on since we read it
+                outcome = (
+                    SweepOutcome.ROLLED_BACK
+                    if decided.state == s.STATE_ROLLED_BACK
+                    else SweepOutcome.ROLLED_FORWARD
+                )
+                p.finish(decided)
+                return outcome
+            p.finish(header)
+            if header.state == s.STATE_COMMITTED:
+                return SweepOutcome.ROLLED_FORWARD
+            return SweepOutcome.FINALISED
+        if age_ms < delete_after.total_seconds() * 1000:
+            return SweepOutcome.KEPT
+        p.delete_record(tx_id, header)
+        return SweepOutcome.DELETED
+
+    # -- reads outside transactions --------------------------------------------
+
+    def get_item(
+        self,
+        *,
+        TableName: str,  # noqa: N803 - boto3's parameter names
+        Key: Item,  # noqa: N803
+        isolation: Isolation = Isolation.COMMITTED,
+        ConsistentRead: bool = True,  # noqa: N803
+    ) -> dict[str, Any]:
+        """Read one item at the given isolation level; returns ``{"Item": ...}`` or ``{}``.
+
+        Examples
+        --------
+        >>> tm.get_item(TableName="Accounts", Key={"id": {"S": "a"}})  # doctest: +SKIP
+        {'Item': {'id': {'S': 'a'}, 'balance': {'N': '90'}}}
+        """
+        isolation = Isolation(isolation)
+        if isolation is Isolation.SERIALIZABLE:
+            tx = self.begin()
+            try:
+                return tx.get_item(TableName=TableName, Key=Key)
+            finally:
+                tx.rollback()
+                tx.delete()
+        self.key_names(TableName)
+        build("get", {"TableName": TableName, "Key": Key}, self.key_names(TableName))
+        for _ in range(8):
+            resp = call(
+                self.client, "get_item", TableName=TableName, Key=Key, ConsistentRead=ConsistentRead
+            )
+            item = resp.get("Item")
+            if isolation is Isolation.UNCOMMITTED or not item or s.ATTR_LOCK not in item:
+                return _wrap(user_view(item))
+            view = self._committed_view(TableName, Key, item)
+            if view is not None:
+                return _wrap(view)
+        raise TransactionError(f"item in {TableName} kept changing under a committed read")
+
+    def _committed_view(self, table: str, key: Item, item: Item) -> Item | None:
+        """The last committed state of a locked item, or None to read again."""
+        transient = flag(item, s.ATTR_TRANSIENT)
+        if not flag(item, s.ATTR_APPLIED):
+            return {} if transient else strip(item)
+        if transient:
+            return {}
+        owner = lock_owner(item) or ""
+        image = self.protocol.image_of(owner, request_id(table, key), item)
+        # None: the external image was removed by a completion racing us; read again.
+        return strip(image) if image is not None else None
+
+
+def _wrap(item: Item) -> dict[str, Any]:
+    return {"Item": item} if item else {}
+
+
+class Transaction:
+    """One multi-item transaction. Use :meth:`TransactionManager.begin` to make one.
+
+    Each request returns only after its item is locked and its write applied,
+    so its errors surface from that call, as with boto3.
+    """
+
+    def __init__(self, manager: TransactionManager, tx_id: str) -> None:
+        self.manager = manager
+        self.id = tx_id
+        self.p = manager.protocol
+        self._state = s.STATE_PENDING
+        self._created = False
+        self._version = 0
+        self._header_bytes = 0
+        self._requests: dict[str, _Local] = {}
+        self._spilled: set[str] = set()
+        self._finished = False
+
+    def __repr__(self) -> str:
+        return f"Transaction(id={self.id!r}, state={self.state!r}, requests={len(self._requests)})"
+
+    @property
+    def state(self) -> str:
+        """``"P"`` pending, ``"C"`` committed, ``"R"`` rolled back (see :mod:`ddbtx.schema`)."""
+        return self._state
+
+    # -- public request API (boto3 shapes) ----------------------------------------
+
+    def put_item(self, **params: Any) -> dict[str, Any]:
+        """Put an item inside the transaction (``Item``, ``ConditionExpression``, ...)."""
+        return self._request("put", params)
+
+    def update_item(self, **params: Any) -> dict[str, Any]:
+        """Update an item inside the transaction (``Key``, ``UpdateExpression``, ...)."""
+        return self._request("update", params)
+
+    def delete_item(self, **params: Any) -> dict[str, Any]:
+        """Delete an item when the transaction commits (``Key``, ``ConditionExpression``, ...)."""
+        return self._request("delete", params)
+
+    def get_item(self, **params: Any) -> dict[str, Any]:
+        """Read an item under a read lock; sees this transaction's own writes."""
+        return self._request("get", params)
+
+    # -- request flow: add, lock (+apply) --------------------------------------
+
+    def _check_pending(self) -> None:
+        if self._state == s.STATE_COMMITTED:
+            raise TransactionCommittedError("transaction is already committed", tx_id=self.id)
+        if self._state == s.STATE_ROLLED_BACK:
+            raise TransactionRolledBackError("transaction was rolled back", tx_id=self.id)
+
+    def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
+        self._check_pending()
+        table = params.get("TableName")
+        try:
+            key_names = self.manager.key_names(table) if isinstance(table, str) and table else ()
+            req = build(op, params, key_names)
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(
+                str(exc).split(" [")[0], tx_id=self.id, table=exc.table, key=exc.key
+            ) from exc
+        known = self._requests.get(req.rid)
+        if known is not None:
+            if op == "get":
+                return self._read_own(known)
+            if known.request.op != "get":
+                raise DuplicateRequestError(
+                    "the item already has a write in this transaction",
+                    tx_id=self.id,
+                    table=req.table,
+                    key=req.key,
+                )
+        local = _Local(request=req, nonce=known.nonce if known else new_nonce())
+        if known is not None:
+            local.confirmed, local.transient, local.pre = (
+                known.confirmed,
+                known.transient,
+                known.pre,
+            )
+        self._add(local, upgrade=known is not None)
+        self._requests[req.rid] = local
+        try:
+            return self._lock_and_apply(local)
+        except (ConditionalCheckFailedError, InvalidRequestError, TransactionConflictError) as exc:
+            self._abort()
+            raise exc
+        except TransactionRolledBackError:
+            self._abort()
+            raise
+
+    def _read_own(self, local: _Local) -> dict[str, Any]:
+        """Read-your-writes for an item this transaction already holds."""
+        req = local.request
+        if req.op == "delete":
+            return {}
+        item = self.p.read_item(req.table, req.key)
+        if item is None or not is_locked_by(item, self.id):
+            raise TransactionRolledBackError(
+                "lost the lock on an item", tx_id=self.id, table=req.table, key=req.key
+            )
+        return _wrap(user_view(item))
+
+    def _add(self, local: _Local, *, upgrade: bool) -> None:
+        """add: record the request (and its lock nonce) in the TX record before touching the item."""
+        req = local.request
+        entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
+        body = entry_to_av(entry)
+        size = item_size({"x": body})
+        spilled = size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT
+        if spilled:
+            self._spill(entry)
+            self._spilled.add(entry.rid)
+            entry.spilled, entry.params = True, None
+            body = entry_to_av(entry)
+            size = item_size({"x": body})
+        now = {"N": str(self.p.now_ms())}
+        if not self._created:
+            self._create(entry, body, now)
+            self._header_bytes = size + 200
+            return
+        names = {
+            "#rq": s.TX_REQUESTS,
+            "#rid": req.rid,
+            "#st": s.TX_STATE,
+            "#v": s.TX_VERSION,
+            "#ts": s.TX_UPDATED,
+        }
+        values: dict[str, Any] = {
+            ":e": body,
+            ":p": {"S": s.STATE_PENDING},
+            ":one": {"N": "1"},
+            ":now": now,
+        }
+        if upgrade:
+            names["#o"], names["#n"] = "o", "n"
+            values[":get"], values[":n"] = {"S": "get"}, {"S": local.nonce}
+            # add (upgrade): a pending transaction turning its own read lock into a write.
+            condition = "#st = :p AND #rq.#rid.#o = :get AND #rq.#rid.#n = :n"
+        else:
+            # add: only a pending transaction takes requests, and one per item.
+            condition = "#st = :p AND attribute_not_exists(#rq.#rid)"
+        try:
+            resp = call(
+                self.p.client,
+                "update_item",
+                TableName=self.p.tx_table,
+                Key=self.p.header_key(self.id),
+                UpdateExpression="SET #rq.#rid = :e, #v = #v + :one, #ts = :now",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="UPDATED_NEW",
+            )
+            self._version = int(resp["Attributes"][s.TX_VERSION]["N"])
+        except ConditionFailed:
+            self._settle_add(local)
+        except ValidationFailed as exc:
+            raise InvalidRequestError(
+                f"DynamoDB rejected the request: {exc}", tx_id=self.id, table=req.table, key=req.key
+            ) from exc
+        self._header_bytes += size
+
+    def _create(self, entry: Entry, body: dict[str, Any], now: dict[str, str]) -> None:
+        """create + add: the TX record is written with its first request."""
+        item = {
+            **self.p.header_key(self.id),
+            s.TX_STATE: {"S": s.STATE_PENDING},
+            s.TX_VERSION: {"N": "1"},
+            s.TX_UPDATED: now,
+            s.TX_SWEEP_KEY: {"S": f"{s.STATE_PENDING}#{shard_of(self.id)}"},
+            s.TX_REQUESTS: {"M": {entry.rid: body}},
+        }
+        try:
+            call(
+                self.p.client,
+                "put_item",
+                TableName=self.p.tx_table,
+                Item=item,
+                # create: transaction ids are unique; a failure is our own retried write.
+                ConditionExpression="attribute_not_exists(#id)",
+                ExpressionAttributeNames={"#id": s.TX_PK},
+            )
+            self._version = 1
+        except ConditionFailed:
+            header = self.p.read_header(self.id)
+            mine = header.entries.get(entry.rid) if header else None
+            if header is None or mine is None or mine.nonce != entry.nonce:
+                raise TransactionError("transaction id collision", tx_id=self.id) from None
+            self._version = header.version
+        except ValidationFailed as exc:
+            raise InvalidRequestError(
+                f"DynamoDB rejected the request: {exc}",
+                tx_id=self.id,
+                table=entry.table,
+                key=entry.key,
+            ) from exc
+        self._created = True
+
+    def _spill(self, entry: Entry) -> None:
+        """Keep a large request body in its own row so the header stays small."""
+        from ._protocol import params_to_av
+
+        call(
+            self.p.client,
+            "put_item",
+            TableName=self.p.tx_table,
+            Item={
+                s.TX_PK: {"S": self.id},
+                s.TX_SK: {"S": f"r#{entry.rid}"},
+                "p": params_to_av(entry.params or {}),
+                "n": {"S": entry.nonce},
+            },
+        )
+
+    def _settle_add(self, local: _Local) -> None:
+        """The add's condition failed: find out whether it was ours, a duplicate or a decision."""
+        req = local.request
+        header = self.p.read_header(self.id)
+        if header is None:
+            raise TransactionNotFoundError("TX record is gone", tx_id=self.id)
+        self._version = header.version
+        self._raise_if_decided(header)
+        mine = header.entries.get(req.rid)
+        if mine is not None and mine.nonce == local.nonce and mine.op == req.op:
+            return  # our own add, applied by an attempt whose response was lost
+        raise DuplicateRequestError(
+            "another coordinator already added this item",
+            tx_id=self.id,
+            table=req.table,
+            key=req.key,
+        )
+
+    def _raise_if_decided(self, header: Header) -> None:
+        if header.state == s.STATE_PENDING:
+            return
+        self._state = header.state
+        if not header.finished:
+            self.p.finish(header)
+        if header.state == s.STATE_COMMITTED:
+            raise TransactionCommittedError("transaction was committed", tx_id=self.id)
+        raise TransactionRolledBackError(
+            "transaction was rolled back by another coordinator", tx_id=self.id
+        )
+
+    # -- lock and apply --------------------------------------------------------
+
+    def _lock_and_apply(self, local: _Local) -> dict[str, Any]:
+        """lock (+apply): take the item's lock with this request's nonce and make the write."""
+        req = local.request
+        if local.confirmed:  # upgrade of our own read lock
+            return self._apply_locked(local)
+        path = (
+            "insert"
+            if req.op == "put" and "attribute_not_exists" in (req.condition or "")
+            else "existing"
+        )
+        misses = 0
+        waiter = _Waiter(self.manager)
+        while True:
+            try:
+                if path == "existing":
+                    return self._lock_existing(local)
+                return self._lock_insert(local)
+            except ConditionFailed:
+                pass
+            except ValidationFailed as exc:
+                raise InvalidRequestError(
+                    f"DynamoDB rejected the request: {exc}",
+                    tx_id=self.id,
+                    table=req.table,
+                    key=req.key,
+                ) from exc
+            item = self.p.read_item(req.table, req.key)
+            owner = lock_owner(item)
+            if item is None or owner is None:
+                observed = "insert" if item is None else "existing"
+                if observed == path and req.condition:
+                    misses += 1
+                    if misses >= 2:
+                        raise ConditionalCheckFailedError(
+                            "the request's condition is false",
+                            tx_id=self.id,
+                            table=req.table,
+                            key=req.key,
+                        )
+                path = observed
+                continue
+            if owner == self.id:
+                assert item is not None
+                if item[s.ATTR_LOCK]["S"] == new_lock_value(self.id, local.nonce):
+                    return self._adopt_own_lock(local, item)
+                self.p.undo(self.id, req.table, req.key, item)  # our own stray lock
+                continue
+            assert item is not None
+            self._contend(owner, waiter, req)
+
+    def _lock_names(self, local: _Local) -> tuple[dict[str, str], dict[str, Any]]:
+        req = local.request
+        names = dict(req.params.get("ExpressionAttributeNames") or {})
+        values = dict(req.params.get("ExpressionAttributeValues") or {})
+        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxk": next(iter(req.key))})
+        values[":ddbtxl"] = {"S": new_lock_value(self.id, local.nonce)}
+        return names, values
+
+    def _lock_existing(self, local: _Local) -> dict[str, Any]:
+        """lock: an existing, unlocked item; the user's condition is checked in the same write."""
+        req = local.request
+        names, values = self._lock_names(local)
+        names["#ddbtxa"] = s.ATTR_LOCKED_AT
+        values[":ddbtxa"] = {"N": str(self.p.now_ms())}
+        sets = "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa"
+        if req.op == "delete":
+            names["#ddbtxd"] = s.ATTR_DELETED
+            values[":ddbtxt"] = {"BOOL": True}
+            sets += ", #ddbtxd = :ddbtxt"
+        # lock: the item exists, nobody holds it, and the request's own condition holds.
+        condition = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl)"
+        if req.condition:
+            condition = f"({req.condition}) AND {condition}"
+        resp = call(
+            self.p.client,
+            "update_item",
+            TableName=req.table,
+            Key=req.key,
+            UpdateExpression=f"SET {sets}",
+            ConditionExpression=condition,
+            ExpressionAttributeNames=_used(names, sets, condition),
+            ExpressionAttributeValues=_used(values, sets, condition),
+            ReturnValues="ALL_OLD",
+        )
+        local.pre = strip(resp.get("Attributes"))
+        local.transient = False
+        local.confirmed = True
+        if req.op == "get":
+            return _wrap(local.pre)
+        if req.op == "delete":
+            return _wrap(local.pre) if req.return_values == "ALL_OLD" else {}
+        return self._apply(local, check_condition=False)
+
+    def _lock_insert(self, local: _Local) -> dict[str, Any]:
+        """lock (+apply): the item does not exist; insert it locked, with the write if any.
+
+        Guarded by the item's own key not existing, so an item created and
+        committed by someone else in between can never be taken for ours.
+        """
+        req = local.request
+        names, values = self._lock_names(local)
+        now = {"N": str(self.p.now_ms())}
+        true = {"BOOL": True}
+        condition = "attribute_not_exists(#ddbtxk)"
+        if req.condition:
+            # lock: the item is absent and the request's own condition holds on the absent item.
+            condition = f"({req.condition}) AND {condition}"
+        local.pre, local.transient = None, True
+        protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_LOCKED_AT: now, s.ATTR_TRANSIENT: true}
+        if req.op == "update":
+            names.update(
+                {
+                    "#ddbtxa": s.ATTR_LOCKED_AT,
+                    "#ddbtxn": s.ATTR_TRANSIENT,
+                    "#ddbtxp": s.ATTR_APPLIED,
+                }
+            )
+            values.update({":ddbtxa": now, ":ddbtxt": true})
+            update = merge_set(
+                req.params["UpdateExpression"],
+                "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
+            )
+            rv = req.return_values
+            resp = call(
+                self.p.client,
+                "update_item",
+                TableName=req.table,
+                Key=req.key,
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=_used(names, update, condition),
+                ExpressionAttributeValues=_used(values, update, condition),
+                ReturnValues=rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
+            )
+            local.applied = local.confirmed = True
+            return _wrap(strip(resp.get("Attributes")))
+        if req.op == "put":
+            item = {**req.params["Item"], **protocol, s.ATTR_APPLIED: true}
+            local.applied = True
+        else:
+            item = {**req.key, **protocol}
+            if req.op == "delete":
+                item[s.ATTR_DELETED] = true
+        del values[":ddbtxl"]
+        names.pop("#ddbtxl")
+        call(
+            self.p.client,
+            "put_item",
+            TableName=req.table,
+            Item=item,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=_used(names, condition),
+            **({"ExpressionAttributeValues": values} if _used(values, condition) else {}),
+        )
+        local.confirmed = True
+        return {}
+
+    def _adopt_own_lock(self, local: _Local, item: Item) -> dict[str, Any]:
+        """Our lock is already on the item (a retried write landed, or we resumed)."""
+        local.confirmed = True
+        local.transient = flag(item, s.ATTR_TRANSIENT)
+        local.applied = flag(item, s.ATTR_APPLIED)
+        if local.applied:
+            image = self.p.image_of(self.id, local.request.rid, item)
+            local.pre = None if local.transient else strip(image)
+            return _return_values(local, item)
+        local.pre = None if local.transient else strip(item)
+        if local.request.op in ("put", "update"):
+            return self._apply(local, check_condition=False)
+        if local.request.op == "get":
+            return _wrap(local.pre or {})
+        return {}
+
+    def _apply_locked(self, local: _Local) -> dict[str, Any]:
+        """A write on an item this transaction already read-locked (upgrade)."""
+        req = local.request
+        if req.op == "get":
+            return self._read_own(local)
+        if req.op == "delete":
+            if req.condition:
+                self._check_condition(local)
+            names = {"#l": s.ATTR_LOCK, "#d": s.ATTR_DELETED}
+            values = {":l": {"S": new_lock_value(self.id, local.nonce)}, ":t": {"BOOL": True}}
+            self._guarded_write(local, "SET #d = :t", names, values)
+            return _wrap(local.pre) if req.return_values == "ALL_OLD" and local.pre else {}
+        return self._apply(local, check_condition=True)
+
+    def _check_condition(self, local: _Local) -> None:
+        """Evaluate the user's condition on the item's logical state (absent if transient)."""
+        req = local.request
+        if not local.transient:
+            return  # checked in the guarded write itself
+        probe = {name: _probe_value(value) for name, value in req.key.items()}
+        try:
+            # A conditional delete of a key that cannot exist writes nothing and
+            # evaluates the condition exactly as DynamoDB would on an absent item.
+            call(
+                self.p.client,
+                "delete_item",
+                TableName=req.table,
+                Key=probe,
+                ConditionExpression=req.condition,
+                **_expr_params(req.params),
+            )
+        except ConditionFailed as exc:
+            raise ConditionalCheckFailedError(
+                "the request's condition is false", tx_id=self.id, table=req.table, key=req.key
+            ) from exc
+
+    def _guarded_write(
+        self, local: _Local, update: str, names: dict[str, str], values: dict[str, Any]
+    ) -> None:
+        req = local.request
+        try:
+            call(
+                self.p.client,
+                "update_item",
+                TableName=req.table,
+                Key=req.key,
+                UpdateExpression=update,
+                # apply: only while this request's lock holds the item.
+                ConditionExpression="#l = :l",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ConditionFailed:
+            self._lost_lock(local)
+
+    def _apply(self, local: _Local, *, check_condition: bool) -> dict[str, Any]:
+        """save image + apply: the write, with the pre-write image, under our lock."""
+        req = local.request
+        if check_condition and req.condition:
+            self._check_condition(local)
+        image = local.pre
+        names = dict(req.params.get("ExpressionAttributeNames") or {})
+        values = dict(req.params.get("ExpressionAttributeValues") or {})
+        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
+        values.update(
+            {":ddbtxl": {"S": new_lock_value(self.id, local.nonce)}, ":ddbtxt": {"BOOL": True}}
+        )
+        # apply: only under this request's lock, and only once.
+        condition = "#ddbtxl = :ddbtxl AND attribute_not_exists(#ddbtxp)"
+        if check_condition and req.condition and not local.transient:
+            condition = f"({req.condition}) AND {condition}"
+        image_attrs: dict[str, Any] = {}
+        if image is not None:
+            incoming = item_size(req.params.get("Item") or {}) + item_size(values)
+            if item_size(image) > INLINE_IMAGE_LIMIT or (
+                item_size(image) * 2 + incoming + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES
+            ):
+                self._save_image(local, image)
+                image_attrs[s.ATTR_IMAGE_EXTERNAL] = {"BOOL": True}
+            else:
+                image_attrs[s.ATTR_IMAGE] = {"M": image}
+        rv = req.return_values
+        try:
+            if req.op == "put":
+                item = {
+                    **req.params["Item"],
+                    s.ATTR_LOCK: values[":ddbtxl"],
+                    s.ATTR_LOCKED_AT: {"N": str(self.p.now_ms())},
+                    s.ATTR_APPLIED: {"BOOL": True},
+                    **image_attrs,
+                }
+                if local.transient:
+                    item[s.ATTR_TRANSIENT] = {"BOOL": True}
+                call(
+                    self.p.client,
+                    "put_item",
+                    TableName=req.table,
+                    Item=item,
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=_used(names, condition),
+                    ExpressionAttributeValues=_used(values, condition),
+                )
+                local.applied = True
+                return _wrap(image or {}) if rv == "ALL_OLD" else {}
+            sets = "#ddbtxp = :ddbtxt"
+            for i, (attr, value) in enumerate(image_attrs.items()):
+                names[f"#ddbtxi{i}"] = attr
+                values[f":ddbtxi{i}"] = value
+                sets += f", #ddbtxi{i} = :ddbtxi{i}"
+            update = merge_set(req.params["UpdateExpression"], sets)
+            resp = call(
+                self.p.client,
+                "update_item",
+                TableName=req.table,
+                Key=req.key,
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=_used(names, update, condition),
+                ExpressionAttributeValues=_used(values, update, condition),
+                ReturnValues="NONE" if rv == "ALL_OLD" else rv,
+            )
+            local.applied = True
+            if rv == "ALL_OLD":
+                return _wrap(image or {})
+            return _wrap(strip(resp.get("Attributes")))
+        except ValidationFailed as exc:
+            raise InvalidRequestError(
+                f"DynamoDB rejected the write: {exc}", tx_id=self.id, table=req.table, key=req.key
+            ) from exc
+        except ConditionFailed:
+            item_now = self.p.read_item(req.table, req.key)
+            lock = (item_now or {}).get(s.ATTR_LOCK, {}).get("S")
+            if lock == values[":ddbtxl"]["S"] and flag(item_now, s.ATTR_APPLIED):
+                local.applied = True  # our own write, its response lost
+                assert item_now is not None
+                return _return_values(local, item_now)
+            if lock == values[":ddbtxl"]["S"]:
+                raise ConditionalCheckFailedError(
+                    "the request's condition is false", tx_id=self.id, table=req.table, key=req.key
+                ) from None
+            self._lost_lock(local)
+            raise AssertionError("unreachable") from None
+
+    def _save_image(self, local: _Local, image: Item) -> None:
+        """save: an image too large to ride inside the item goes to the images table."""
+        call(
+            self.p.client,
+            "put_item",
+            TableName=self.p.images_table,
+            Item={
+                s.IMAGE_PK: {"S": self.id},
+                s.IMAGE_SK: {"S": local.request.rid},
+                s.IMAGE_ITEM: {"M": image},
+                s.IMAGE_TTL: {"N": str(int(self.p.clock()) + 7 * 86400)},
+            },
+        )
+        local.external_image = True
+
+    def _lost_lock(self, local: _Local) -> None:
+        """Our lock vanished: another coordinator rolled this transaction back."""
+        header = self.p.read_header(self.id)
+        if header is None:
+            self._state = s.STATE_ROLLED_BACK
+        else:
+            self._raise_if_decided(header)
+        req = local.request
+        raise TransactionRolledBackError(
+            "the item's lock was taken from this transaction",
+            tx_id=self.id,
+            table=req.table,
+            key=req.key,
+        )
+
+    # -- contention ------------------------------------------------------------
+
+    def _contend(self, owner: str, waiter: _Waiter, req: Request) -> None:
+        """The item is locked by another transaction: help it finish, wound it, or wait."""
+        p = self.p
+        header = p.read_header(owner)
+        if header is None:
+            item = p.read_item(req.table, req.key)
+            if item is not None and lock_owner(item) == owner:
+                p.release_orphan(req.table, req.key, item)
+            return
+        if header.state != s.STATE_PENDING or header.finished:
+            if not header.finished:
+                p.finish(header)
+            else:
+                item = p.read_item(req.table, req.key)
+                if item is not None and lock_owner(item) == owner:
+                    p.undo(owner, req.table, req.key, item)  # stray lock of a finished tx
+            return
+        older = self.id < owner
+        if self.manager.contention is Contention.ROLLBACK_HOLDER or older:
+            self._break(owner, None)
+            return
+        if waiter.holder_is_stale(owner, header.version):
+            self._break(owner, header.version)
+            return
+        if waiter.expired():
+            raise TransactionConflictError(
+                f"item stayed locked by older transaction {owner}",
+                tx_id=self.id,
+                table=req.table,
+                key=req.key,
+            )
+        waiter.pause()
+
+    def _break(self, owner: str, version: int | None) -> None:
+        """decide + complete another transaction: roll it back (or finish it if it committed)."""
+        decided = self.p.decide(owner, s.STATE_ROLLED_BACK, expect_version=version)
+        if decided is not None and decided.state != s.STATE_PENDING:
+            self.p.finish(decided)
+
+    # -- commit / rollback / delete --------------------------------------------
+
+    def _adopt(self, header: Header) -> None:
+        """Load a TX record written by another coordinator (resume)."""
+        self._created = True
+        self._state = header.state
+        self._version = header.version
+        self._header_bytes = header.raw_size
+        self._finished = header.finished
+        for entry in header.entries.values():
+            params = self.p.load_params(self.id, entry)
+            req = build(entry.op, params, self.manager.key_names(entry.table))  # type: ignore[arg-type]
+            self._requests[entry.rid] = _Local(request=req, nonce=entry.nonce)
+            if entry.spilled:
+                self._spilled.add(entry.rid)
+
+    def _catch_up(self, local: _Local) -> None:
+        """catch up: make sure a request recorded by someone else is locked and applied."""
+        req = local.request
+        item = self.p.read_item(req.table, req.key)
+        if item is not None and item.get(s.ATTR_LOCK, {}).get("S") == new_lock_value(
+            self.id, local.nonce
+        ):
+            self._adopt_own_lock(local, item)
+            return
+        # take over: a fresh nonce, so a late lock by the original coordinator is stray.
+        new = new_nonce()
+        try:
+            resp = call(
+                self.p.client,
+                "update_item",
+                TableName=self.p.tx_table,
+                Key=self.p.header_key(self.id),
+                UpdateExpression="SET #rq.#rid.#n = :new, #v = #v + :one",
+                ConditionExpression="#st = :p AND #rq.#rid.#n = :old",
+                ExpressionAttributeNames={
+                    "#rq": s.TX_REQUESTS,
+                    "#rid": req.rid,
+                    "#n": "n",
+                    "#v": s.TX_VERSION,
+                    "#st": s.TX_STATE,
+                },
+                ExpressionAttributeValues={
+                    ":new": {"S": new},
+                    ":old": {"S": local.nonce},
+                    ":one": {"N": "1"},
+                    ":p": {"S": s.STATE_PENDING},
+                },
+                ReturnValues="UPDATED_NEW",
+            )
+            self._version = int(resp["Attributes"][s.TX_VERSION]["N"])
+        except ConditionFailed:
+            header = self.p.read_header(self.id)
+            if header is None:
+                raise TransactionNotFoundError("TX record is gone", tx_id=self.id) from None
+            self._raise_if_decided(header)
+            entry = header.entries.get(req.rid)
+            if entry is None or entry.nonce != new:
+                self._version = header.version
+                local.nonce = entry.nonce if entry else local.nonce
+                return self._catch_up(local)
+            self._version = header.version
+        local.nonce = new
+        self._lock_and_apply(local)
+
+    def commit(self) -> None:
+        """commit + complete: decide the transaction committed, then unlock every item.
+
+        Raises
+        ------
+        TransactionRolledBackError
+            If another coordinator rolled it back first.
+        """
+        if self._state == s.STATE_COMMITTED:
+            self._complete()
+            return
+        self._check_pending()
+        if not self._created:
+            self._state = s.STATE_COMMITTED
+            self._finished = True
+            return
+        for _ in range(16):
+            pending = [loc for loc in self._requests.values() if not loc.confirmed]
+            try:
+                self.p.parallel(self._catch_up, pending)
+            except (ConditionalCheckFailedError, InvalidRequestError, TransactionConflictError):
+                self._abort()
+                raise
+            header = self.p.decide(self.id, s.STATE_COMMITTED, expect_version=self._version)
+            if header is None:
+                raise TransactionNotFoundError("TX record is gone", tx_id=self.id)
+            if header.state == s.STATE_COMMITTED:
+                self._state = s.STATE_COMMITTED
+                self._complete(header)
+                return
+            if header.state == s.STATE_ROLLED_BACK:
+                self._state = s.STATE_ROLLED_BACK
+                self.p.finish(header, self._known())
+                raise TransactionRolledBackError(
+                    "transaction was rolled back by another coordinator", tx_id=self.id
+                )
+            # Still pending at another version: someone added requests; catch them up.
+            self._version = header.version
+            for entry in header.entries.values():
+                mine = self._requests.get(entry.rid)
+                if mine is None or mine.nonce != entry.nonce or mine.request.op != entry.op:
+                    params = self.p.load_params(self.id, entry)
+                    req = build(entry.op, params, self.manager.key_names(entry.table))  # type: ignore[arg-type]
+                    self._requests[entry.rid] = _Local(request=req, nonce=entry.nonce)
+        raise TransactionError(
+            "commit did not settle after repeated concurrent changes", tx_id=self.id
+        )
+
+    def _known(self) -> dict[str, Item]:
+        """This coordinator's view of each confirmed item, to settle it without a read."""
+        known: dict[str, Item] = {}
+        for rid, loc in self._requests.items():
+            if not loc.confirmed:
+                continue
+            req = loc.request
+            item: Item = {**req.key, s.ATTR_LOCK: {"S": new_lock_value(self.id, loc.nonce)}}
+            if loc.transient:
+                item[s.ATTR_TRANSIENT] = {"BOOL": True}
+            if loc.applied:
+                item[s.ATTR_APPLIED] = {"BOOL": True}
+                if loc.external_image:
+                    item[s.ATTR_IMAGE_EXTERNAL] = {"BOOL": True}
+                elif loc.pre is not None:
+                    item[s.ATTR_IMAGE] = {"M": loc.pre}
+            known[rid] = item
+        return known
+
+    def _header_from_local(self, state: str) -> Header:
+        entries = {
+            rid: Entry(rid, loc.request.op, loc.request.table, loc.request.key, loc.nonce)
+            for rid, loc in self._requests.items()
+        }
+        return Header(self.id, state, self._version, 0, False, entries)
+
+    def _complete(self, header: Header | None = None) -> None:
+        if self._finished:
+            return
+        header = header or self._header_from_local(self._state)
+        if not header.entries:
+            header.entries = self._header_from_local(self._state).entries
+        external = any(loc.external_image for loc in self._requests.values())
+        all_known = all(loc.confirmed for loc in self._requests.values())
+        self.p.finish(header, self._known(), external_images=external or not all_known)
+        self._finished = True
+
+    def rollback(self) -> None:
+        """Roll back: restore every item to its state before the transaction and unlock it."""
+        if self._state == s.STATE_ROLLED_BACK:
+            self._complete()
+            return
+        if self._state == s.STATE_COMMITTED:
+            raise TransactionCommittedError(
+                "cannot roll back a committed transaction", tx_id=self.id
+            )
+        if not self._created:
+            self._state = s.STATE_ROLLED_BACK
+            self._finished = True
+            return
+        header = self.p.decide(self.id, s.STATE_ROLLED_BACK)
+        if header is None:
+            raise TransactionNotFoundError("TX record is gone", tx_id=self.id)
+        self._state = header.state
+        if header.state == s.STATE_COMMITTED:
+            self._complete(header)
+            raise TransactionCommittedError("transaction was committed first", tx_id=self.id)
+        self._complete(header)
+
+    def _abort(self) -> None:
+        """Roll back after a failed request, keeping the original error for the caller."""
+        try:
+            self.rollback()
+        except TransactionCommittedError:
+            raise
+        except Exception:  # the original error matters more; the sweeper finishes the rest
+            logger.exception("rollback of %s after a failed request did not complete", self.id)
+
+    def delete(self) -> None:
+        """delete: remove the finished TX record (the caller has noted the outcome)."""
+        if not self._created:
+            return
+        if self._state == s.STATE_PENDING:
+            raise TransactionError("commit or roll back before deleting", tx_id=self.id)
+        if self._finished:
+            local = self._header_from_local(self._state)
+            for rid in self._spilled:
+                local.entries[rid].spilled = True
+            local.finished = True
+            self.p.delete_record(self.id, local)
+            return
+        header = self.p.read_header(self.id)
+        if header is None:
+            return
+        if not header.finished:
+            self.p.finish(header, self._known())
+        header.finished = True
+        self.p.delete_record(self.id, header)
+
+
+class _Waiter:
+    """Backoff and staleness judgement for one contended lock, on the monotonic clock."""
+
+    def __init__(self, manager: TransactionManager) -> None:
+        self.m = manager
+        self.start = manager.monotonic()
+        self.delay = 0.01
+        self.seen: tuple[str, int] | None = None
+        self.seen_at = self.start
+
+    def holder_is_stale(self, owner: str, version: int) -> bool:
+        now = self.m.monotonic()
+        if self.seen != (owner, version):
+            self.seen, self.seen_at = (owner, version), now
+            return False
+        return now - self.seen_at >= self.m.stale_after
+
+    def expired(self) -> bool:
+        return self.m.monotonic() - self.start >= self.m.lock_wait
+
+    def pause(self) -> None:
+        self.m.sleep(self.delay * (0.5 + self.m.rng.random()))
+        self.delay = min(self.delay * 2, 0.5)
+
+
+def _used(mapping: dict[str, Any], *expressions: str) -> dict[str, Any]:
+    """Only the placeholders an expression uses (DynamoDB rejects unused ones)."""
+    text = " ".join(expressions)
+    tokens = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
+    return {k: v for k, v in mapping.items() if k in tokens}
+
+
+def _expr_params(params: dict[str, Any]) -> dict[str, Any]:
+    cond = str(params.get("ConditionExpression") or "")
+    out: dict[str, Any] = {}
+    names = _used(params.get("ExpressionAttributeNames") or {}, cond)
+    values = _used(params.get("ExpressionAttributeValues") or {}, cond)
+    if names:
+        out["ExpressionAttributeNames"] = names
+    if values:
+        out["ExpressionAttributeValues"] = values
+    return out
+
+
+def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
+    ((kind, _),) = value.items()
+    token = uuid.uuid4()
+    if kind == "N":
+        return {"N": str(token.int % 10**30 + 10**30)}
+    if kind == "B":
+        return {"B": b"ddbtx-probe-" + token.bytes}
+    return {"S": f"ddbtx-probe-{token.hex}"}
+
+
+def _return_values(local: _Local, item: Item) -> dict[str, Any]:
+    """ReturnValues for a write whose response was lost, rebuilt from the item."""
+    rv = local.request.return_values
+    if rv == "ALL_OLD":
+        return _wrap(local.pre or {})
+    if rv in ("ALL_NEW", "UPDATED_NEW"):
+        return _wrap(strip(item))
+    if rv == "UPDATED_OLD":
+        return _wrap(local.pre or {})
+    return {}
