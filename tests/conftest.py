@@ -67,3 +67,125 @@ def endpoint_env(backend: LocalDynamo, monkeypatch: pytest.MonkeyPatch) -> Local
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
     return backend
+
+
+# --- transaction fixtures -------------------------------------------------------
+
+import threading  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from ddbtx import TransactionManager  # noqa: E402
+from ddbtx import schema as s  # noqa: E402
+
+
+class FakeClock:
+    """Wall and monotonic time that only move when someone sleeps or advances them."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+@dataclass
+class Tables:
+    tx: str
+    images: str
+    data: str
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def tables(ddb: Any, table_name: Callable[[str], str]) -> Tables:
+    """Protocol tables plus one data table (hash key ``pk``), all empty."""
+    names = Tables(table_name("tx"), table_name("img"), table_name("data"))
+    TransactionManager(ddb, names.tx, names.images).create_tables()
+    ddb.create_table(
+        TableName=names.data,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.get_waiter("table_exists").wait(TableName=names.data, WaiterConfig={"Delay": 1})
+    return names
+
+
+@pytest.fixture
+def make_tm(
+    backend: LocalDynamo, tables: Tables, clock: FakeClock
+) -> Callable[..., TransactionManager]:
+    """A coordinator: its own client and manager on the shared tables and fake clock."""
+
+    def make(**options: Any) -> TransactionManager:
+        settings: dict[str, Any] = {
+            "clock": clock.time,
+            "monotonic": clock.monotonic,
+            "sleep": clock.sleep,
+            "lock_wait": 5.0,
+            "stale_after": 3.0,
+        }
+        settings.update(options)
+        return TransactionManager(backend.client(), tables.tx, tables.images, **settings)
+
+    return make
+
+
+@pytest.fixture
+def tm(make_tm: Callable[..., TransactionManager]) -> TransactionManager:
+    return make_tm()
+
+
+def scan(client: Any, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = client.scan(**kwargs)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def data_state(client: Any, table: str) -> dict[str, dict[str, Any]]:
+    """The data table as {pk: item}, for exact before/after comparisons."""
+    return {item["pk"]["S"]: item for item in scan(client, table)}
+
+
+def assert_clean(client: Any, tables: Tables) -> None:
+    """No protocol attribute on any item, no image, no unfinished TX record."""
+    for item in scan(client, tables.data):
+        leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
+        assert not leftover, f"protocol attributes left on {item['pk']}: {leftover}"
+    assert scan(client, tables.images) == []
+    for record in scan(client, tables.tx):
+        if record[s.TX_SK]["S"] == s.TX_HEADER_SK:
+            assert record.get(s.TX_FINISHED) == {"BOOL": True}, f"unfinished TX record {record}"
+
+
+@pytest.fixture
+def seed(ddb: Any, tables: Tables) -> Callable[..., None]:
+    """Put plain items into the data table: seed(a=100, b=5) -> balance attributes."""
+
+    def put(**balances: int) -> None:
+        for pk, balance in balances.items():
+            ddb.put_item(
+                TableName=tables.data, Item={"pk": {"S": pk}, "balance": {"N": str(balance)}}
+            )
+
+    return put

@@ -360,7 +360,13 @@ class TransactionManager:
 
 
 def _wrap(item: Item) -> dict[str, Any]:
+    """A read's response shape: ``{"Item": ...}``, or ``{}`` when there is no item."""
     return {"Item": item} if item else {}
+
+
+def _attributes(item: Item | None) -> dict[str, Any]:
+    """A write's response shape: ``{"Attributes": ...}``, or ``{}``."""
+    return {"Attributes": item} if item else {}
 
 
 class Transaction:
@@ -603,6 +609,7 @@ class Transaction:
         self._state = header.state
         if not header.finished:
             self.p.finish(header)
+        self._finished = True
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed", tx_id=self.id)
         raise TransactionRolledBackError(
@@ -701,7 +708,7 @@ class Transaction:
         if req.op == "get":
             return _wrap(local.pre)
         if req.op == "delete":
-            return _wrap(local.pre) if req.return_values == "ALL_OLD" else {}
+            return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
         return self._apply(local, check_condition=False)
 
     def _lock_insert(self, local: _Local) -> dict[str, Any]:
@@ -746,7 +753,7 @@ class Transaction:
                 ReturnValues=rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
             )
             local.applied = local.confirmed = True
-            return _wrap(strip(resp.get("Attributes")))
+            return _attributes(strip(resp.get("Attributes")))
         if req.op == "put":
             item = {**req.params["Item"], **protocol, s.ATTR_APPLIED: true}
             local.applied = True
@@ -795,7 +802,7 @@ class Transaction:
             names = {"#l": s.ATTR_LOCK, "#d": s.ATTR_DELETED}
             values = {":l": {"S": new_lock_value(self.id, local.nonce)}, ":t": {"BOOL": True}}
             self._guarded_write(local, "SET #d = :t", names, values)
-            return _wrap(local.pre) if req.return_values == "ALL_OLD" and local.pre else {}
+            return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
         return self._apply(local, check_condition=True)
 
     def _check_condition(self, local: _Local) -> None:
@@ -887,7 +894,7 @@ class Transaction:
                     ExpressionAttributeValues=_used(values, condition),
                 )
                 local.applied = True
-                return _wrap(image or {}) if rv == "ALL_OLD" else {}
+                return _attributes(image) if rv == "ALL_OLD" else {}
             sets = "#ddbtxp = :ddbtxt"
             for i, (attr, value) in enumerate(image_attrs.items()):
                 names[f"#ddbtxi{i}"] = attr
@@ -907,8 +914,8 @@ class Transaction:
             )
             local.applied = True
             if rv == "ALL_OLD":
-                return _wrap(image or {})
-            return _wrap(strip(resp.get("Attributes")))
+                return _attributes(image)
+            return _attributes(strip(resp.get("Attributes")))
         except ValidationFailed as exc:
             raise InvalidRequestError(
                 f"DynamoDB rejected the write: {exc}", tx_id=self.id, table=req.table, key=req.key
@@ -1083,6 +1090,8 @@ class Transaction:
             pending = [loc for loc in self._requests.values() if not loc.confirmed]
             try:
                 self.p.parallel(self._catch_up, pending)
+            except TransactionCommittedError:
+                return  # another coordinator committed (and completed) it
             except (ConditionalCheckFailedError, InvalidRequestError, TransactionConflictError):
                 self._abort()
                 raise
@@ -1258,10 +1267,8 @@ def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
 def _return_values(local: _Local, item: Item) -> dict[str, Any]:
     """ReturnValues for a write whose response was lost, rebuilt from the item."""
     rv = local.request.return_values
-    if rv == "ALL_OLD":
-        return _wrap(local.pre or {})
+    if rv in ("ALL_OLD", "UPDATED_OLD"):
+        return _attributes(local.pre)
     if rv in ("ALL_NEW", "UPDATED_NEW"):
-        return _wrap(strip(item))
-    if rv == "UPDATED_OLD":
-        return _wrap(local.pre or {})
+        return _attributes(strip(item))
     return {}

@@ -1,0 +1,291 @@
+"""What the lease lock and the FIFO lock share: the held-lock handle, the heartbeat
+thread, and the waiter's clock-free view of the row it waits behind."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from ..errors import ConditionFailed, LockLostError
+from ._rows import was_retried
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+State = Literal["held", "released", "lost", "abandoned"]
+
+
+class HeldLock:
+    """A granted lease or FIFO lock.
+
+    Renewed by its client's heartbeat thread until :meth:`release`; usable as a
+    context manager that releases on exit and raises :class:`LockLostError`
+    there if the lock was taken over meanwhile. Exceptions from the ``with``
+    body always propagate unchanged.
+
+    Attributes
+    ----------
+    resource, owner : str
+        What is locked, and by whom.
+    namespace : str or None
+        The FIFO namespace (``None`` for lease locks).
+    fencing_token : int
+        Strictly increasing per resource (and namespace) over every grant, never
+        reset. Pass it to the data writes the lock protects, which keep the
+        highest token seen and refuse smaller ones.
+    data : bytes or None
+        The data stored with a lease lock.
+    """
+
+    def __init__(
+        self,
+        *,
+        resource: str,
+        owner: str,
+        fencing_token: int,
+        lease_duration: float,
+        confirmed_at: float,
+        clock: Clock,
+        namespace: str | None = None,
+        data: bytes | None = None,
+    ) -> None:
+        self.resource = resource
+        self.owner = owner
+        self.namespace = namespace
+        self.fencing_token = fencing_token
+        self.data = data
+        self.lease_duration = lease_duration
+        self._clock = clock
+        self._confirmed = confirmed_at
+        self._state: State = "held"
+        self._io = threading.Lock()
+        self._keeper: Heartbeats | None = None
+        self._on_lost: Callable[[HeldLock], None] | None = None
+
+    def __repr__(self) -> str:
+        where = self.resource if self.namespace is None else f"{self.resource}/{self.namespace}"
+        return f"<{type(self).__name__} {where} token={self.fencing_token} {self._state}>"
+
+    # -- what subclasses write -------------------------------------------------
+
+    def _renew(self) -> None:
+        """One heartbeat write; raises :class:`ConditionFailed` if taken over."""
+        raise NotImplementedError
+
+    def _end(self) -> None:
+        """One release write; raises :class:`ConditionFailed` if no longer ours."""
+        raise NotImplementedError
+
+    # -- public ----------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """A heartbeat or the release found the lock taken over."""
+        return self._state == "lost"
+
+    @property
+    def released(self) -> bool:
+        return self._state == "released"
+
+    def is_held(self) -> bool:
+        """Whether this holder may still act: not released, not lost, and its lease
+        (counted from the start of the last successful heartbeat) not yet over."""
+        return self._state == "held" and self._clock() - self._confirmed < self.lease_duration
+
+    def heartbeat(self) -> bool:
+        """Renew the lease now (the heartbeat thread does this every period).
+
+        Returns ``False`` if the lock was released or has been taken over;
+        raises the :class:`~ddbtx.errors.DynamoDBError` of a failed request.
+        """
+        with self._io:
+            if self._state != "held":
+                return False
+            sent = self._clock()
+            try:
+                self._renew()
+            except ConditionFailed:
+                self._state = "lost"
+            else:
+                self._confirmed = sent
+                return True
+        self._forget()
+        self._report_lost()
+        return False
+
+    def release(self) -> bool:
+        """Release the lock: one conditional write.
+
+        Returns ``False`` if it was already released or has been taken over.
+        """
+        with self._io:
+            if self._state != "held":
+                return False
+            started = self._clock()
+            self._forget()
+            try:
+                self._end()
+            except ConditionFailed as exc:
+                # A retried release that fails met either our own applied first
+                # attempt followed by a new grant, or a takeover. A takeover needs
+                # our lease to run out after our last confirmed heartbeat; if the
+                # release was sent before that, it came first.
+                if not (was_retried(exc) and started - self._confirmed < self.lease_duration):
+                    self._state = "lost"
+                    return False
+            except BaseException:
+                # Unknown outcome: no more heartbeats, so the row lapses after a lease.
+                self._state = "abandoned"
+                raise
+            self._state = "released"
+            return True
+
+    def __enter__(self) -> HeldLock:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state == "held":
+            self.release()
+        if self._state != "lost":
+            return
+        message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"
+        if exc is None:
+            raise LockLostError(message)
+        exc.add_note(f"ddbtx.locks: {message} while this exception was raised")
+
+    # -- heartbeat thread side -------------------------------------------------
+
+    def _attach(self, keeper: Heartbeats, on_lost: Callable[[HeldLock], None] | None) -> None:
+        self._keeper = keeper
+        self._on_lost = on_lost
+        keeper.add(self)
+
+    def _forget(self) -> None:
+        if self._keeper is not None:
+            self._keeper.discard(self)
+
+    def _report_lost(self) -> None:
+        logger.warning("lost %r: taken over after its lease ran out", self)
+        if self._on_lost is None:
+            return
+        try:
+            self._on_lost(self)
+        except Exception:  # a failing callback must not stop other heartbeats
+            logger.exception("on_lost callback failed for %r", self)
+
+    def _beat(self) -> None:
+        try:
+            self.heartbeat()
+        except Exception:  # transient: the next period tries again, the lease has slack
+            logger.warning("heartbeat failed for %r", self, exc_info=True)
+
+
+class Heartbeats:
+    """One daemon thread per lock client, renewing every lock it holds each period.
+
+    The thread sleeps on an :class:`threading.Event`, so :meth:`close` stops it
+    at once; it ends by itself while nothing is held.
+    """
+
+    def __init__(self, period: float, name: str) -> None:
+        self._period = period
+        self._name = name
+        self._locks: set[HeldLock] = set()
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    def add(self, lock: HeldLock) -> None:
+        with self._mutex:
+            self._locks.add(lock)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+
+    def discard(self, lock: HeldLock) -> None:
+        with self._mutex:
+            self._locks.discard(lock)
+
+    def held(self) -> list[HeldLock]:
+        with self._mutex:
+            return list(self._locks)
+
+    def close(self) -> None:
+        """Stop the thread now (waiting only for a heartbeat already in flight)."""
+        self._stop.set()
+        with self._mutex:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            with self._mutex:
+                batch = list(self._locks)
+                if not batch:
+                    self._thread = None
+                    return
+            for lock in batch:
+                if self._stop.is_set():
+                    break
+                lock._beat()
+        with self._mutex:
+            self._thread = None
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A waiter's view of the row ahead of it, judged without comparing clocks.
+
+    ``since`` is the waiter's own clock just after the read that first showed
+    this ``rvn``. The writer sent that rvn before then, so if it is still there
+    a full ``lease`` later, the writer has not heartbeated for a whole lease.
+    """
+
+    target: tuple[str, int]
+    rvn: str
+    lease: float
+    since: float
+
+    def remaining(self, now: float) -> float:
+        return self.since + self.lease - now
+
+
+def observe(
+    previous: Watch | None, target: tuple[str, int], rvn: str, lease: float, now: float
+) -> Watch:
+    """Keep watching ``previous`` if nothing changed, else start a fresh watch at ``now``."""
+    if previous is not None and previous.target == target and previous.rvn == rvn:
+        return previous
+    return Watch(target, rvn, lease, now)
+
+
+class Backoff:
+    """Poll delays doubling from ``low`` up to ``high``; :meth:`reset` on progress."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self._low = low
+        self._high = high
+        self._next = low
+
+    def reset(self) -> None:
+        self._next = self._low
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._high, delay * 2)
+        return delay

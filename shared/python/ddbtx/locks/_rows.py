@@ -1,0 +1,260 @@
+"""Row layout of the locks table, argument checks and expression plumbing.
+
+Every lock lives under hash key ``schema.LOCK_PK`` = the resource name; the
+range key ``schema.LOCK_SK`` says which lock it is:
+
+======================  ===============================  ===============================
+row                     sort key                         carries
+======================  ===============================  ===============================
+mutex                   ``mutex``                        owner, rvn; TTL only with expiry
+lease lock              ``lease``                        holder, rvn, fencing counter
+FIFO head               ``fifo#<namespace>#``            ticket counter, now-serving
+                                                         pointer, holder, rvn
+FIFO queue row          ``fifo#<namespace>#<ticket>``    one waiter: owner, rvn, TTL
+======================  ===============================  ===============================
+
+Rows that carry a counter (lease rows, FIFO heads) never get a TTL value and
+are never deleted, so fencing tokens and tickets never restart.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .. import schema
+
+Item = dict[str, Any]
+
+#: DynamoDB's limit on a partition key value, which is where the resource name goes.
+MAX_RESOURCE_BYTES: Final = 2048
+#: Namespaces end up in the sort key (limit 1024 bytes) next to a 20-digit ticket.
+MAX_NAMESPACE_BYTES: Final = 255
+MAX_OWNER_BYTES: Final = 1024
+DEFAULT_NAMESPACE: Final = "default"
+
+#: Seconds the TTL of a queue row lies beyond its lease. DynamoDB may delete a row
+#: any time after its TTL and readers treat such rows as gone, so this margin is
+#: what keeps a live, heartbeating waiter's row safe from a writer's clock being
+#: behind by up to an hour.
+GC_MARGIN: Final = 3600.0
+
+MUTEX_SK: Final = "mutex"
+LEASE_SK: Final = "lease"
+FIFO_PREFIX: Final = "fifo#"
+TICKET_DIGITS: Final = 20
+
+# Protocol attributes (short, and always written through placeholders because
+# several are DynamoDB reserved words).
+OWNER: Final = "owner"  #: S, the owner name the caller gave (diagnostics and mutex identity)
+HOLD: Final = "hold"  #: S, id of one grant (lease/FIFO head) or one waiter (queue row)
+RVN: Final = "rvn"  #: S, record version number: changes on every heartbeat
+LEASE: Final = "lease"  #: N, the writer's lease in seconds: how long others watch the rvn
+EXPIRES: Final = "exp"  #: N, the writer's wall-clock estimate of its lease end (display only)
+FENCE: Final = "fence"  #: N, lease row fencing counter
+DATA: Final = "data"  #: B, caller data stored with a lease
+RELEASED: Final = "rel"  #: S, hold id of the last released lease grant
+NEXT: Final = "next"  #: N, FIFO head: last ticket issued
+SERVING: Final = "serving"  #: N, FIFO head: ticket of the latest grant (the fencing token)
+HELD: Final = "held"  #: BOOL, FIFO head: the serving ticket still holds the lock
+TICKET: Final = "ticket"  #: N, queue row: its ticket
+ACQUIRED_AT: Final = "at"  #: N, mutex: wall-clock acquire time (display only)
+
+_NAMES: Final = {
+    "#pk": schema.LOCK_PK,
+    "#sk": schema.LOCK_SK,
+    "#ttl": schema.LOCK_TTL,
+    "#owner": OWNER,
+    "#hold": HOLD,
+    "#rvn": RVN,
+    "#lease": LEASE,
+    "#exp": EXPIRES,
+    "#fence": FENCE,
+    "#data": DATA,
+    "#rel": RELEASED,
+    "#next": NEXT,
+    "#serving": SERVING,
+    "#held": HELD,
+    "#ticket": TICKET,
+    "#at": ACQUIRED_AT,
+}
+_PLACEHOLDER = re.compile(r"#\w+")
+
+
+# --- argument checks (all run before the first request) -------------------------
+
+
+def check_name(value: object, argument: str, limit: int, *, forbidden: str = "") -> str:
+    """Return ``value`` if it is a non-empty string of at most ``limit`` UTF-8 bytes."""
+    if not isinstance(value, str):
+        raise ValueError(f"{argument} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{argument} must not be empty")
+    size = len(value.encode("utf-8"))
+    if size > limit:
+        raise ValueError(f"{argument} is {size} bytes in UTF-8; at most {limit} are allowed")
+    bad = sorted({ch for ch in value if ch in forbidden})
+    if bad:
+        raise ValueError(f"{argument} must not contain {''.join(bad)!r}")
+    return value
+
+
+def check_resource(resource: object) -> str:
+    return check_name(resource, "resource", MAX_RESOURCE_BYTES)
+
+
+def check_owner(owner: object) -> str:
+    return check_name(owner, "owner", MAX_OWNER_BYTES)
+
+
+def check_namespace(namespace: object) -> str:
+    # "#" separates namespace and ticket in the sort key; allowing it would let
+    # one namespace's head row sort inside another namespace's queue.
+    return check_name(namespace, "namespace", MAX_NAMESPACE_BYTES, forbidden="#")
+
+
+def check_duration(value: object, argument: str) -> float:
+    """A finite, strictly positive number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{argument} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{argument} must be a positive, finite number of seconds, not {value}")
+    return float(value)
+
+
+def check_wait(wait: object) -> float:
+    """``0`` (try once), a positive number of seconds, or ``math.inf``."""
+    if isinstance(wait, bool) or not isinstance(wait, int | float):
+        raise ValueError(f"wait must be a number of seconds, not {type(wait).__name__}")
+    if math.isnan(wait) or wait < 0:
+        raise ValueError(f"wait must be 0, a positive number of seconds or math.inf, not {wait}")
+    return float(wait)
+
+
+def check_lease(lease_duration: object, heartbeat_period: object) -> tuple[float, float]:
+    lease = check_duration(lease_duration, "lease_duration")
+    period = check_duration(heartbeat_period, "heartbeat_period")
+    if period >= lease:
+        raise ValueError(
+            f"heartbeat_period ({period}) must be shorter than lease_duration ({lease})"
+        )
+    return lease, period
+
+
+def check_polls(min_poll: float | None, max_poll: float | None, period: float) -> tuple[float, float]:
+    """Poll bounds; by default from 50 ms doubling up to 1 s (never beyond the heartbeat)."""
+    high = check_duration(max_poll, "max_poll") if max_poll is not None else min(1.0, period)
+    low = check_duration(min_poll, "min_poll") if min_poll is not None else min(0.05, high)
+    if low > high:
+        raise ValueError(f"min_poll ({low}) must not exceed max_poll ({high})")
+    return low, high
+
+
+# --- keys ---------------------------------------------------------------------
+
+
+def key(resource: str, sort_key: str) -> Item:
+    return {schema.LOCK_PK: {"S": resource}, schema.LOCK_SK: {"S": sort_key}}
+
+
+def fifo_head_sk(namespace: str) -> str:
+    return f"{FIFO_PREFIX}{namespace}#"
+
+
+def fifo_queue_sk(namespace: str, ticket: int) -> str:
+    return f"{fifo_head_sk(namespace)}{ticket:0{TICKET_DIGITS}d}"
+
+
+def parse_fifo_sk(sort_key: str) -> tuple[str, int | None] | None:
+    """``(namespace, ticket)`` of a FIFO row (ticket ``None`` for the head), else ``None``."""
+    if not sort_key.startswith(FIFO_PREFIX):
+        return None
+    namespace, sep, rest = sort_key[len(FIFO_PREFIX) :].partition("#")
+    if not sep or not namespace:
+        return None
+    if not rest:
+        return namespace, None
+    if len(rest) == TICKET_DIGITS and rest.isdigit():
+        return namespace, int(rest)
+    return None
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def ttl_at(epoch_seconds: float) -> int:
+    """The TTL attribute value: whole epoch seconds, rounded up so it never comes early."""
+    return math.ceil(epoch_seconds)
+
+
+# --- AttributeValues and expressions ------------------------------------------
+
+
+def av(value: object) -> dict[str, Any]:
+    """Low-level AttributeValue of a Python scalar."""
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, int):
+        return {"N": str(value)}
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot store non-finite number {value}")
+        return {"N": repr(value)}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, bytes):
+        return {"B": value}
+    raise TypeError(f"no AttributeValue for {type(value).__name__}")
+
+
+def expressions(values: Mapping[str, object] | None = None, **texts: str) -> dict[str, Any]:
+    """``ConditionExpression=...`` etc. plus exactly the placeholder maps they use.
+
+    DynamoDB rejects unused placeholders, so names are collected from the texts.
+    """
+    params: dict[str, Any] = dict(texts)
+    used = {p for text in texts.values() for p in _PLACEHOLDER.findall(text)}
+    if used:
+        params["ExpressionAttributeNames"] = {p: _NAMES[p] for p in sorted(used)}
+    if values:
+        params["ExpressionAttributeValues"] = {k: av(v) for k, v in values.items()}
+    return params
+
+
+def get_str(item: Item, name: str) -> str | None:
+    value = item.get(name, {}).get("S")
+    return value if isinstance(value, str) else None
+
+
+def get_num(item: Item, name: str) -> float | None:
+    value = item.get(name, {}).get("N")
+    return float(value) if isinstance(value, str) else None
+
+
+def get_int(item: Item, name: str) -> int | None:
+    value = item.get(name, {}).get("N")
+    return int(value) if isinstance(value, str) else None
+
+
+def get_bool(item: Item, name: str) -> bool:
+    return item.get(name, {}).get("BOOL") is True
+
+
+def get_bytes(item: Item, name: str) -> bytes | None:
+    value = item.get(name, {}).get("B")
+    return bytes(value) if isinstance(value, bytes | bytearray) else None
+
+
+def was_retried(exc: BaseException) -> bool:
+    """Whether botocore sent the failed request more than once.
+
+    Only then can an earlier attempt have been applied behind a lost response;
+    an unknown retry count is treated as retried.
+    """
+    response = getattr(exc.__cause__, "response", None)
+    meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
+    return int(meta.get("RetryAttempts", 1)) > 0

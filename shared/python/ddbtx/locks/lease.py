@@ -1,0 +1,305 @@
+"""The lease lock: heartbeats change a record version number (rvn); a waiter takes
+the lock over once the rvn has stayed unchanged for a full lease on the waiter's
+own monotonic clock, so no two clocks are ever compared."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._dynamo import call
+from ..errors import ConditionFailed, LockNotGrantedError
+from ._held import Backoff, Clock, HeldLock, Heartbeats, Sleep, Watch, observe
+from ._rows import (
+    DATA,
+    FENCE,
+    HOLD,
+    LEASE,
+    LEASE_SK,
+    RVN,
+    Item,
+    check_lease,
+    check_owner,
+    check_polls,
+    check_resource,
+    check_wait,
+    expressions,
+    get_bytes,
+    get_int,
+    get_num,
+    get_str,
+    key,
+    new_id,
+)
+
+logger = logging.getLogger(__name__)
+
+# Grant a row nobody holds (new, or released), or replay our own grant whose
+# response was lost.
+LEASE_GRANT_FREE = "attribute_not_exists(#hold) OR #hold = :hold"
+# Take over a holder whose rvn stayed unchanged for its whole lease (or replay
+# our own takeover).
+LEASE_TAKEOVER = "#rvn = :seen OR #hold = :hold"
+# Heartbeat: only while this grant is the one on the row; a takeover replaces
+# #hold, and a replayed heartbeat writes the same values again.
+LEASE_RENEW = "#hold = :hold"
+# Release this grant; "#rel = :hold" accepts the replay of our own applied release.
+LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
+
+_GRANT = (
+    "SET #owner = :owner, #hold = :hold, #rvn = :hold, #lease = :lease, #exp = :exp{data}"
+    " ADD #fence :one"
+)
+_RENEW = "SET #rvn = :rvn, #exp = :exp"
+_RELEASE = "SET #rel = :hold REMOVE #hold, #owner, #rvn, #exp, #data"
+
+
+@dataclass(frozen=True)
+class _Row:
+    hold: str | None
+    rvn: str
+    lease: float
+
+
+class LeaseLock(HeldLock):
+    """A granted lease lock (see :class:`~ddbtx.locks.HeldLock`)."""
+
+    def __init__(self, lock_client: LeaseLockClient, hold: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lc = lock_client
+        self._hold = hold
+
+    def _renew(self) -> None:
+        lc = self._lc
+        call(
+            lc._client,
+            "update_item",
+            TableName=lc._table,
+            Key=key(self.resource, LEASE_SK),
+            **expressions(
+                {":hold": self._hold, ":rvn": new_id(), ":exp": lc._wall() + lc.lease_duration},
+                ConditionExpression=LEASE_RENEW,
+                UpdateExpression=_RENEW,
+            ),
+        )
+
+    def _end(self) -> None:
+        lc = self._lc
+        call(
+            lc._client,
+            "update_item",
+            TableName=lc._table,
+            Key=key(self.resource, LEASE_SK),
+            **expressions(
+                {":hold": self._hold},
+                ConditionExpression=LEASE_RELEASE,
+                UpdateExpression=_RELEASE,
+            ),
+        )
+
+
+class LeaseLockClient:
+    """Lease locks with heartbeats and record version numbers, like AWS's Java lock
+    client, but clock-free and with fencing tokens.
+
+    A holder's daemon thread rewrites the row's rvn every ``heartbeat_period``.
+    A waiter reads the row, and takes it over only after the rvn has stayed the
+    same for the holder's full lease as measured by the waiter's own monotonic
+    clock; wall clocks are only used for a display-only expiry estimate. Each
+    grant increments a fencing counter that lives in the lock row itself, which
+    is never deleted and never carries a TTL, so tokens never restart.
+
+    Parameters
+    ----------
+    client
+        A boto3 DynamoDB client.
+    table : str
+        A table made by :func:`~ddbtx.locks.create_lock_table`.
+    owner : str
+        Who holds the locks (shown to operators).
+    lease_duration : float
+        Seconds others wait, after the last heartbeat they saw, before taking over.
+    heartbeat_period : float
+        Seconds between heartbeats; must be shorter than the lease.
+    min_poll, max_poll : float, optional
+        A waiter's poll delay doubles from ``min_poll`` (50 ms) to ``max_poll``
+        (1 s, or the heartbeat period if shorter); the last sleep before a
+        takeover is cut to the moment the lease runs out.
+    on_lost : callable, optional
+        Called from the heartbeat thread with a lock a heartbeat found taken over.
+    clock, wall_clock, sleep : callable, optional
+        Monotonic seconds (lease judging), epoch seconds (display only), and the
+        waiter's sleep; injectable for tests.
+
+    Examples
+    --------
+    >>> lc = LeaseLockClient(client, "Locks", owner="host-a",
+    ...                      lease_duration=10.0, heartbeat_period=3.0)   # doctest: +SKIP
+    >>> with lc.acquire("Moe", wait=30.0) as lock:                        # doctest: +SKIP
+    ...     update_customer("Moe", fence=lock.fencing_token)
+    >>> lc.close()                                                        # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        *,
+        owner: str,
+        lease_duration: float = 10.0,
+        heartbeat_period: float = 3.0,
+        min_poll: float | None = None,
+        max_poll: float | None = None,
+        on_lost: Callable[[HeldLock], None] | None = None,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self.owner = check_owner(owner)
+        self.lease_duration, self.heartbeat_period = check_lease(lease_duration, heartbeat_period)
+        self._polls = check_polls(min_poll, max_poll, self.heartbeat_period)
+        self._client = client
+        self._table = table
+        self._on_lost = on_lost
+        self._clock = clock
+        self._wall = wall_clock
+        self._sleep = sleep
+        self._heartbeats = Heartbeats(self.heartbeat_period, f"ddbtx-lease-heartbeat-{owner}")
+
+    def acquire(
+        self, resource: str, *, wait: float = math.inf, data: bytes | None = None
+    ) -> LeaseLock:
+        """Acquire the lease on ``resource``.
+
+        An uncontended acquire is one request. ``wait=0`` tries once;
+        ``wait=math.inf`` waits until granted; otherwise waits up to ``wait``
+        seconds, then raises :class:`~ddbtx.errors.LockNotGrantedError`.
+        A dead holder's lock is taken over one lease after the waiter first
+        saw its last heartbeat.
+        """
+        check_resource(resource)
+        wait = check_wait(wait)
+        if data is not None and not isinstance(data, bytes):
+            raise ValueError(f"data must be bytes or None, not {type(data).__name__}")
+        if self._heartbeats.closed:
+            raise RuntimeError("this LeaseLockClient is closed")
+        hold = new_id()
+        deadline = self._clock() + wait
+        lock = self._grant(resource, hold, data, LEASE_GRANT_FREE, {})
+        if lock is not None:
+            return lock
+        backoff = Backoff(*self._polls)
+        watch: Watch | None = None
+        while wait > 0:
+            row = self._read(resource)
+            if row is None or row.hold is None:
+                lock = self._grant(resource, hold, data, LEASE_GRANT_FREE, {})
+                if lock is not None:
+                    return lock
+                continue  # someone else was faster; look at their grant
+            now = self._clock()
+            fresh = observe(watch, ("lease", 0), row.rvn, row.lease, now)
+            if fresh is not watch:
+                backoff.reset()
+            elif fresh.remaining(now) <= 0:
+                lock = self._grant(resource, hold, data, LEASE_TAKEOVER, {":seen": row.rvn})
+                if lock is not None:
+                    return lock
+                watch = None
+                continue
+            watch = fresh
+            left = deadline - now
+            if left <= 0:
+                break
+            self._sleep(max(0.0, min(backoff.next(), fresh.remaining(now), left)))
+        raise LockNotGrantedError(
+            f"lease on {resource!r} not granted to {self.owner!r} within {wait}s"
+        )
+
+    def held(self) -> list[HeldLock]:
+        """The locks this client holds and heartbeats."""
+        return self._heartbeats.held()
+
+    def close(self) -> None:
+        """Stop heartbeating at once and release every lock still held."""
+        self._heartbeats.close()
+        for lock in self._heartbeats.held():
+            try:
+                lock.release()
+            except Exception:  # keep releasing the others; the failed one lapses
+                logger.warning("could not release %r on close", lock, exc_info=True)
+
+    def __enter__(self) -> LeaseLockClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests ----------------------------------------------------------------
+
+    def _read(self, resource: str) -> _Row | None:
+        item: Item | None = call(
+            self._client,
+            "get_item",
+            TableName=self._table,
+            Key=key(resource, LEASE_SK),
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None:
+            return None
+        return _Row(
+            hold=get_str(item, HOLD),
+            rvn=get_str(item, RVN) or "",
+            lease=get_num(item, LEASE) or self.lease_duration,
+        )
+
+    def _grant(
+        self,
+        resource: str,
+        hold: str,
+        data: bytes | None,
+        condition: str,
+        extra: dict[str, object],
+    ) -> LeaseLock | None:
+        values: dict[str, object] = {
+            ":owner": self.owner,
+            ":hold": hold,
+            ":lease": self.lease_duration,
+            ":exp": self._wall() + self.lease_duration,
+            ":one": 1,
+            **extra,
+        }
+        if data is not None:
+            values[":data"] = data
+        update = _GRANT.format(data=", #data = :data" if data is not None else "")
+        if data is None:
+            update += " REMOVE #data"
+        sent = self._clock()
+        try:
+            item = call(
+                self._client,
+                "update_item",
+                TableName=self._table,
+                Key=key(resource, LEASE_SK),
+                ReturnValues="ALL_NEW",
+                **expressions(values, ConditionExpression=condition, UpdateExpression=update),
+            )["Attributes"]
+        except ConditionFailed:
+            return None
+        lock = LeaseLock(
+            self,
+            hold,
+            resource=resource,
+            owner=self.owner,
+            fencing_token=get_int(item, FENCE) or 0,
+            lease_duration=self.lease_duration,
+            confirmed_at=sent,
+            clock=self._clock,
+            data=get_bytes(item, DATA),
+        )
+        lock._attach(self._heartbeats, self._on_lost)
+        return lock
