@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""CDK entry point: ``cdk synth`` / ``cdk deploy`` run this, and so can ``python app.py``.
+
+Synthesis is offline: no AWS credentials, no lookups, no Docker. Options are CDK
+context values (see the README's deploy section), e.g. ``cdk deploy -c throwaway=true``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+# ddbtx is installed editable in the dev environment; a bare checkout finds it here.
+for path in (ROOT, ROOT / "shared" / "python"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from infra.assembly import build_app  # noqa: E402  (needs the paths above)
+
+
+def main() -> None:
+    """Build the app from ``cdk.json`` plus CLI context and write the cloud assembly."""
+    build_app().app.synth()
+
+
+if __name__ == "__main__":
+    main()
