@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal, Self
 
 from ..errors import ConditionFailed, LockLostError
-from ._rows import was_retried
+from ._rows import check_lease, check_owner, check_polls, was_retried
 
 logger = logging.getLogger(__name__)
 
@@ -289,3 +290,93 @@ class Backoff:
         delay = self._next
         self._next = min(self._high, delay * 2)
         return delay
+
+
+class LockClient:
+    """Shared plumbing of :class:`LeaseLockClient` and :class:`FifoLock`: checked
+    settings, injected clocks, and the heartbeat thread of the locks it holds.
+
+    Parameters
+    ----------
+    client
+        A boto3 DynamoDB client.
+    table : str
+        A table made by :func:`~ddbtx.locks.create_lock_table`.
+    owner : str
+        Who holds the locks (shown to operators).
+    lease_duration : float
+        Seconds others wait, after the last heartbeat they saw, before they
+        consider a holder (or a waiter ahead of them) dead.
+    heartbeat_period : float
+        Seconds between heartbeats; must be shorter than the lease.
+    min_poll, max_poll : float, optional
+        A waiter's poll delay doubles from ``min_poll`` (default 50 ms) up to
+        ``max_poll`` (default 1 s, or the heartbeat period if shorter). A sleep
+        never runs past the moment the watched lease would run out.
+    on_lost : callable, optional
+        Called from the heartbeat thread with a lock a heartbeat found taken over.
+    clock, wall_clock, sleep : callable, optional
+        Monotonic seconds (all lease judging), epoch seconds (TTL values and
+        display-only expiry estimates), and the waiter's sleep. Inject them in tests.
+    """
+
+    _default_lease = 10.0
+    _default_heartbeat = 3.0
+    _kind = "lock"
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        *,
+        owner: str,
+        lease_duration: float | None = None,
+        heartbeat_period: float | None = None,
+        min_poll: float | None = None,
+        max_poll: float | None = None,
+        on_lost: Callable[[HeldLock], None] | None = None,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self.owner = check_owner(owner)
+        self.lease_duration, self.heartbeat_period = check_lease(
+            self._default_lease if lease_duration is None else lease_duration,
+            self._default_heartbeat if heartbeat_period is None else heartbeat_period,
+        )
+        self._polls = check_polls(min_poll, max_poll, self.heartbeat_period)
+        self._client = client
+        self._table = table
+        self._on_lost = on_lost
+        self._clock = clock
+        self._wall = wall_clock
+        self._sleep = sleep
+        self._heartbeats = Heartbeats(
+            self.heartbeat_period, f"ddbtx-{self._kind}-heartbeat-{self.owner}"
+        )
+
+    def held(self) -> list[HeldLock]:
+        """The locks this client holds and heartbeats."""
+        return self._heartbeats.held()
+
+    def close(self) -> None:
+        """Stop heartbeating at once, then release every lock still held."""
+        self._heartbeats.close()
+        for lock in self._heartbeats.held():
+            try:
+                lock.release()
+            except Exception:  # keep releasing the others; the failed one lapses
+                logger.warning("could not release %r on close", lock, exc_info=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._heartbeats.closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed")
+
+    def _keep(self, lock: HeldLock) -> None:
+        lock._attach(self._heartbeats, self._on_lost)

@@ -81,7 +81,8 @@ _NAMES: Final = {
     "#ticket": TICKET,
     "#at": ACQUIRED_AT,
 }
-_PLACEHOLDER = re.compile(r"#\w+")
+_NAME_TOKEN = re.compile(r"#\w+")
+_VALUE_TOKEN = re.compile(r":\w+")
 
 
 # --- argument checks (all run before the first request) -------------------------
@@ -144,7 +145,9 @@ def check_lease(lease_duration: object, heartbeat_period: object) -> tuple[float
     return lease, period
 
 
-def check_polls(min_poll: float | None, max_poll: float | None, period: float) -> tuple[float, float]:
+def check_polls(
+    min_poll: float | None, max_poll: float | None, period: float
+) -> tuple[float, float]:
     """Poll bounds; by default from 50 ms doubling up to 1 s (never beyond the heartbeat)."""
     high = check_duration(max_poll, "max_poll") if max_poll is not None else min(1.0, period)
     low = check_duration(min_poll, "min_poll") if min_poll is not None else min(0.05, high)
@@ -214,14 +217,20 @@ def av(value: object) -> dict[str, Any]:
 def expressions(values: Mapping[str, object] | None = None, **texts: str) -> dict[str, Any]:
     """``ConditionExpression=...`` etc. plus exactly the placeholder maps they use.
 
-    DynamoDB rejects unused placeholders, so names are collected from the texts.
+    DynamoDB rejects unused placeholders, so names and values are picked by the
+    ``#name`` and ``:value`` tokens the texts contain; ``values`` may hold more.
     """
     params: dict[str, Any] = dict(texts)
-    used = {p for text in texts.values() for p in _PLACEHOLDER.findall(text)}
-    if used:
-        params["ExpressionAttributeNames"] = {p: _NAMES[p] for p in sorted(used)}
-    if values:
-        params["ExpressionAttributeValues"] = {k: av(v) for k, v in values.items()}
+    names = {p for text in texts.values() for p in _NAME_TOKEN.findall(text)}
+    if names:
+        params["ExpressionAttributeNames"] = {p: _NAMES[p] for p in sorted(names)}
+    wanted = {p for text in texts.values() for p in _VALUE_TOKEN.findall(text)}
+    if wanted:
+        given = values or {}
+        missing = wanted - given.keys()
+        if missing:
+            raise KeyError(f"no value for {sorted(missing)}")
+        params["ExpressionAttributeValues"] = {p: av(given[p]) for p in sorted(wanted)}
     return params
 
 

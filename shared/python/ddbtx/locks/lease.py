@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .._dynamo import call
 from ..errors import ConditionFailed, LockNotGrantedError
-from ._held import Backoff, Clock, HeldLock, Heartbeats, Sleep, Watch, observe
+from ._held import Backoff, HeldLock, LockClient, Watch, observe
 from ._rows import (
     DATA,
     FENCE,
@@ -22,9 +20,6 @@ from ._rows import (
     LEASE_SK,
     RVN,
     Item,
-    check_lease,
-    check_owner,
-    check_polls,
     check_resource,
     check_wait,
     expressions,
@@ -102,38 +97,21 @@ class LeaseLock(HeldLock):
         )
 
 
-class LeaseLockClient:
+class LeaseLockClient(LockClient):
     """Lease locks with heartbeats and record version numbers, like AWS's Java lock
-    client, but clock-free and with fencing tokens.
+    client, but clock-free, with fencing tokens, and one request per uncontended
+    acquire.
 
     A holder's daemon thread rewrites the row's rvn every ``heartbeat_period``.
-    A waiter reads the row, and takes it over only after the rvn has stayed the
-    same for the holder's full lease as measured by the waiter's own monotonic
-    clock; wall clocks are only used for a display-only expiry estimate. Each
-    grant increments a fencing counter that lives in the lock row itself, which
-    is never deleted and never carries a TTL, so tokens never restart.
+    A waiter reads the row and takes it over only after the rvn has stayed the
+    same for the holder's full lease (stored in the row) as measured by the
+    waiter's own monotonic clock, so a holder whose wall clock is off neither
+    loses its lock nor blocks a takeover once dead. Each grant increments a
+    fencing counter kept in the lock row itself, which is never deleted and
+    never carries a TTL, so tokens never restart.
 
-    Parameters
-    ----------
-    client
-        A boto3 DynamoDB client.
-    table : str
-        A table made by :func:`~ddbtx.locks.create_lock_table`.
-    owner : str
-        Who holds the locks (shown to operators).
-    lease_duration : float
-        Seconds others wait, after the last heartbeat they saw, before taking over.
-    heartbeat_period : float
-        Seconds between heartbeats; must be shorter than the lease.
-    min_poll, max_poll : float, optional
-        A waiter's poll delay doubles from ``min_poll`` (50 ms) to ``max_poll``
-        (1 s, or the heartbeat period if shorter); the last sleep before a
-        takeover is cut to the moment the lease runs out.
-    on_lost : callable, optional
-        Called from the heartbeat thread with a lock a heartbeat found taken over.
-    clock, wall_clock, sleep : callable, optional
-        Monotonic seconds (lease judging), epoch seconds (display only), and the
-        waiter's sleep; injectable for tests.
+    Parameters are those of :class:`~ddbtx.locks.LockClient`; the lease
+    defaults to 10 s with a heartbeat every 3 s.
 
     Examples
     --------
@@ -144,31 +122,9 @@ class LeaseLockClient:
     >>> lc.close()                                                        # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        client: Any,
-        table: str,
-        *,
-        owner: str,
-        lease_duration: float = 10.0,
-        heartbeat_period: float = 3.0,
-        min_poll: float | None = None,
-        max_poll: float | None = None,
-        on_lost: Callable[[HeldLock], None] | None = None,
-        clock: Clock = time.monotonic,
-        wall_clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
-    ) -> None:
-        self.owner = check_owner(owner)
-        self.lease_duration, self.heartbeat_period = check_lease(lease_duration, heartbeat_period)
-        self._polls = check_polls(min_poll, max_poll, self.heartbeat_period)
-        self._client = client
-        self._table = table
-        self._on_lost = on_lost
-        self._clock = clock
-        self._wall = wall_clock
-        self._sleep = sleep
-        self._heartbeats = Heartbeats(self.heartbeat_period, f"ddbtx-lease-heartbeat-{owner}")
+    _default_lease = 10.0
+    _default_heartbeat = 3.0
+    _kind = "lease"
 
     def acquire(
         self, resource: str, *, wait: float = math.inf, data: bytes | None = None
@@ -185,8 +141,7 @@ class LeaseLockClient:
         wait = check_wait(wait)
         if data is not None and not isinstance(data, bytes):
             raise ValueError(f"data must be bytes or None, not {type(data).__name__}")
-        if self._heartbeats.closed:
-            raise RuntimeError("this LeaseLockClient is closed")
+        self._check_open()
         hold = new_id()
         deadline = self._clock() + wait
         lock = self._grant(resource, hold, data, LEASE_GRANT_FREE, {})
@@ -219,25 +174,6 @@ class LeaseLockClient:
         raise LockNotGrantedError(
             f"lease on {resource!r} not granted to {self.owner!r} within {wait}s"
         )
-
-    def held(self) -> list[HeldLock]:
-        """The locks this client holds and heartbeats."""
-        return self._heartbeats.held()
-
-    def close(self) -> None:
-        """Stop heartbeating at once and release every lock still held."""
-        self._heartbeats.close()
-        for lock in self._heartbeats.held():
-            try:
-                lock.release()
-            except Exception:  # keep releasing the others; the failed one lapses
-                logger.warning("could not release %r on close", lock, exc_info=True)
-
-    def __enter__(self) -> LeaseLockClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- requests ----------------------------------------------------------------
 
@@ -301,5 +237,5 @@ class LeaseLockClient:
             clock=self._clock,
             data=get_bytes(item, DATA),
         )
-        lock._attach(self._heartbeats, self._on_lost)
+        self._keep(lock)
         return lock

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from .. import schema
 from .._dynamo import call
 from ..errors import ConditionFailed
 from ._held import Clock
@@ -26,7 +27,6 @@ from ._rows import (
     ttl_at,
     was_retried,
 )
-from .. import schema
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +114,7 @@ class Mutex:
                 "put_item",
                 TableName=self._table,
                 Item=item,
-                **expressions(
-                    {":now": now, ":rvn": rvn}, ConditionExpression=MUTEX_ACQUIRE
-                ),
+                **expressions({":now": now, ":rvn": rvn}, ConditionExpression=MUTEX_ACQUIRE),
             )
         except ConditionFailed:
             return False

@@ -1,0 +1,286 @@
+"""Table creation, the operator's lock listing, and the janitor's sweep."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from .. import schema
+from .._dynamo import call
+from ..errors import ConditionFailed, TableNotFound
+from ..tables import _create
+from ._rows import (
+    EXPIRES,
+    FENCE,
+    HELD,
+    HOLD,
+    LEASE_SK,
+    MUTEX_SK,
+    OWNER,
+    RVN,
+    SERVING,
+    Item,
+    expressions,
+    get_bool,
+    get_int,
+    get_num,
+    get_str,
+    parse_fifo_sk,
+)
+
+logger = logging.getLogger(__name__)
+
+_KEY_SCHEMA = [
+    {"AttributeName": schema.LOCK_PK, "KeyType": "HASH"},
+    {"AttributeName": schema.LOCK_SK, "KeyType": "RANGE"},
+]
+
+# Sweep candidates: past their TTL by more than the grace, and carrying no
+# counter (lease rows and FIFO heads never have a TTL, this is belt and braces).
+SWEEP_FILTER = "#ttl < :cutoff AND attribute_not_exists(#fence) AND attribute_not_exists(#next)"
+# Sweep delete: the row is exactly as read (a heartbeat changes rvn and TTL, a
+# new acquire changes rvn) and still carries no counter.
+SWEEP_DELETE = (
+    "#rvn = :rvn AND #ttl = :ttl AND attribute_not_exists(#fence) AND attribute_not_exists(#next)"
+)
+
+
+def create_lock_table(client: Any, table: str) -> None:
+    """Create the locks table if needed: hash ``pk`` (S) + range ``sk`` (S),
+    on-demand, with TTL on ``schema.LOCK_TTL`` where the API exists.
+
+    Idempotent. Raises ``ValueError`` if ``table`` exists with another key schema.
+
+    Examples
+    --------
+    >>> create_lock_table(client, "Locks")    # doctest: +SKIP
+    """
+    try:
+        described = call(client, "describe_table", TableName=table)["Table"]
+    except TableNotFound:
+        described = None
+    if described is not None and described.get("KeySchema") != _KEY_SCHEMA:
+        raise ValueError(
+            f"table {table!r} exists with key schema {described.get('KeySchema')}, "
+            f"not {_KEY_SCHEMA}"
+        )
+    _create(
+        client,
+        table,
+        schema.LOCK_TTL,
+        KeySchema=_KEY_SCHEMA,
+        AttributeDefinitions=[
+            {"AttributeName": schema.LOCK_PK, "AttributeType": "S"},
+            {"AttributeName": schema.LOCK_SK, "AttributeType": "S"},
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class LockRow:
+    """One row of the locks table, as an operator sees it.
+
+    Attributes
+    ----------
+    resource : str
+    kind : {"mutex", "lease", "fifo"}
+    namespace : str or None
+        FIFO namespace.
+    state : {"held", "free", "waiting"}
+        ``waiting`` is a FIFO queue row; ``free`` a lease row or FIFO head
+        nobody holds (kept for its counter).
+    owner : str or None
+    fencing_token : int or None
+        Lease: the counter (the holder's token while held). FIFO head: the
+        ticket now serving.
+    ticket : int or None
+        A FIFO queue row's ticket.
+    queue_position : int or None
+        1 for the queue row first in line, 2 for the next, ...
+    expires_at : float or None
+        Epoch seconds: a mutex's or queue row's expiry, else the holder's own
+        wall-clock estimate of its lease end. Informational: leases are judged
+        by record versions, not by this.
+    record_version : str or None
+    """
+
+    resource: str
+    kind: Literal["mutex", "lease", "fifo"]
+    namespace: str | None
+    state: Literal["held", "free", "waiting"]
+    owner: str | None
+    fencing_token: int | None = None
+    ticket: int | None = None
+    queue_position: int | None = None
+    expires_at: float | None = None
+    record_version: str | None = None
+
+
+def _scan(client: Any, table: str, **params: Any) -> tuple[list[Item], int, Item | None]:
+    response = call(client, "scan", TableName=table, ConsistentRead=True, **params)
+    return (
+        response.get("Items", []),
+        response.get("ScannedCount", 0),
+        response.get("LastEvaluatedKey"),
+    )
+
+
+def _row(item: Item) -> LockRow | None:
+    resource = get_str(item, schema.LOCK_PK) or ""
+    sort_key = get_str(item, schema.LOCK_SK) or ""
+    owner = get_str(item, OWNER)
+    rvn = get_str(item, RVN)
+    if sort_key == MUTEX_SK:
+        expiry = get_num(item, schema.LOCK_TTL)
+        return LockRow(resource, "mutex", None, "held", owner, None, None, None, expiry, rvn)
+    if sort_key == LEASE_SK:
+        state: Literal["held", "free"] = "held" if get_str(item, HOLD) else "free"
+        return LockRow(
+            resource, "lease", None, state, owner, get_int(item, FENCE), None, None,
+            get_num(item, EXPIRES), rvn,
+        )  # fmt: skip
+    parsed = parse_fifo_sk(sort_key)
+    if parsed is None:
+        return None
+    namespace, ticket = parsed
+    if ticket is None:
+        state = "held" if get_bool(item, HELD) else "free"
+        return LockRow(
+            resource, "fifo", namespace, state, owner, get_int(item, SERVING), None, None,
+            get_num(item, EXPIRES), rvn,
+        )  # fmt: skip
+    expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
+    return LockRow(resource, "fifo", namespace, "waiting", owner, None, ticket, None, expiry, rvn)
+
+
+def list_locks(client: Any, table: str) -> list[LockRow]:
+    """Every lock row in ``table`` (a consistent scan), for the ``ddbtx locks`` command.
+
+    Sorted by resource, kind and namespace; FIFO waiters follow their head in
+    ticket order with ``queue_position`` 1, 2, ...
+
+    Examples
+    --------
+    >>> for row in list_locks(client, "Locks"):          # doctest: +SKIP
+    ...     print(row.resource, row.kind, row.state, row.owner, row.fencing_token)
+    """
+    rows: list[LockRow] = []
+    start: Item | None = None
+    while True:
+        items, _, start = _scan(client, table, **({"ExclusiveStartKey": start} if start else {}))
+        rows.extend(row for row in map(_row, items) if row is not None)
+        if start is None:
+            break
+    rows.sort(key=lambda r: (r.resource, r.kind, r.namespace or "", r.ticket or 0))
+    positioned: list[LockRow] = []
+    place = 0
+    for row in rows:
+        if row.state == "waiting":
+            place += 1
+            row = replace(row, queue_position=place)
+        else:
+            place = 0
+        positioned.append(row)
+    return positioned
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """One page of :func:`sweep_expired_page`.
+
+    ``next_key`` is ``None`` when the scan is complete; otherwise pass it back
+    as ``start_key`` to continue.
+    """
+
+    deleted: int
+    scanned: int
+    next_key: Item | None
+
+
+def _check_sweep_times(now: float, grace: float) -> float:
+    if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+        raise ValueError(f"now must be finite epoch seconds, not {now!r}")
+    if isinstance(grace, bool) or not isinstance(grace, int | float):
+        raise ValueError(f"grace must be a number of seconds, not {grace!r}")
+    if not math.isfinite(grace) or grace < 0:
+        raise ValueError(f"grace must be a finite number of seconds >= 0, not {grace}")
+    return float(now) - float(grace)
+
+
+def sweep_expired_page(
+    client: Any,
+    table: str,
+    *,
+    now: float,
+    grace: float,
+    start_key: Item | None = None,
+    page_size: int = 100,
+) -> SweepResult:
+    """Sweep one scan page (see :func:`sweep_expired_rows`); resumable.
+
+    Examples
+    --------
+    >>> page = sweep_expired_page(client, "Locks", now=time.time(), grace=3600)  # doctest: +SKIP
+    >>> while page.next_key:                                                   # doctest: +SKIP
+    ...     page = sweep_expired_page(client, "Locks", now=time.time(), grace=3600,
+    ...                               start_key=page.next_key)
+    """
+    cutoff = _check_sweep_times(now, grace)
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, not {page_size!r}")
+    params: dict[str, Any] = {"Limit": page_size}
+    if start_key:
+        params["ExclusiveStartKey"] = start_key
+    items, scanned, next_key = _scan(
+        client,
+        table,
+        **params,
+        **expressions({":cutoff": cutoff}, FilterExpression=SWEEP_FILTER),
+    )
+    deleted = 0
+    for item in items:
+        sort_key = get_str(item, schema.LOCK_SK) or ""
+        parsed = parse_fifo_sk(sort_key)
+        is_queue_row = parsed is not None and parsed[1] is not None
+        rvn = get_str(item, RVN)
+        expiry = get_num(item, schema.LOCK_TTL)
+        if not (sort_key == MUTEX_SK or is_queue_row) or rvn is None or expiry is None:
+            continue  # not a row this package wrote: leave it alone
+        try:
+            call(
+                client,
+                "delete_item",
+                TableName=table,
+                Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
+                **expressions({":rvn": rvn, ":ttl": expiry}, ConditionExpression=SWEEP_DELETE),
+            )
+        except ConditionFailed:
+            continue  # renewed or re-acquired since the scan read it
+        deleted += 1
+    return SweepResult(deleted=deleted, scanned=scanned, next_key=next_key)
+
+
+def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
+    """Delete mutex and FIFO queue rows whose TTL is more than ``grace`` seconds
+    before ``now`` and that DynamoDB TTL has not removed yet; return how many.
+
+    Each delete is conditioned on the row being unchanged since it was read.
+    Rows with a counter (lease rows, FIFO heads) are never deleted. For a page
+    budget use :func:`sweep_expired_page`.
+
+    Examples
+    --------
+    >>> sweep_expired_rows(client, "Locks", now=time.time(), grace=3600)   # doctest: +SKIP
+    0
+    """
+    _check_sweep_times(now, grace)
+    total = 0
+    start: Item | None = None
+    while True:
+        page = sweep_expired_page(client, table, now=now, grace=grace, start_key=start)
+        total += page.deleted
+        start = page.next_key
+        if start is None:
+            return total
