@@ -98,8 +98,13 @@ class Synth:
         return self.outdir / f"asset.{asset_hash}"
 
     def validation_report(self) -> dict[str, Any]:
+        return self.report_at(self.outdir)
+
+    @staticmethod
+    def report_at(outdir: Path) -> dict[str, Any]:
+        """The policy-validation (cdk-nag) report CDK writes into a cloud assembly."""
         report: dict[str, Any] = json.loads(
-            (self.outdir / "validation-report.json").read_text(encoding="utf-8")
+            (outdir / "validation-report.json").read_text(encoding="utf-8")
         )
         return report
 
