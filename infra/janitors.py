@@ -52,8 +52,6 @@ _RUNTIME_PINNED: Final = (
     "Python 3.12 is the runtime the team targets and the public Powertools layer is "
     "pinned for; move runtime and layer together."
 )
-#: Lambda keeps an undelivered async event for at most six hours.
-_MAX_EVENT_AGE: Final = Duration.hours(6)
 
 
 @dataclass(frozen=True)
@@ -67,6 +65,8 @@ class _Shape:
     timeout: Duration
     memory_mib: int
     reserved_concurrency: int | None
+    #: How long Lambda keeps retrying to deliver an async event (e.g. while throttled).
+    max_event_age: Duration
 
 
 class JanitorFunction(Construct):
@@ -156,7 +156,7 @@ class JanitorFunction(Construct):
             # No automatic retry: the sweeper's next tick retries anyway, and a failed
             # manual recovery is for the operator to look at before running it again.
             retry_attempts=0,
-            max_event_age=_MAX_EVENT_AGE,
+            max_event_age=shape.max_event_age,
         )
         Validations.of(role).acknowledge(
             Acknowledgment(
@@ -217,6 +217,7 @@ class Janitors(Construct):
             "DELETE_AFTER_SECONDS": str(config.delete_after_seconds),
             "SWEEP_PAGE_BUDGET": str(config.sweep_page_budget),
         }
+        rate = Duration.minutes(config.sweep_rate_minutes)
         sweeper_shape = _Shape(
             construct_id="Sweeper",
             directory="sweeper",
@@ -227,6 +228,9 @@ class Janitors(Construct):
             # Two sweepers would walk the same index pages and race for the same records:
             # one at a time is all the work there is.
             reserved_concurrency=1 if config.reserve_sweeper_concurrency else None,
+            # A tick older than the next one is worthless: drop it (into the failure
+            # queue) rather than queue sweeps behind a slow one.
+            max_event_age=rate,
         )
         recovery_shape = _Shape(
             construct_id="Recovery",
@@ -238,6 +242,8 @@ class Janitors(Construct):
             # Recoveries of different transactions are independent; capping them would
             # only make an operator wait.
             reserved_concurrency=None,
+            # An operator's async request should still run after a burst of throttling.
+            max_event_age=Duration.hours(6),
         )
         self.sweeper, self.recovery = (
             JanitorFunction(
@@ -253,7 +259,6 @@ class Janitors(Construct):
         for janitor in self.all:
             tables.grant_janitor_access(janitor.function)
 
-        rate = Duration.minutes(config.sweep_rate_minutes)
         self.schedule = events.Rule(
             self,
             "SweepSchedule",

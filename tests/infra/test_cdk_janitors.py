@@ -174,6 +174,8 @@ def test_given_default_app_then_failed_async_invokes_go_to_an_encrypted_tls_only
     ]
     assert render(config["DestinationConfig"]) == {"OnFailure": {"Destination": f"{queue_id}.Arn"}}
     assert config["MaximumRetryAttempts"] == 0
+    # A sweep tick expires when the next one is due; a manual request waits up to 6 hours
+    assert config["MaximumEventAgeInSeconds"] == {"sweeper": 300, "recovery": 6 * 3600}[name]
     assert default.props(j.failures)["SqsManagedSseEnabled"] is True
     (policy,) = [
         r["Properties"]["PolicyDocument"]
