@@ -16,6 +16,9 @@ import pytest
 from cdk_support import ROOT, Synth, render
 from infra.assembly import build_app
 
+#: The session-cached synth fixtures (a plugin rather than a conftest; see there).
+pytest_plugins = ("cdk_fixtures",)
+
 
 def recommended_flags() -> dict[str, object]:
     """The feature flags ``cdk init`` would write for the installed aws-cdk-lib."""

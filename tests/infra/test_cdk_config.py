@@ -9,6 +9,9 @@ import pytest
 from cdk_support import ROOT  # noqa: F401  (puts the repo root on sys.path)
 from infra.config import DeployConfig, KeyAttribute
 
+#: The session-cached synth fixtures (a plugin rather than a conftest; see there).
+pytest_plugins = ("cdk_fixtures",)
+
 KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 

@@ -8,6 +8,9 @@ from infra.janitors import JanitorFunction
 
 from ddbtx import schema
 
+#: The session-cached synth fixtures (a plugin rather than a conftest; see there).
+pytest_plugins = ("cdk_fixtures",)
+
 KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 TX_ACTIONS = {"GetItem", "Query", "Scan", "UpdateItem", "DeleteItem"}
 IMAGE_ACTIONS = {"GetItem", "Query", "Scan", "DeleteItem"}

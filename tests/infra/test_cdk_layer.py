@@ -11,6 +11,9 @@ from aws_cdk.assertions import Template
 from cdk_support import ROOT, Synth, SynthFactory, render
 from infra.layer import POWERTOOLS_VERSION, JanitorLayers
 
+#: The session-cached synth fixtures (a plugin rather than a conftest; see there).
+pytest_plugins = ("cdk_fixtures",)
+
 JUNK = (
     "python/ddbtx/__pycache__/schema.cpython-312.pyc",
     "python/ddbtx/stale.pyc",

@@ -6,6 +6,9 @@ from typing import Any
 
 from cdk_support import Synth, SynthFactory, render
 
+#: The session-cached synth fixtures (a plugin rather than a conftest; see there).
+pytest_plugins = ("cdk_fixtures",)
+
 
 def alarms(s: Synth) -> dict[str, dict[str, Any]]:
     return {

@@ -11,6 +11,9 @@ import aws_cdk
 import pytest
 from cdk_support import Synth, SynthFactory, synthesize
 
+#: The session-cached synth fixtures (a plugin rather than a conftest; see there).
+pytest_plugins = ("cdk_fixtures",)
+
 #: Contexts that between them reach every construct that carries an acknowledgment.
 VARIANTS: tuple[dict[str, Any], ...] = (
     {},

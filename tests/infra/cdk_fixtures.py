@@ -1,5 +1,10 @@
-"""Synthesizing the CDK app is the slow part (seconds), so each distinct context is
-synthesized once per test session and shared by every test that asks for it."""
+"""Fixtures for the CDK tests, loaded by each test module through ``pytest_plugins``.
+
+Synthesizing the app takes seconds, so each distinct context is synthesized once per
+test session and shared by every test that asks for it. This is a plugin rather than
+``tests/infra/conftest.py`` because a second top-level ``conftest`` module would replace
+``tests/conftest.py`` in ``sys.modules``, and other suites import helpers from it.
+"""
 
 from __future__ import annotations
 
