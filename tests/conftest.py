@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from helpers import FakeClock, Tables
+
+from ddbtx import TransactionManager
 from ddbtx.local import KINDS, LocalDynamo
 
 
@@ -71,40 +74,6 @@ def endpoint_env(backend: LocalDynamo, monkeypatch: pytest.MonkeyPatch) -> Local
 
 # --- transaction fixtures -------------------------------------------------------
 
-import threading  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-from ddbtx import TransactionManager  # noqa: E402
-from ddbtx import schema as s  # noqa: E402
-
-
-class FakeClock:
-    """Wall and monotonic time that only move when someone sleeps or advances them."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-        self._lock = threading.Lock()
-
-    def time(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
-
-
-@dataclass
-class Tables:
-    tx: str
-    images: str
-    data: str
-
 
 @pytest.fixture
 def clock() -> FakeClock:
@@ -130,9 +99,12 @@ def tables(ddb: Any, table_name: Callable[[str], str]) -> Tables:
 def make_tm(
     backend: LocalDynamo, tables: Tables, clock: FakeClock
 ) -> Callable[..., TransactionManager]:
-    """A coordinator: its own client and manager on the shared tables and fake clock."""
+    """A coordinator: its own client and manager on the shared tables and fake clock.
 
-    def make(**options: Any) -> TransactionManager:
+    ``max_attempts`` sets botocore's attempts per call (1: throttling is final at once).
+    """
+
+    def make(max_attempts: int = 3, **options: Any) -> TransactionManager:
         settings: dict[str, Any] = {
             "clock": clock.time,
             "monotonic": clock.monotonic,
@@ -141,7 +113,8 @@ def make_tm(
             "stale_after": 3.0,
         }
         settings.update(options)
-        return TransactionManager(backend.client(), tables.tx, tables.images, **settings)
+        client = backend.client(max_attempts=max_attempts)
+        return TransactionManager(client, tables.tx, tables.images, **settings)
 
     return make
 
@@ -149,33 +122,6 @@ def make_tm(
 @pytest.fixture
 def tm(make_tm: Callable[..., TransactionManager]) -> TransactionManager:
     return make_tm()
-
-
-def scan(client: Any, table: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
-    while True:
-        page = client.scan(**kwargs)
-        items.extend(page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-def data_state(client: Any, table: str) -> dict[str, dict[str, Any]]:
-    """The data table as {pk: item}, for exact before/after comparisons."""
-    return {item["pk"]["S"]: item for item in scan(client, table)}
-
-
-def assert_clean(client: Any, tables: Tables) -> None:
-    """No protocol attribute on any item, no image, no unfinished TX record."""
-    for item in scan(client, tables.data):
-        leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
-        assert not leftover, f"protocol attributes left on {item['pk']}: {leftover}"
-    assert scan(client, tables.images) == []
-    for record in scan(client, tables.tx):
-        if record[s.TX_SK]["S"] == s.TX_HEADER_SK:
-            assert record.get(s.TX_FINISHED) == {"BOOL": True}, f"unfinished TX record {record}"
 
 
 @pytest.fixture

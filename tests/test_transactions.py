@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import Tables, assert_clean, data_state, scan
+from helpers import Tables, assert_clean, data_state, scan
 
 from ddbtx import (
     ConditionalCheckFailedError,

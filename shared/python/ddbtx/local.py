@@ -114,12 +114,12 @@ class LocalDynamo:
         logger.info("started %s on %s", self.kind, self.endpoint_url)
         return self
 
-    def client(self, **config: Any) -> Any:
-        """A boto3 DynamoDB client for this emulator (extra kwargs go to ``botocore.Config``)."""
+    def client(self, max_attempts: int = 3) -> Any:
+        """A boto3 DynamoDB client for this emulator (standard retry mode)."""
         import boto3
         from botocore.config import Config
 
-        cfg = Config(retries={"max_attempts": 3, "mode": "standard"}, **config)
+        cfg = Config(retries={"max_attempts": max_attempts, "mode": "standard"})
         return boto3.client(
             "dynamodb", endpoint_url=self.endpoint_url, config=cfg, **LOCAL_CREDENTIALS
         )

@@ -1,0 +1,64 @@
+"""Plain helpers shared by the test modules (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ddbtx import schema as s
+
+
+class FakeClock:
+    """Wall and monotonic time that only move when someone sleeps or advances them."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+@dataclass
+class Tables:
+    tx: str
+    images: str
+    data: str
+
+
+def scan(client: Any, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = client.scan(**kwargs)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def data_state(client: Any, table: str) -> dict[str, dict[str, Any]]:
+    """The data table as {pk: item}, for exact before/after comparisons."""
+    return {item["pk"]["S"]: item for item in scan(client, table)}
+
+
+def assert_clean(client: Any, tables: Tables) -> None:
+    """No protocol attribute on any item, no image, no unfinished TX record."""
+    for item in scan(client, tables.data):
+        leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
+        assert not leftover, f"protocol attributes left on {item['pk']}: {leftover}"
+    assert scan(client, tables.images) == []
+    for record in scan(client, tables.tx):
+        if record[s.TX_SK]["S"] == s.TX_HEADER_SK:
+            assert record.get(s.TX_FINISHED) == {"BOOL": True}, f"unfinished TX record {record}"

@@ -1,0 +1,168 @@
+"""Contention: wound-wait by start order, bounded waits, stale holders, orphan locks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helpers import Tables, assert_clean, data_state
+
+from ddbtx import (
+    Contention,
+    TransactionConflictError,
+    TransactionManager,
+    TransactionRolledBackError,
+)
+from ddbtx import schema as s
+
+
+def bump(tx: Any, table: str, pk: str, amount: int = 1) -> None:
+    tx.update_item(
+        TableName=table,
+        Key={"pk": {"S": pk}},
+        UpdateExpression="ADD balance :n",
+        ExpressionAttributeValues={":n": {"N": str(amount)}},
+    )
+
+
+def balance(ddb: Any, tables: Tables, pk: str) -> str:
+    return str(data_state(ddb, tables.data)[pk]["balance"]["N"])
+
+
+def test_given_two_begins_in_a_row_then_the_first_is_strictly_older(tm: TransactionManager) -> None:
+    ids = [tm.begin().id for _ in range(50)]
+    assert ids == sorted(ids) and len(set(ids)) == 50
+
+
+def test_given_a_younger_holder_when_an_older_transaction_needs_the_item_then_it_wounds_it(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given: the older transaction began first, the younger took the lock
+    seed(x=0, y=0)
+    older, younger = make_tm().begin(), make_tm().begin()
+    bump(younger, tables.data, "y")
+    bump(younger, tables.data, "x", 10)
+    # When
+    bump(older, tables.data, "x", 1)
+    older.commit()
+    # Then: the younger was rolled back completely and learns it on its next call
+    assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("1", "0")
+    with pytest.raises(TransactionRolledBackError):
+        younger.commit()
+    assert_clean(ddb, tables)
+
+
+def test_given_an_older_holder_when_a_younger_one_waits_past_the_bound_then_it_rolls_itself_back(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any
+) -> None:
+    seed(x=0, y=0)
+    older = make_tm().begin()
+    younger = make_tm(lock_wait=2.0, stale_after=60.0).begin()
+    bump(older, tables.data, "x")
+    bump(younger, tables.data, "y", 5)
+    start = clock.now
+    # When the younger keeps finding x locked by a live, older transaction
+    with pytest.raises(TransactionConflictError, match="older transaction"):
+        bump(younger, tables.data, "x", 5)
+    # Then it waited (on the injected clock) at least the bound, and undid its own writes
+    assert clock.now - start >= 2.0
+    assert younger.state == s.STATE_ROLLED_BACK
+    assert balance(ddb, tables, "y") == "0"
+    older.commit()
+    assert balance(ddb, tables, "x") == "1"
+    assert_clean(ddb, tables)
+
+
+def test_given_a_holder_without_progress_when_waited_on_past_stale_after_then_it_is_broken(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(x=0)
+    stuck = make_tm().begin()  # older, but its coordinator stopped making progress
+    bump(stuck, tables.data, "x", 100)
+    waiter = make_tm(lock_wait=30.0, stale_after=1.0).begin()
+    bump(waiter, tables.data, "x", 1)
+    waiter.commit()
+    assert balance(ddb, tables, "x") == "1"
+    with pytest.raises(TransactionRolledBackError):
+        stuck.commit()
+    assert_clean(ddb, tables)
+
+
+def test_given_a_committed_but_unfinished_holder_when_its_item_is_needed_then_it_rolls_forward(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(x=0)
+    dead = make_tm().begin()
+    bump(dead, tables.data, "x", 7)
+    dead.p.decide(dead.id, s.STATE_COMMITTED)  # committed, then its coordinator died
+    tx = make_tm().begin()
+    bump(tx, tables.data, "x", 1)
+    tx.commit()
+    assert balance(ddb, tables, "x") == "8"
+    assert_clean(ddb, tables)
+
+
+def test_given_a_forged_lock_to_a_missing_record_when_an_item_is_needed_then_it_is_released(
+    tm: TransactionManager, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a user write that forged a lock attribute pointing nowhere
+    seed(x=0)
+    ddb.update_item(
+        TableName=tables.data,
+        Key={"pk": {"S": "x"}},
+        UpdateExpression="SET #l = :l",
+        ExpressionAttributeNames={"#l": s.ATTR_LOCK},
+        ExpressionAttributeValues={":l": {"S": "0000000000000000-deadbeef/0000"}},
+    )
+    # When
+    tx = tm.begin()
+    bump(tx, tables.data, "x", 3)
+    tx.commit()
+    # Then the forged lock is gone and the write landed on the original data
+    assert data_state(ddb, tables.data)["x"] == {"pk": {"S": "x"}, "balance": {"N": "3"}}
+    assert_clean(ddb, tables)
+
+
+def test_given_the_java_policy_when_contending_then_the_holder_is_always_rolled_back(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(x=0)
+    older = make_tm(contention=Contention.ROLLBACK_HOLDER).begin()
+    younger = make_tm(contention=Contention.ROLLBACK_HOLDER).begin()
+    bump(older, tables.data, "x", 5)
+    bump(younger, tables.data, "x", 1)  # younger breaks the older holder: no waiting
+    younger.commit()
+    with pytest.raises(TransactionRolledBackError):
+        older.commit()
+    assert balance(ddb, tables, "x") == "1"
+    assert_clean(ddb, tables)
+
+
+def test_given_an_item_created_while_a_lock_was_being_taken_then_a_rollback_never_deletes_it(
+    make_tm: Any, backend: Any, ddb: Any, tables: Tables
+) -> None:
+    """The Java library's flaw: a lock on a missing item checked only 'unlocked'."""
+    # Given: right before our insert-lock is sent, someone else creates and commits the item
+    tm = make_tm()
+    other = make_tm()
+    fired = []
+
+    def create_first(params: dict[str, Any], **_: Any) -> None:
+        is_our_insert_lock = params.get("TableName") == tables.data and params.get("Item", {}).get(
+            "pk"
+        ) == {"S": "x"}
+        if is_our_insert_lock and not fired:
+            fired.append(True)
+            with other.transaction() as tx2:
+                tx2.put_item(TableName=tables.data, Item={"pk": {"S": "x"}, "v": {"S": "theirs"}})
+
+    tm.client.meta.events.register("provide-client-params.dynamodb.PutItem", create_first)
+    tx = tm.begin()
+    # When we insert (the condition expects no item) and then roll back
+    tx.put_item(TableName=tables.data, Item={"pk": {"S": "y"}, "v": {"S": "ours"}})
+    tx.put_item(TableName=tables.data, Item={"pk": {"S": "x"}, "v": {"S": "ours"}})
+    tx.rollback()
+    # Then their committed item survives untouched
+    assert fired
+    assert data_state(ddb, tables.data) == {"x": {"pk": {"S": "x"}, "v": {"S": "theirs"}}}
+    assert_clean(ddb, tables)

@@ -1,0 +1,161 @@
+"""Crash safety: a coordinator dies around any DynamoDB call; another one finishes the job.
+
+For each fault kind and every call index of a transaction that locks, inserts,
+updates, deletes and read-locks items and then commits (or rolls back), the
+coordinator is killed there; a fresh coordinator then sweeps (or resumes) the
+transaction. The result must be all or nothing, matching the decided state,
+with no lock attribute, image or unfinished TX record left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from helpers import Tables, assert_clean, data_state, scan
+
+from ddbtx import TransactionManager
+from ddbtx import schema as s
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.errors import DdbtxError, Throttled
+
+SEED = {"a": 100, "b": 5, "d": 1}
+AFTER_COMMIT = {"a": 90, "b": 15, "n": 7}
+
+
+def reset(ddb: Any, tables: Tables) -> None:
+    for table, keys in (
+        (tables.data, ("pk",)),
+        (tables.tx, (s.TX_PK, s.TX_SK)),
+        (tables.images, (s.IMAGE_PK, s.IMAGE_SK)),
+    ):
+        for item in scan(ddb, table):
+            ddb.delete_item(TableName=table, Key={k: item[k] for k in keys})
+    for pk, balance in SEED.items():
+        ddb.put_item(TableName=tables.data, Item={"pk": {"S": pk}, "balance": {"N": str(balance)}})
+
+
+def balances(ddb: Any, tables: Tables) -> dict[str, int]:
+    return {pk: int(item["balance"]["N"]) for pk, item in data_state(ddb, tables.data).items()}
+
+
+def run_requests(tx: Any, table: str) -> None:
+    """Every request kind: update, insert, delete, read lock upgraded to a write."""
+    add = "ADD balance :n"
+    tx.update_item(
+        TableName=table,
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET balance = balance - :n",
+        ConditionExpression="balance >= :n",
+        ExpressionAttributeValues={":n": {"N": "10"}},
+    )
+    tx.put_item(TableName=table, Item={"pk": {"S": "n"}, "balance": {"N": "7"}})
+    tx.delete_item(TableName=table, Key={"pk": {"S": "d"}})
+    tx.get_item(TableName=table, Key={"pk": {"S": "b"}})
+    tx.get_item(TableName=table, Key={"pk": {"S": "missing"}})
+    tx.update_item(
+        TableName=table,
+        Key={"pk": {"S": "b"}},
+        UpdateExpression=add,
+        ExpressionAttributeValues={":n": {"N": "10"}},
+    )
+
+
+def expected_for(tm: TransactionManager, tx_id: str) -> dict[str, int]:
+    header = tm.protocol.read_header(tx_id)
+    committed = header is not None and header.state == s.STATE_COMMITTED
+    return AFTER_COMMIT if committed else SEED
+
+
+@pytest.mark.parametrize("finish", ["commit", "rollback"])
+@pytest.mark.parametrize("kind", ["before", "after", "throttle"])
+def test_given_a_crash_at_any_call_when_a_sweeper_finishes_then_all_or_nothing(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, finish: str
+) -> None:
+    schedules = 0
+    for index in range(200):
+        # Given a fresh table and a coordinator that dies at call `index`
+        reset(ddb, tables)
+        # One attempt per call: a throttled call is final at once (retry exhaustion).
+        victim = make_tm(max_workers=1, max_attempts=1)
+        chaos = Chaos(victim.client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        tx = victim.begin()
+        try:
+            run_requests(tx, tables.data)
+            getattr(tx, finish)()
+        except (Crash, DdbtxError):
+            pass
+        if not chaos.fired:
+            break
+        schedules += 1
+        # When another coordinator sweeps the record
+        rescuer = make_tm()
+        rescuer.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+        # Then the outcome matches the decided state, and nothing is left
+        assert balances(ddb, tables) == expected_for(rescuer, tx.id), f"fault at call {index}"
+        assert_clean(ddb, tables)
+    assert schedules >= 15, "the transaction should make at least 15 DynamoDB calls"
+
+
+@pytest.mark.parametrize("kind", ["before", "after"])
+def test_given_a_crash_during_commit_when_another_coordinator_resumes_then_it_commits(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str
+) -> None:
+    for index in range(50):
+        reset(ddb, tables)
+        victim = make_tm(max_workers=1)
+        tx = victim.begin()
+        run_requests(tx, tables.data)
+        chaos = Chaos(victim.client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        try:
+            tx.commit()
+        except Crash:
+            pass
+        if not chaos.fired:
+            break
+        make_tm().resume(tx.id).commit()
+        assert balances(ddb, tables) == AFTER_COMMIT, f"fault at commit call {index}"
+        assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize("finish", ["commit", "rollback"])
+def test_given_lost_responses_at_any_call_when_the_sdk_retries_then_the_transaction_succeeds(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, finish: str
+) -> None:
+    """Each write is applied, its response lost, and botocore sends it again."""
+    for index in range(200):
+        reset(ddb, tables)
+        coordinator = make_tm(max_workers=1)
+        chaos = Chaos(coordinator.client)
+        chaos.arm("lost", at=index)
+        tx = coordinator.begin()
+        run_requests(tx, tables.data)
+        getattr(tx, finish)()
+        if not chaos.fired:
+            break
+        assert balances(ddb, tables) == (AFTER_COMMIT if finish == "commit" else SEED), index
+        assert_clean(ddb, tables)
+
+
+def test_given_throttling_beyond_the_sdk_retries_then_the_caller_sees_throttled_and_a_sweep_recovers(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    # Given a coordinator whose commit call is throttled on every one of its 2 attempts
+    reset(ddb, tables)
+    coordinator = make_tm(max_attempts=2)
+    tx = coordinator.begin()
+    run_requests(tx, tables.data)
+    chaos = Chaos(coordinator.client)
+    chaos.arm("throttle", at=0)
+    # When
+    with pytest.raises(Throttled, match="ProvisionedThroughputExceeded"):
+        tx.commit()
+    # Then both attempts were sent, and a later sweep rolls the transaction back
+    assert chaos.calls == ["UpdateItem"]
+    make_tm().sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+    assert balances(ddb, tables) == SEED
+    assert_clean(ddb, tables)
