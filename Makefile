@@ -36,7 +36,7 @@ bench: setup
 	$(UV) run --frozen python -m benchmarks.requests
 
 synth: setup
-	$(UV) run --frozen npx --yes aws-cdk@2 synth
+	$(UV) run --frozen python app.py
 
 clean:
 	rm -rf .venv node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
