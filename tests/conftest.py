@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from helpers import FakeClock, Tables
-
 from ddbtx import TransactionManager
 from ddbtx.local import KINDS, LocalDynamo
+from helpers import FakeClock, Tables
 
 
 @pytest.fixture(scope="session")

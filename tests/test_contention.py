@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import Tables, assert_clean, data_state
 
 from ddbtx import (
     Contention,
@@ -14,6 +13,7 @@ from ddbtx import (
     TransactionRolledBackError,
 )
 from ddbtx import schema as s
+from helpers import Tables, assert_clean, data_state
 
 
 def bump(tx: Any, table: str, pk: str, amount: int = 1) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import Tables, assert_clean, scan
 
 from ddbtx import Isolation, TransactionManager
 from ddbtx.instrumentation import count_requests
+from helpers import Tables, assert_clean, scan
 
 COMMITTED, UNCOMMITTED = Isolation.COMMITTED, Isolation.UNCOMMITTED
 
@@ -40,7 +40,12 @@ def in_flight(tm: TransactionManager, tables: Tables, seed: Any) -> Any:
     [("u", "1", "2"), ("n", None, "3"), ("d", "1", None), ("m", None, None)],
 )
 def test_given_a_pending_transaction_when_read_then_each_level_sees_what_it_promises(
-    tm: TransactionManager, tables: Tables, in_flight: Any, pk: str, committed: Any, uncommitted: Any
+    tm: TransactionManager,
+    tables: Tables,
+    in_flight: Any,
+    pk: str,
+    committed: Any,
+    uncommitted: Any,
 ) -> None:
     # When / Then: COMMITTED never sees uncommitted data; UNCOMMITTED never sees a bare lock holder
     assert read(tm, tables, pk, COMMITTED) == committed

@@ -6,7 +6,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from helpers import Tables, assert_clean, data_state, scan
 
 from ddbtx import (
     ConditionalCheckFailedError,
@@ -20,6 +19,7 @@ from ddbtx import (
 )
 from ddbtx import schema as s
 from ddbtx.instrumentation import count_requests
+from helpers import Tables, assert_clean, data_state, scan
 
 N = lambda n: {"N": str(n)}  # noqa: E731
 S = lambda v: {"S": v}  # noqa: E731
@@ -186,8 +186,17 @@ def test_given_a_bad_put_when_requested_then_it_is_rejected_and_the_transaction_
         {"Key": {"pk": S("a"), "extra": S("b")}},
         {"Key": {"other": S("a")}},
         {"Key": key("a"), "UpdateExpression": "   "},
-        {"Key": key("a"), "UpdateExpression": "SET #x = :v", "ExpressionAttributeNames": {"#x": "_tx:img"}, "ExpressionAttributeValues": {":v": N(1)}},  # noqa: E501
-        {"Key": key("a"), "UpdateExpression": "SET a = :ddbtxl", "ExpressionAttributeValues": {":ddbtxl": N(1)}},  # noqa: E501
+        {
+            "Key": key("a"),
+            "UpdateExpression": "SET #x = :v",
+            "ExpressionAttributeNames": {"#x": "_tx:img"},
+            "ExpressionAttributeValues": {":v": N(1)},
+        },
+        {
+            "Key": key("a"),
+            "UpdateExpression": "SET a = :ddbtxl",
+            "ExpressionAttributeValues": {":ddbtxl": N(1)},
+        },
     ],
 )
 def test_given_a_bad_update_when_requested_then_it_is_rejected_before_any_write(
@@ -257,7 +266,12 @@ def test_given_a_false_user_condition_when_applied_then_the_whole_transaction_ro
     ],
 )
 def test_given_an_existence_condition_when_it_is_false_then_condition_failed(
-    tm: TransactionManager, ddb: Any, tables: Tables, seed: Any, params: dict[str, Any], exists: bool
+    tm: TransactionManager,
+    ddb: Any,
+    tables: Tables,
+    seed: Any,
+    params: dict[str, Any],
+    exists: bool,
 ) -> None:
     if exists:
         seed(x=1)
@@ -325,6 +339,7 @@ def test_given_return_values_when_updating_then_they_match_a_plain_update(
     # When
     got = tx.update_item(TableName=tables.data, Key=key("txn"), **update)
     tx.commit()
+
     # Then
     def attributes(result: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in result.get("Attributes", {}).items() if k != "pk"}
@@ -340,7 +355,9 @@ def test_given_all_old_when_replacing_or_deleting_then_the_old_item_is_returned(
     seed(a=1)
     tx = tm.begin()
     if op == "put":
-        got = tx.put_item(TableName=tables.data, Item={"pk": S("a"), "x": N(2)}, ReturnValues="ALL_OLD")
+        got = tx.put_item(
+            TableName=tables.data, Item={"pk": S("a"), "x": N(2)}, ReturnValues="ALL_OLD"
+        )
     else:
         got = tx.delete_item(TableName=tables.data, Key=key("a"), ReturnValues="ALL_OLD")
     assert got == {"Attributes": {"pk": S("a"), "balance": N(1)}}

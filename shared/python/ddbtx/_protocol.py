@@ -13,6 +13,7 @@ paused or crashed, and is always undone, never kept.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
@@ -434,15 +435,17 @@ class Protocol:
             )
 
     def finalize(self, header: Header) -> None:
-        """clean: mark a decided transaction finished (all items settled); TTL may then delete it."""
+        """clean: mark a decided transaction finished (all items settled); TTL may delete it."""
         ttl = int(self.clock()) + self.finished_ttl_seconds
-        try:
+        # Failing means another coordinator already finished (or deleted) the record.
+        with contextlib.suppress(ConditionFailed):
             call(
                 self.client,
                 "update_item",
                 TableName=self.tx_table,
                 Key=self.header_key(header.tx_id),
-                UpdateExpression="SET #fin = :t, #sw = :sw, #ts = :now, #ttl = :ttl, #v = #v + :one",
+                UpdateExpression="SET #fin = :t, #sw = :sw, #ts = :now, #ttl = :ttl, "
+                "#v = #v + :one",
                 # clean: only a decided record is finished, and only once.
                 ConditionExpression="#st = :st AND attribute_not_exists(#fin)",
                 ExpressionAttributeNames={
@@ -462,8 +465,6 @@ class Protocol:
                     ":one": {"N": "1"},
                 },
             )
-        except ConditionFailed:
-            pass  # already finished (or deleted) by another coordinator
         header.finished = True
 
     def finish(

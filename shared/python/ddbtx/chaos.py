@@ -30,7 +30,7 @@ import json
 import threading
 from typing import Any, Literal
 
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ReadTimeoutError
 from botocore.httpsession import URLLib3Session
 
@@ -38,16 +38,12 @@ FaultKind = Literal["before", "after", "lost", "throttle"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("before", "after", "lost", "throttle")
 
 
-class Crash(BaseException):  # noqa: N818 - it models a process dying, not an error to handle
+class Crash(BaseException):
     """The simulated death of a coordinator.
 
     A ``BaseException`` so that no ``except Exception`` in library code can
     swallow it: the coordinator is gone, whatever it was doing.
     """
-
-
-class _Headers(dict[str, str]):
-    pass
 
 
 class _RawBody:
@@ -124,7 +120,8 @@ class Chaos:
                     "message": "injected throttle",
                 }
             ).encode()
-            headers = _Headers({"content-type": "application/x-amz-json-1.0"})
+            headers = HTTPHeaders()
+            headers["content-type"] = "application/x-amz-json-1.0"
             return AWSResponse(request.url, 400, headers, _RawBody(body))
         return None
 

@@ -121,7 +121,12 @@ class LocalDynamo:
 
         cfg = Config(retries={"max_attempts": max_attempts, "mode": "standard"})
         return boto3.client(
-            "dynamodb", endpoint_url=self.endpoint_url, config=cfg, **LOCAL_CREDENTIALS
+            "dynamodb",
+            endpoint_url=self.endpoint_url,
+            config=cfg,
+            region_name=LOCAL_CREDENTIALS["region_name"],
+            aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
         )
 
     def stop(self) -> None:

@@ -474,7 +474,7 @@ class Transaction:
         return _wrap(user_view(item))
 
     def _add(self, local: _Local, *, upgrade: bool) -> None:
-        """add: record the request (and its lock nonce) in the TX record before touching the item."""
+        """add: record the request and its lock nonce in the TX record before touching the item."""
         req = local.request
         entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
         body = entry_to_av(entry)

@@ -345,8 +345,8 @@ class LockClient:
             self._default_heartbeat if heartbeat_period is None else heartbeat_period,
         )
         self._polls = check_polls(min_poll, max_poll, self.heartbeat_period)
-        self._client = client
-        self._table = table
+        self.client = client
+        self.table = table
         self._on_lost = on_lost
         self._clock = clock
         self._wall = wall_clock

@@ -133,9 +133,9 @@ class FifoHeldLock(HeldLock):
 
     def _head_write(self, condition: str, update: str, values: dict[str, object]) -> None:
         call(
-            self._fifo._client,
+            self._fifo.client,
             "update_item",
-            TableName=self._fifo._table,
+            TableName=self._fifo.table,
             Key=self._head_key,
             **expressions(
                 {":hold": self._hold, ":true": True, ":false": False, **values},
@@ -255,9 +255,9 @@ class _Waiter:
             if not self.joined:
                 self._join()
             fresh = observe(watch, target, ahead.rvn, ahead.lease, now)
-            if fresh is not watch:
-                backoff.reset()
-            elif fresh.remaining(now) <= 0:
+            if watch is None or fresh.target != watch.target:
+                backoff.reset()  # moved up the queue: the grant may be near
+            elif fresh is watch and fresh.remaining(now) <= 0:
                 if isinstance(ahead, _Head):
                     values = {":serving": ahead.serving, ":seen": ahead.rvn}
                     lock = self._grant(FIFO_TAKEOVER, values)
@@ -306,9 +306,9 @@ class _Waiter:
         if condition is not None:
             texts["ConditionExpression"] = condition
         response = call(
-            self.fifo._client,
+            self.fifo.client,
             "update_item",
-            TableName=self.fifo._table,
+            TableName=self.fifo.table,
             Key=self.head_key,
             ReturnValues="ALL_NEW",
             **expressions(self._values(extra), **texts),
@@ -376,9 +376,9 @@ class _Waiter:
             schema.LOCK_TTL: av(self._ttl()),
         }
         call(
-            fifo._client,
+            fifo.client,
             "put_item",
-            TableName=fifo._table,
+            TableName=fifo.table,
             Item=item,
             **expressions({":hold": self.hold}, ConditionExpression=QUEUE_JOIN),
         )
@@ -392,9 +392,9 @@ class _Waiter:
         values[":exp"] = fifo._wall() + fifo.lease_duration
         try:
             call(
-                fifo._client,
+                fifo.client,
                 "update_item",
-                TableName=fifo._table,
+                TableName=fifo.table,
                 Key=self._row_key(),
                 **expressions(
                     values, ConditionExpression=QUEUE_RENEW, UpdateExpression=_QUEUE_RENEW
@@ -413,7 +413,7 @@ class _Waiter:
 
     def _leave(self) -> None:
         if self.joined:
-            call(self.fifo._client, "delete_item", TableName=self.fifo._table, Key=self._row_key())
+            call(self.fifo.client, "delete_item", TableName=self.fifo.table, Key=self._row_key())
             self.joined = False
             self.renew_due = math.inf
 
@@ -428,9 +428,9 @@ class _Waiter:
         # If it heartbeated after all, or left, the delete fails: either way, look again.
         with contextlib.suppress(ConditionFailed):
             call(
-                self.fifo._client,
+                self.fifo.client,
                 "delete_item",
-                TableName=self.fifo._table,
+                TableName=self.fifo.table,
                 Key=key(self.resource, ahead.sort_key),
                 **expressions({":seen": ahead.rvn}, ConditionExpression=QUEUE_SKIP),
             )
@@ -442,9 +442,9 @@ class _Waiter:
         upper = fifo_queue_sk(self.namespace, self.ticket - 1)
         while True:
             items = call(
-                fifo._client,
+                fifo.client,
                 "query",
-                TableName=fifo._table,
+                TableName=fifo.table,
                 ConsistentRead=True,
                 ScanIndexForward=False,
                 Limit=1,

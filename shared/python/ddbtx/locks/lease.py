@@ -71,9 +71,9 @@ class LeaseLock(HeldLock):
     def _renew(self) -> None:
         lc = self._lc
         call(
-            lc._client,
+            lc.client,
             "update_item",
-            TableName=lc._table,
+            TableName=lc.table,
             Key=key(self.resource, LEASE_SK),
             **expressions(
                 {":hold": self._hold, ":rvn": new_id(), ":exp": lc._wall() + lc.lease_duration},
@@ -85,9 +85,9 @@ class LeaseLock(HeldLock):
     def _end(self) -> None:
         lc = self._lc
         call(
-            lc._client,
+            lc.client,
             "update_item",
-            TableName=lc._table,
+            TableName=lc.table,
             Key=key(self.resource, LEASE_SK),
             **expressions(
                 {":hold": self._hold},
@@ -158,9 +158,7 @@ class LeaseLockClient(LockClient):
                 continue  # someone else was faster; look at their grant
             now = self._clock()
             fresh = observe(watch, ("lease", 0), row.rvn, row.lease, now)
-            if fresh is not watch:
-                backoff.reset()
-            elif fresh.remaining(now) <= 0:
+            if fresh is watch and fresh.remaining(now) <= 0:
                 lock = self._grant(resource, hold, data, LEASE_TAKEOVER, {":seen": row.rvn})
                 if lock is not None:
                     return lock
@@ -179,9 +177,9 @@ class LeaseLockClient(LockClient):
 
     def _read(self, resource: str) -> _Row | None:
         item: Item | None = call(
-            self._client,
+            self.client,
             "get_item",
-            TableName=self._table,
+            TableName=self.table,
             Key=key(resource, LEASE_SK),
             ConsistentRead=True,
         ).get("Item")
@@ -217,9 +215,9 @@ class LeaseLockClient(LockClient):
         sent = self._clock()
         try:
             item = call(
-                self._client,
+                self.client,
                 "update_item",
-                TableName=self._table,
+                TableName=self.table,
                 Key=key(resource, LEASE_SK),
                 ReturnValues="ALL_NEW",
                 **expressions(values, ConditionExpression=condition, UpdateExpression=update),

@@ -82,8 +82,8 @@ class Mutex:
         expire_after: float | None = None,
         wall_clock: Clock = time.time,
     ) -> None:
-        self._client = client
-        self._table = table
+        self.client = client
+        self.table = table
         self.owner = check_owner(owner)
         self._expire_after = (
             None if expire_after is None else check_duration(expire_after, "expire_after")
@@ -110,9 +110,9 @@ class Mutex:
             item[schema.LOCK_TTL] = av(ttl_at(now + self._expire_after))
         try:
             call(
-                self._client,
+                self.client,
                 "put_item",
-                TableName=self._table,
+                TableName=self.table,
                 Item=item,
                 **expressions({":now": now, ":rvn": rvn}, ConditionExpression=MUTEX_ACQUIRE),
             )
@@ -135,9 +135,9 @@ class Mutex:
             ours = started < self._acquired.pop(resource, -math.inf)
         try:
             call(
-                self._client,
+                self.client,
                 "delete_item",
-                TableName=self._table,
+                TableName=self.table,
                 Key=key(resource, MUTEX_SK),
                 **expressions({":owner": self.owner}, ConditionExpression=MUTEX_RELEASE),
             )
