@@ -1,0 +1,84 @@
+"""Plumbing shared by the benchmark scripts: emulators, tables, tables of figures."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ddbtx import TransactionManager
+from ddbtx.local import KINDS, Kind, LocalDynamo
+
+#: The data tables' hash key (string), as in the test suite.
+DATA_KEY = "pk"
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Table names of one benchmark run (unique, so runs never see each other)."""
+
+    tx: str
+    images: str
+    data: str
+
+
+def create_tables(client: Any, prefix: str = "bench") -> Tables:
+    """Create the protocol tables and one data table (hash key ``pk``)."""
+    run = uuid.uuid4().hex[:8]
+    names = Tables(f"{prefix}-tx-{run}", f"{prefix}-img-{run}", f"{prefix}-data-{run}")
+    TransactionManager(client, names.tx, names.images).create_tables()
+    client.create_table(
+        TableName=names.data,
+        KeySchema=[{"AttributeName": DATA_KEY, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": DATA_KEY, "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(TableName=names.data, WaiterConfig={"Delay": 1})
+    return names
+
+
+def key(pk: str) -> dict[str, Any]:
+    return {DATA_KEY: {"S": pk}}
+
+
+def seed(client: Any, table: str, keys: Sequence[str], balance: int = 100) -> None:
+    """Plain items (outside any transaction, not counted)."""
+    for pk in keys:
+        client.put_item(TableName=table, Item={**key(pk), "balance": {"N": str(balance)}})
+
+
+@contextmanager
+def emulators(kinds: Sequence[Kind]) -> Iterator[dict[Kind, LocalDynamo]]:
+    """Start the requested emulators; stop them on exit."""
+    with ExitStack() as stack:
+        yield {kind: stack.enter_context(LocalDynamo(kind)) for kind in kinds}
+
+
+def backend_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=(*KINDS, "both"),
+        default="both",
+        help="emulator(s) to run against (default: both)",
+    )
+
+
+def chosen_kinds(args: argparse.Namespace) -> tuple[Kind, ...]:
+    return KINDS if args.backend == "both" else (args.backend,)
+
+
+def render(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table: a title line, a header, a rule, then right-aligned cells."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        first = row[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])

@@ -1,0 +1,399 @@
+"""Exact DynamoDB requests per transaction and per committed read.
+
+Counts come from a botocore ``before-call`` hook
+(:func:`ddbtx.instrumentation.count_requests`): one per API call, retries apart.
+A transaction is measured end to end: ``begin`` + N requests + ``commit`` (or
+``rollback``) + ``tx.delete()``, after a warm-up that cached the data table's key
+schema (``DescribeTable`` is once per table per manager and reported apart).
+
+Usage::
+
+    python -m benchmarks.requests                   # N = 1, 5, 25, 100 on both emulators
+    python -m benchmarks.requests --sizes 1,5 --backend moto --chart none
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddbtx import Isolation, Transaction, TransactionManager
+from ddbtx.instrumentation import count_requests
+from ddbtx.local import Kind
+
+from ._common import (
+    DATA_KEY,
+    backend_argument,
+    chosen_kinds,
+    create_tables,
+    emulators,
+    key,
+    render,
+    seed,
+)
+
+DEFAULT_SIZES = (1, 5, 25, 100)
+DEFAULT_CHART = Path(__file__).with_name("requests.png")
+
+#: Request kinds: what each of the N requests of a transaction is.
+#: ``insert`` is a put conditioned on ``attribute_not_exists`` (the insert fast
+#: path); ``put`` is an unconditional put of an item that does not exist yet.
+KINDS = ("update", "insert", "put", "delete", "read", "mix")
+#: The mix cycles through these, in this order.
+MIX = ("update", "insert", "delete", "read")
+PATHS = ("commit", "rollback")
+
+
+def java_writes(n: int) -> int:
+    """Writes of the Java library (awslabs dynamodb-transactions) for N updates."""
+    return 6 * n + 4
+
+
+def java_reads(n: int) -> int:
+    return n + 2
+
+
+def target_total(n: int) -> int:
+    """Issue 7, target 1: at most 4N+4 requests on the general path."""
+    return 4 * n + 4
+
+
+def request_kind(kind: str, index: int) -> str:
+    return MIX[index % len(MIX)] if kind == "mix" else kind
+
+
+def needs_item(kind: str) -> bool:
+    """Whether the request works on an item that exists before the transaction."""
+    return kind in ("update", "delete", "read")
+
+
+def issue(tx: Transaction, kind: str, table: str, pk: str) -> None:
+    """Send one request of the given kind inside ``tx``."""
+    item = {**key(pk), "balance": {"N": "1"}}
+    if kind == "update":
+        tx.update_item(
+            TableName=table,
+            Key=key(pk),
+            UpdateExpression="SET balance = balance + :d",
+            ExpressionAttributeValues={":d": {"N": "1"}},
+        )
+    elif kind == "insert":
+        tx.put_item(
+            TableName=table,
+            Item=item,
+            ConditionExpression="attribute_not_exists(#k)",
+            ExpressionAttributeNames={"#k": DATA_KEY},
+        )
+    elif kind == "put":
+        tx.put_item(TableName=table, Item=item)
+    elif kind == "delete":
+        tx.delete_item(TableName=table, Key=key(pk))
+    elif kind == "read":
+        tx.get_item(TableName=table, Key=key(pk))
+    else:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+
+
+@dataclass(frozen=True)
+class TxCount:
+    """Requests of one measured transaction."""
+
+    path: str
+    kind: str
+    n: int
+    reads: int
+    writes: int
+    by_operation: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes
+
+
+def measure_transaction(
+    tm: TransactionManager, table: str, kind: str, n: int, path: str
+) -> TxCount:
+    """begin + N requests of ``kind`` + commit/rollback + delete, counted exactly."""
+    run = uuid.uuid4().hex[:8]
+    keys = [f"{kind}-{n}-{run}-{i}" for i in range(n)]
+    kinds = [request_kind(kind, i) for i in range(n)]
+    seed(tm.client, table, [pk for pk, k in zip(keys, kinds, strict=True) if needs_item(k)])
+    with count_requests(tm.client) as counts:
+        tx = tm.begin()
+        for pk, k in zip(keys, kinds, strict=True):
+            issue(tx, k, table, pk)
+        if path == "commit":
+            tx.commit()
+        else:
+            tx.rollback()
+        tx.delete()
+    return TxCount(path, kind, n, counts.reads, counts.writes, dict(counts.by_operation))
+
+
+def measure_describe(client: Any, tx_table: str, images_table: str, table: str) -> int:
+    """DescribeTable calls of a fresh manager's first one-request transaction."""
+    tm = TransactionManager(client, tx_table, images_table)
+    run = uuid.uuid4().hex[:8]
+    seed(client, table, [f"describe-{run}"])
+    with count_requests(client) as counts:
+        with tm.transaction() as tx:
+            issue(tx, "update", table, f"describe-{run}")
+        with tm.transaction() as tx:
+            issue(tx, "update", table, f"describe-{run}")
+    return counts.by_operation["DescribeTable"]
+
+
+@dataclass(frozen=True)
+class ReadCount:
+    case: str
+    reads: int
+    writes: int
+
+
+def measure_committed_reads(tm: TransactionManager, table: str) -> list[ReadCount]:
+    """Requests of one ``tm.get_item(isolation=COMMITTED)`` on items in various states.
+
+    The locked cases are held by an open transaction of another manager on the
+    same tables, which is rolled back afterwards.
+    """
+    run = uuid.uuid4().hex[:8]
+    names = ("unlocked", "absent", "applied", "read-locked", "inserted", "applied-big")
+    pks = {case: f"read-{case}-{run}" for case in names}
+    seed(tm.client, table, [pks["unlocked"], pks["applied"], pks["read-locked"]])
+    # An item past the in-item image limit keeps its image in the images table.
+    big = {**key(pks["applied-big"]), "balance": {"N": "1"}, "blob": {"S": "x" * 70_000}}
+    tm.client.put_item(TableName=table, Item=big)
+    holder = TransactionManager(tm.client, tm.transactions_table, tm.images_table)
+    tx = holder.begin()
+    issue(tx, "update", table, pks["applied"])
+    issue(tx, "read", table, pks["read-locked"])
+    issue(tx, "insert", table, pks["inserted"])
+    issue(tx, "update", table, pks["applied-big"])
+    labels = {
+        "unlocked": "unlocked item",
+        "absent": "absent item",
+        "applied": "locked, update applied (in-item image)",
+        "read-locked": "locked by a read",
+        "inserted": "locked, pending insert",
+        "applied-big": "locked, update applied (image in images table)",
+    }
+    out = []
+    try:
+        for case in names:
+            with count_requests(tm.client) as counts:
+                tm.get_item(TableName=table, Key=key(pks[case]), isolation=Isolation.COMMITTED)
+            out.append(ReadCount(labels[case], counts.reads, counts.writes))
+    finally:
+        tx.rollback()
+        tx.delete()
+    return out
+
+
+@dataclass
+class BackendResult:
+    kind: Kind
+    counts: list[TxCount]
+    describe: int
+    reads: list[ReadCount]
+
+
+def run_backend(client: Any, sizes: Sequence[int], kind: Kind) -> BackendResult:
+    tables = create_tables(client)
+    tm = TransactionManager(client, tables.tx, tables.images)
+    tm.key_names(tables.data)  # warm-up: DescribeTable is counted apart
+    counts = [
+        measure_transaction(tm, tables.data, k, n, path)
+        for path in PATHS
+        for k in KINDS
+        for n in sizes
+    ]
+    describe = measure_describe(client, tables.tx, tables.images, tables.data)
+    return BackendResult(kind, counts, describe, measure_committed_reads(tm, tables.data))
+
+
+# -- reporting ----------------------------------------------------------------
+
+
+def linear(points: Sequence[tuple[int, int]]) -> str:
+    """``aN+b`` when the points lie on one integer line, else the values listed."""
+    if len(points) < 2:
+        return ", ".join(f"{v} @N={n}" for n, v in points)
+    (n0, v0), (n1, v1) = points[0], points[1]
+    a, rem = divmod(v1 - v0, n1 - n0)
+    b = v0 - a * n0
+    if rem or any(v != a * n + b for n, v in points):
+        return ", ".join(f"{v}@{n}" for n, v in points)
+    if a == 0:
+        return str(b)
+    slope = "N" if a == 1 else f"{a}N"
+    return slope if b == 0 else f"{slope}{b:+d}"
+
+
+def verdict(c: TxCount, update_total: int | None) -> str:
+    ok = c.total <= target_total(c.n)
+    cheaper = ""
+    if c.kind in ("insert", "delete", "read") and update_total is not None:
+        cheaper = "; < update" if c.total < update_total else "; NOT < update"
+    return ("ok" if ok else "MISSED") + cheaper
+
+
+def transaction_table(path: str, counts: Sequence[TxCount], backends: str) -> str:
+    rows = []
+    updates = {c.n: c.total for c in counts if c.kind == "update" and c.path == path}
+    for c in counts:
+        if c.path != path:
+            continue
+        java = f"{java_writes(c.n)}W+{java_reads(c.n)}R={java_writes(c.n) + java_reads(c.n)}"
+        rows.append(
+            [
+                c.kind,
+                c.n,
+                c.reads,
+                c.writes,
+                c.total,
+                target_total(c.n),
+                java,
+                verdict(c, updates.get(c.n)),
+            ]
+        )
+    headers = ["kind", "N", "reads", "writes", "total", "<=4N+4", "Java (6N+4)W+(N+2)R", "target"]
+    title = (
+        f"Requests per transaction, {path} path: begin + N requests + {path} + delete ({backends})"
+    )
+    return render(title, headers, rows)
+
+
+def formula_table(counts: Sequence[TxCount]) -> str:
+    """Per kind and path: each operation's count as a function of N."""
+    rows = []
+    groups: dict[tuple[str, str], list[TxCount]] = {}
+    for c in counts:
+        groups.setdefault((c.path, c.kind), []).append(c)
+    for (path, kind), group in groups.items():
+        ops = sorted({op for c in group for op in c.by_operation})
+        parts = [f"{op} {linear([(c.n, c.by_operation.get(op, 0)) for c in group])}" for op in ops]
+        rows.append(
+            [
+                path,
+                kind,
+                linear([(c.n, c.reads) for c in group]),
+                linear([(c.n, c.writes) for c in group]),
+                linear([(c.n, c.total) for c in group]),
+                ", ".join(parts),
+            ]
+        )
+    return render(
+        "Requests as a function of N, by operation",
+        ["path", "kind", "reads", "writes", "total", "by operation"],
+        rows,
+    )
+
+
+def reads_table(reads: Sequence[ReadCount], backends: str) -> str:
+    rows = [[r.case, r.reads, r.writes, r.reads + r.writes] for r in reads]
+    return render(
+        f"Requests per tm.get_item(isolation=COMMITTED) ({backends})",
+        ["item state", "reads", "writes", "total"],
+        rows,
+    )
+
+
+def draw_chart(counts: Sequence[TxCount], path: Path) -> None:
+    """Grouped bars of the totals per kind and N, with the target and the Java figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
+
+    sizes = sorted({c.n for c in counts})
+    width = 0.8 / len(KINDS)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    for ax, route in zip(axes, PATHS, strict=True):
+        totals = {(c.kind, c.n): c.total for c in counts if c.path == route}
+        for k, kind in enumerate(KINDS):
+            xs = [g + (k - (len(KINDS) - 1) / 2) * width for g in range(len(sizes))]
+            bars = ax.bar(xs, [totals[kind, n] for n in sizes], width, label=kind)
+            ax.bar_label(bars, fontsize=6, padding=1)
+        for g, n in enumerate(sizes):
+            span = (g - 0.45, g + 0.45)
+            target = "target 4N+4" if g == 0 else None
+            java = "Java 7N+6" if g == 0 else None
+            ax.hlines(target_total(n), *span, colors="k", linestyles="--", label=target)
+            ax.hlines(java_writes(n) + java_reads(n), *span, colors="r", linestyles=":", label=java)
+        ax.set_title(f"{route} path")
+        ax.set_xticks(range(len(sizes)), [f"N={n}" for n in sizes])
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    axes[0].set_ylabel("DynamoDB requests per transaction (log)")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle("ddbtx requests per transaction: begin + N requests + commit/rollback + delete")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(results: Sequence[BackendResult], chart: Path | None) -> str:
+    """The tables (one set when every backend counted the same, else one per backend)."""
+    first = results[0]
+    same = all(
+        r.counts == first.counts and r.reads == first.reads and r.describe == first.describe
+        for r in results
+    )
+    groups = [results] if same else [[r] for r in results]
+    out = []
+    for group in groups:
+        label = "identical on " + " and ".join(r.kind for r in group)
+        res = group[0]
+        out += [transaction_table(p, res.counts, label) for p in PATHS]
+        out.append(formula_table(res.counts))
+        out.append(
+            f"DescribeTable: {res.describe} per data table per manager "
+            f"(first request on the table only; not in the figures above)"
+        )
+        out.append(reads_table(res.reads, label))
+    if chart is not None:
+        draw_chart(first.counts, chart)
+        out.append(f"chart: {chart}")
+    return "\n\n".join(out)
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--sizes must be integers like 1,5,25: {text!r}"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"--sizes must be positive: {text!r}")
+    return sizes
+
+
+def main(
+    argv: Sequence[str] | None = None, out: Callable[[str], None] = print
+) -> list[BackendResult]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.requests", description=__doc__)
+    parser.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES, help="N values")
+    parser.add_argument(
+        "--chart",
+        default=str(DEFAULT_CHART),
+        help="PNG to draw ('none': no chart; default benchmarks/requests.png)",
+    )
+    backend_argument(parser)
+    args = parser.parse_args(argv)
+    kinds = chosen_kinds(args)
+    with emulators(kinds) as dbs:
+        results = [run_backend(dbs[k].client(), args.sizes, k) for k in kinds]
+    chart = None if args.chart == "none" else Path(args.chart)
+    out(report(results, chart))
+    return results
+
+
+if __name__ == "__main__":
+    main()
