@@ -18,6 +18,7 @@ from ddbtx import (
     TransactionRolledBackError,
 )
 from ddbtx import schema as s
+from ddbtx.chaos import Chaos, Crash
 from ddbtx.instrumentation import count_requests
 from helpers import Tables, assert_clean, data_state, scan
 
@@ -524,4 +525,43 @@ def test_given_large_requests_and_images_when_committed_or_rolled_back_then_all_
         tx.delete()
         assert scan(ddb, tables.tx) == [] and scan(ddb, tables.images) == []
     assert data_state(ddb, tables.data)["big2"]["blob"] == S(blob + "big2")
+    assert_clean(ddb, tables)
+
+
+def test_given_requests_past_the_item_limit_when_committed_crashed_and_swept_then_all_hold(
+    make_tm: Any, ddb: Any, tables: Tables
+) -> None:
+    """The TX record spreads over several items once its requests pass 400 KB."""
+    blob = "y" * (12 * 1024)
+
+    def write_all(tx: Any, tag: str) -> None:
+        for i in range(40):
+            tx.put_item(TableName=tables.data, Item={"pk": S(f"k{i:02d}"), "v": S(tag + blob)})
+
+    # Given 480 KB of requests committed in one transaction
+    first = make_tm().begin()
+    write_all(first, "one")
+    first.commit()
+    first.delete()
+    committed = data_state(ddb, tables.data)
+    assert len(committed) == 40 and scan(ddb, tables.tx) == []
+    # When a second one dies half-way through its requests
+    victim = make_tm(max_workers=1)
+    chaos = Chaos(victim.client)
+    chaos.arm("before", at=170)  # past 30 requests: the header has spilled
+    second = victim.begin()
+    with pytest.raises(Crash):
+        write_all(second, "two")
+    assert len(scan(ddb, tables.tx)) > 1  # header plus spilled request rows
+    # Then a sweep rolls it back and removes every row of its record
+    rescuer = make_tm()
+    assert (
+        rescuer.sweep(second.id, rollback_after=timedelta(0), delete_after=timedelta(0))
+        is SweepOutcome.ROLLED_BACK
+    )
+    assert rescuer.sweep(second.id, rollback_after=timedelta(0), delete_after=timedelta(0)) is (
+        SweepOutcome.DELETED
+    )
+    assert data_state(ddb, tables.data) == committed
+    assert scan(ddb, tables.tx) == []
     assert_clean(ddb, tables)

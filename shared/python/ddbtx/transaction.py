@@ -709,11 +709,9 @@ class Transaction:
         req = local.request
         if local.confirmed:  # upgrade of our own read lock
             return self._apply_locked(local)
-        path = (
-            "insert"
-            if req.op == "put" and "attribute_not_exists" in (req.condition or "")
-            else "existing"
-        )
+        # A put usually creates an item, other requests usually find one: guess
+        # the likelier path first; a wrong guess costs one failed conditional write.
+        path = "insert" if req.op == "put" else "existing"
         misses = 0
         waiter = _Waiter(self.manager)
         while True:
