@@ -1,0 +1,237 @@
+"""Contention: a bank workload under wound-wait and under the Java library's policy.
+
+Worker threads (each with its own client and manager, as separate processes
+would be) move one unit between two random accounts in a transaction, over and
+over, for a fixed time. Both policies run in the same process, alternating in
+rounds so that machine load hits both alike. Reported: committed transfers per
+second, aborts by cause, each worker's commits (a worker with none starved),
+and the invariants afterwards (money conserved, no lock left).
+
+Usage::
+
+    python -m benchmarks.contention                 # 8 workers, 10 accounts, 2 x 4 s per policy
+    python -m benchmarks.contention --seconds 10 --rounds 3 --backend moto
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ddbtx import ConditionalCheckFailedError, Contention, TransactionManager
+from ddbtx import schema as s
+from ddbtx.local import Kind, LocalDynamo
+
+from ._common import (
+    Tables,
+    backend_argument,
+    chosen_kinds,
+    create_tables,
+    emulators,
+    key,
+    render,
+    seed,
+)
+
+POLICIES = (Contention.WOUND_WAIT, Contention.ROLLBACK_HOLDER)
+BALANCE = 1000
+
+
+@dataclass(frozen=True)
+class Workload:
+    workers: int = 8
+    accounts: int = 10
+    seconds: float | None = 4.0  # per round and policy; None: stop after ``attempts``
+    attempts: int | None = None  # transfers each worker tries; None: until time is up
+    lock_wait: float = 0.5
+    stale_after: float = 1.0
+
+
+@dataclass
+class Outcome:
+    """What one policy achieved, summed over rounds."""
+
+    policy: Contention
+    seconds: float = 0.0
+    commits: Counter[int] = field(default_factory=Counter)  # by worker
+    aborts: Counter[str] = field(default_factory=Counter)  # by exception class
+
+    @property
+    def committed(self) -> int:
+        return sum(self.commits.values())
+
+    @property
+    def rate(self) -> float:
+        return self.committed / self.seconds if self.seconds else 0.0
+
+
+def transfer(tm: TransactionManager, table: str, source: str, target: str) -> None:
+    with tm.transaction() as tx:
+        tx.update_item(
+            TableName=table,
+            Key=key(source),
+            UpdateExpression="SET balance = balance - :one",
+            # Guards the account: no transfer may overdraw it.
+            ConditionExpression="balance >= :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+        tx.update_item(
+            TableName=table,
+            Key=key(target),
+            UpdateExpression="SET balance = balance + :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+
+
+def run_round(
+    db: LocalDynamo, tables: Tables, accounts: Sequence[str], work: Workload, into: Outcome
+) -> None:
+    """All workers on one policy until the time is up (or each made its attempts)."""
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        rng = random.Random(index)
+        tm = TransactionManager(
+            db.client(),
+            tables.tx,
+            tables.images,
+            lock_wait=work.lock_wait,
+            stale_after=work.stale_after,
+            contention=into.policy,
+            rng=rng,
+        )
+        made = 0
+        while not stop.is_set() and (work.attempts is None or made < work.attempts):
+            made += 1
+            source, target = rng.sample(accounts, 2)
+            try:
+                transfer(tm, tables.data, source, target)
+            except ConditionalCheckFailedError:
+                outcome = "overdraft refused"
+            except Exception as exc:  # every abort is a figure here, not a failure
+                outcome = type(exc).__name__
+            else:
+                outcome = "committed"
+            with lock:
+                if outcome == "committed":
+                    into.commits[index] += 1
+                else:
+                    into.aborts[outcome] += 1
+        tm.protocol.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(work.workers)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    if work.seconds is not None:
+        time.sleep(work.seconds)
+        stop.set()
+    for t in threads:
+        t.join()
+    into.seconds += time.perf_counter() - start
+    for i in range(work.workers):
+        into.commits[i] += 0  # a worker that never committed still shows up
+
+
+@dataclass(frozen=True)
+class Invariants:
+    total: int  # committed balances (Isolation.COMMITTED reads)
+    expected: int
+    locks: Counter[str]  # locks still on accounts, by their holder's state
+
+
+def check(db: LocalDynamo, tables: Tables, accounts: Sequence[str]) -> Invariants:
+    """Money (committed view) and the locks left on accounts once every worker stopped."""
+    client = db.client()
+    tm = TransactionManager(client, tables.tx, tables.images)
+    total = 0
+    locks: Counter[str] = Counter()
+    for account in accounts:
+        committed = tm.get_item(TableName=tables.data, Key=key(account))["Item"]
+        total += int(committed["balance"]["N"])
+        raw = client.get_item(TableName=tables.data, Key=key(account), ConsistentRead=True)
+        lock = raw["Item"].get(s.ATTR_LOCK, {}).get("S")
+        if lock is None:
+            continue
+        header = tm.protocol.read_header(lock.rsplit("/", 1)[0])
+        if header is None:
+            locks["holder record gone"] += 1
+        else:
+            locks[f"holder {header.state}{', finished' if header.finished else ''}"] += 1
+    return Invariants(total, BALANCE * len(accounts), locks)
+
+
+def measure(db: LocalDynamo, work: Workload, rounds: int) -> tuple[list[Outcome], Invariants]:
+    client = db.client()
+    tables = create_tables(client, "cont")
+    accounts = [f"acct-{uuid.uuid4().hex[:6]}-{i}" for i in range(work.accounts)]
+    seed(client, tables.data, accounts, BALANCE)
+    outcomes = [Outcome(policy) for policy in POLICIES]
+    for _ in range(rounds):
+        for outcome in outcomes:
+            run_round(db, tables, accounts, work, outcome)
+    return outcomes, check(db, tables, accounts)
+
+
+def report(kind: Kind, work: Workload, outcomes: Sequence[Outcome], inv: Invariants) -> str:
+    rows = []
+    for o in outcomes:
+        per_worker = [o.commits[i] for i in range(work.workers)]
+        starved = sum(1 for n in per_worker if n == 0)
+        aborts = ", ".join(f"{k} {n}" for k, n in sorted(o.aborts.items())) or "-"
+        rows.append(
+            [
+                o.policy.value,
+                o.committed,
+                f"{o.seconds:.1f}",
+                f"{o.rate:.1f}",
+                f"{min(per_worker)}..{max(per_worker)}",
+                starved,
+                aborts,
+            ]
+        )
+    wound, java = outcomes
+    ratio = f"{wound.rate / java.rate:.2f}x" if java.rate else "inf (Java policy made none)"
+    title = (
+        f"Bank workload: {work.workers} workers, {work.accounts} accounts, "
+        f"lock_wait={work.lock_wait}s, stale_after={work.stale_after}s ({kind})"
+    )
+    headers = ["policy", "commits", "s", "commits/s", "per worker", "starved", "aborts"]
+    text = render(title, headers, rows)
+    locked = ", ".join(f"{n} ({k})" for k, n in sorted(inv.locks.items())) or "none"
+    text += (
+        f"\nwound-wait / rollback-holder throughput: {ratio}"
+        f"\nafter the run: committed money {inv.total} of {inv.expected} "
+        f"({'conserved' if inv.total == inv.expected else 'NOT CONSERVED'}), "
+        f"locks left on accounts: {locked}"
+    )
+    return text
+
+
+def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.contention", description=__doc__)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--accounts", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per round and policy")
+    parser.add_argument("--rounds", type=int, default=2)
+    backend_argument(parser)
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.accounts < 2 or args.seconds <= 0 or args.rounds < 1:
+        parser.error("--workers >= 1, --accounts >= 2, --seconds > 0, --rounds >= 1")
+    work = Workload(workers=args.workers, accounts=args.accounts, seconds=args.seconds)
+    kinds = chosen_kinds(args)
+    with emulators(kinds) as dbs:
+        for kind in kinds:
+            outcomes, inv = measure(dbs[kind], work, args.rounds)
+            out(report(kind, work, outcomes, inv) + "\n")
+
+
+if __name__ == "__main__":
+    main()
