@@ -66,7 +66,7 @@ def sweeper(janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch) -> Call
 
     def cold_start() -> ModuleType:
         monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "ddbtx-sweeper")
-        return load_handler("sweeper", "ddbtx-sweeper")
+        return load_handler("sweeper")
 
     return cold_start
 
@@ -75,7 +75,7 @@ def sweeper(janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch) -> Call
 def recovery(janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The recovery handler, cold-started."""
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "ddbtx-recovery")
-    return load_handler("recovery", "ddbtx-recovery")
+    return load_handler("recovery")
 
 
 @pytest.fixture

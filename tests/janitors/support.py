@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,12 +66,14 @@ class JanitorTables(Tables):
     locks: str = ""
 
 
-def load_handler(function: str, service: str) -> ModuleType:
+def load_handler(function: str) -> ModuleType:
     """Import ``functions/<function>/handler.py`` afresh: a cold start with the current env."""
     path = ROOT / "functions" / function / "handler.py"
     spec = importlib.util.spec_from_file_location(f"{function}_handler_{uuid.uuid4().hex}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Lambda imports the handler as a regular module; pydantic resolves its models there.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

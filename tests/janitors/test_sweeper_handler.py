@@ -334,4 +334,4 @@ def test_given_a_bad_environment_when_the_sweeper_cold_starts_then_it_names_the_
 
     # When the handler module is imported (a cold start), Then it fails naming the variable
     with pytest.raises(ConfigError, match=message):
-        load_handler("sweeper", "ddbtx-sweeper")
+        load_handler("sweeper")

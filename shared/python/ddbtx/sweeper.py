@@ -24,7 +24,6 @@ duplicate or concurrent sweeps are harmless.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import math
@@ -42,6 +41,7 @@ from ._dynamo import call
 from ._items import Item, is_locked_by, key_of, lock_owner, request_id
 from ._protocol import Header
 from .errors import ConditionFailed
+from .recovery import key_from_json, key_to_json
 from .transaction import SweepOutcome, TransactionManager
 
 logger = logging.getLogger(__name__)
@@ -79,27 +79,6 @@ Progress = Callable[[str, int], None]
 # --- cursor -------------------------------------------------------------------
 
 
-def _encode_key(key: Key | None) -> dict[str, Any] | None:
-    """A DynamoDB key as JSON: binary values become base64 text."""
-    if key is None:
-        return None
-    out: dict[str, Any] = {}
-    for name, value in key.items():
-        ((kind, raw),) = value.items()
-        out[name] = {kind: base64.b64encode(raw).decode() if kind == "B" else raw}
-    return out
-
-
-def _decode_key(data: Any) -> Key | None:
-    if data is None:
-        return None
-    out: Key = {}
-    for name, value in data.items():
-        ((kind, raw),) = value.items()
-        out[name] = {kind: base64.b64decode(raw) if kind == "B" else raw}
-    return out
-
-
 @dataclass(frozen=True)
 class Cursor:
     """Where the next sweep continues.
@@ -132,9 +111,9 @@ class Cursor:
         return {
             "partition": self.partition,
             "index": f"{tag}#{shard}" if tag else None,
-            "index_key": _encode_key(self.index_key),
+            "index_key": key_to_json(self.index_key) if self.index_key else None,
             "task": self.task,
-            "scan_key": _encode_key(self.scan_key),
+            "scan_key": key_to_json(self.scan_key) if self.scan_key else None,
         }
 
     @classmethod
@@ -144,9 +123,9 @@ class Cursor:
             partition = 0
         return cls(
             partition=partition,
-            index_key=_decode_key(data.get("index_key")),
+            index_key=key_from_json(data["index_key"]) if data.get("index_key") else None,
             task=data.get("task"),
-            scan_key=_decode_key(data.get("scan_key")),
+            scan_key=key_from_json(data["scan_key"]) if data.get("scan_key") else None,
         )
 
 

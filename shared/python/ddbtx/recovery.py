@@ -1,0 +1,166 @@
+"""Operator actions on one transaction or one item: inspect, recover, break a lock.
+
+Shared by the recovery Lambda and the ``ddbtx`` CLI. Every action is safe to
+repeat: ``recover`` on a finished transaction reports that it is finished,
+``break_lock`` on an unlocked item reports that it is not locked.
+
+Results are plain JSON data. Keys are DynamoDB ``AttributeValue`` maps, with
+binary values as base64 text.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any, Final
+
+from . import schema as s
+from ._items import Item, flag, is_locked_by, lock_owner
+from ._protocol import Header
+from .transaction import TransactionManager
+
+logger = logging.getLogger(__name__)
+
+STATE_NAMES: Final = {
+    s.STATE_PENDING: "pending",
+    s.STATE_COMMITTED: "committed",
+    s.STATE_ROLLED_BACK: "rolled_back",
+}
+
+
+def key_to_json(key: Item) -> dict[str, Any]:
+    """A DynamoDB key as JSON: binary values become base64 text."""
+    out: dict[str, Any] = {}
+    for name, value in key.items():
+        ((kind, raw),) = value.items()
+        out[name] = {kind: base64.b64encode(raw).decode() if kind == "B" else raw}
+    return out
+
+
+def key_from_json(key: dict[str, Any]) -> Item:
+    """The inverse of :func:`key_to_json`."""
+    out: Item = {}
+    for name, value in key.items():
+        ((kind, raw),) = value.items()
+        out[name] = {kind: base64.b64decode(raw) if kind == "B" else raw}
+    return out
+
+
+def _describe(header: Header, now_ms: int) -> dict[str, Any]:
+    return {
+        "state": STATE_NAMES.get(header.state, header.state),
+        "finished": header.finished,
+        "version": header.version,
+        "updated_ms": header.updated_ms,
+        "age_seconds": round((now_ms - header.updated_ms) / 1000, 3),
+    }
+
+
+def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
+    """A transaction's state, its items, and which of their locks it still holds (reads only).
+
+    Examples
+    --------
+    >>> inspect(tm, "0187f3c2a1b4c5d6-0a1b2c3d4e5f")["locks_held"]  # doctest: +SKIP
+    0
+    """
+    header = tm.protocol.read_header(tx_id)
+    if header is None:
+        return {"transaction_id": tx_id, "found": False, "items": [], "locks_held": 0}
+    items = []
+    for entry in header.entries.values():
+        item = tm.protocol.read_item(entry.table, entry.key)
+        held = is_locked_by(item, tx_id)
+        items.append(
+            {
+                "table": entry.table,
+                "key": key_to_json(entry.key),
+                "operation": entry.op,
+                "exists": item is not None,
+                "locked": held,
+                # Another transaction's lock on the item, for the operator's next step.
+                "locked_by": lock_owner(item),
+                "write_applied": held and flag(item, s.ATTR_APPLIED),
+            }
+        )
+    return {
+        "transaction_id": tx_id,
+        "found": True,
+        **_describe(header, tm.protocol.now_ms()),
+        "items": items,
+        "locks_held": sum(1 for i in items if i["locked"]),
+    }
+
+
+def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
+    """Drive one transaction to completion: forward if committed, back if pending.
+
+    A pending transaction is rolled back whatever its age: the operator asked.
+    The record is kept (finished), so a repeat reports ``already_finished``.
+
+    Examples
+    --------
+    >>> recover(tm, tx_id)["outcome"]  # doctest: +SKIP
+    'rolled_back'
+    """
+    before = tm.protocol.read_header(tx_id)
+    if before is None:
+        return {"transaction_id": tx_id, "outcome": "missing", "state_before": None}
+    outcome = "already_finished" if before.finished else _settle(tm, before)
+    logger.info("recover %s: %s", tx_id, outcome)
+    return {
+        "transaction_id": tx_id,
+        "outcome": outcome,
+        "state_before": STATE_NAMES.get(before.state, before.state),
+        "after": inspect(tm, tx_id),
+    }
+
+
+def _settle(tm: TransactionManager, header: Header | None) -> str:
+    """Decide a pending transaction as rolled back (whatever its age), then finish it."""
+    p = tm.protocol
+    for _ in range(5):
+        if header is None:
+            return "missing"
+        if header.state != s.STATE_PENDING:
+            p.finish(header)
+            return "rolled_forward" if header.state == s.STATE_COMMITTED else "finalised"
+        # Only the version we read is rolled back: if a live coordinator added a
+        # request or decided meanwhile, look again at what is there now.
+        decided = p.decide(header.tx_id, s.STATE_ROLLED_BACK, expect_version=header.version)
+        if decided is not None and decided.state == s.STATE_ROLLED_BACK:
+            p.finish(decided)
+            return "rolled_back"
+        header = decided
+    return "active"
+
+
+def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
+    """Release one item's lock whose transaction record is gone (or finished).
+
+    A lock of a live transaction is refused: recover that transaction instead.
+
+    Examples
+    --------
+    >>> break_lock(tm, "Accounts", {"pk": {"S": "alice"}})["outcome"]  # doctest: +SKIP
+    'released'
+    """
+    tm.key_names(table)  # an unknown table fails here, naming it
+    item = tm.protocol.read_item(table, key)
+    owner = lock_owner(item)
+    result: dict[str, Any] = {"table": table, "key": key_to_json(key), "transaction_id": owner}
+    if item is None or owner is None:
+        return {**result, "outcome": "not_locked"}
+    header = tm.protocol.read_header(owner)
+    if header is not None and not header.finished:
+        return {
+            **result,
+            "outcome": "refused",
+            "reason": f"transaction {owner} is {STATE_NAMES.get(header.state, header.state)} "
+            "and unfinished: recover it instead",
+        }
+    # The record is gone or finished, so the lock is stray: undo restores the
+    # item's image (or deletes an inserted item) under the lock's own condition.
+    tm.protocol.undo(owner, table, key, item)
+    logger.info("broke lock of %s on %s %s", owner, table, key)
+    return {**result, "outcome": "released", "record": "finished" if header else "missing"}

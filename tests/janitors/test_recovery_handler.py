@@ -1,0 +1,250 @@
+"""The manual recovery handler against real emulators: each action, its idempotence,
+and every kind of malformed event answered with the field's name and no change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ddbtx import TransactionManager
+from ddbtx import schema as s
+from helpers import assert_clean, data_state, scan
+
+from .support import JanitorTables, LambdaContext, abandon
+
+pytest_plugins = ("janitors.fixtures",)
+
+SEEDED = {"a": 100, "b": 100, "c": 100, "d": 100}
+
+
+@pytest.fixture
+def accounts(seed: Callable[..., None]) -> dict[str, int]:
+    seed(**SEEDED)
+    return SEEDED
+
+
+def invoke(recovery: Any, event: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = recovery.handler(event, LambdaContext(function_name="ddbtx-recovery"))
+    return answer
+
+
+def balances(ddb: Any, table: str) -> dict[str, int]:
+    return {pk: int(item["balance"]["N"]) for pk, item in data_state(ddb, table).items()}
+
+
+def snapshot(ddb: Any, tables: JanitorTables) -> tuple[Any, ...]:
+    """Everything the janitors could change."""
+    return tuple(
+        sorted(map(repr, scan(ddb, name))) for name in (tables.tx, tables.images, tables.data)
+    )
+
+
+def test_given_an_abandoned_transaction_when_inspected_then_state_items_and_locks_are_shown(
+    recovery: Any, young_tm: TransactionManager, janitor_env: JanitorTables, accounts: Any
+) -> None:
+    # Given a pending transfer whose coordinator is gone
+    tx_id = abandon(young_tm, janitor_env.data, "pending", ("a", "b"))
+
+    # When an operator inspects it, and an unknown id
+    answer = invoke(recovery, {"action": "inspect", "transaction_id": tx_id})
+    unknown = invoke(recovery, {"action": "inspect", "transaction_id": "no-such-tx"})
+
+    # Then both items are listed as locked by it with their writes applied
+    assert answer["ok"] is True and answer["action"] == "inspect"
+    result = answer["result"]
+    assert (result["found"], result["state"], result["finished"]) == (True, "pending", False)
+    assert result["locks_held"] == 2
+    assert sorted(i["key"]["pk"]["S"] for i in result["items"]) == ["a", "b"]
+    assert all(i["locked"] and i["write_applied"] for i in result["items"])
+    assert unknown["result"] == {
+        "transaction_id": "no-such-tx",
+        "found": False,
+        "items": [],
+        "locks_held": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("stage", "outcome", "expected"),
+    [
+        ("pending", "rolled_back", SEEDED),
+        ("committed", "rolled_forward", {**SEEDED, "a": 90, "b": 110}),
+        ("rolled_back", "finalised", SEEDED),
+    ],
+)
+def test_given_a_stuck_transaction_when_recovered_twice_then_it_completes_once(
+    recovery: Any,
+    young_tm: TransactionManager,
+    janitor_env: JanitorTables,
+    accounts: Any,
+    ddb: Any,
+    stage: str,
+    outcome: str,
+    expected: dict[str, int],
+) -> None:
+    # Given a transfer abandoned at `stage` (fresh: recovery does not wait for the rollback age)
+    tx_id = abandon(young_tm, janitor_env.data, stage, ("a", "b"))
+
+    # When an operator recovers it, and then repeats the request
+    first = invoke(recovery, {"action": "recover", "transaction_id": tx_id})
+    settled = snapshot(ddb, janitor_env)
+    second = invoke(recovery, {"action": "recover", "transaction_id": tx_id})
+
+    # Then it is driven to its outcome once, and the repeat changes nothing
+    assert first["result"]["outcome"] == outcome
+    assert first["result"]["after"]["finished"] is True
+    assert first["result"]["after"]["locks_held"] == 0
+    assert balances(ddb, janitor_env.data) == expected
+    assert_clean(ddb, janitor_env)
+    assert second["result"]["outcome"] == "already_finished"
+    assert snapshot(ddb, janitor_env) == settled
+
+
+def test_given_an_unknown_transaction_when_recovered_then_it_is_reported_missing(
+    recovery: Any, janitor_env: JanitorTables
+) -> None:
+    # When an operator recovers an id that has no record
+    answer = invoke(recovery, {"action": "recover", "transaction_id": "no-such-tx"})
+
+    # Then the answer says so
+    assert answer["ok"] is True
+    assert answer["result"] == {
+        "transaction_id": "no-such-tx",
+        "outcome": "missing",
+        "state_before": None,
+    }
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_given_ages_in_the_event_when_sweeping_then_they_replace_the_configured_ones(
+    recovery: Any,
+    old_tm: TransactionManager,
+    janitor_env: JanitorTables,
+    accounts: Any,
+    ddb: Any,
+    full: bool,
+) -> None:
+    # Given a transfer abandoned in 2001
+    abandon(old_tm, janitor_env.data, "pending", ("a", "b"))
+
+    # When a sweep is requested with a rollback age longer than the record's age
+    patient = invoke(recovery, {"action": "sweep", "rollback_after_seconds": 10**10, "full": full})
+    # Then it is left alone
+    assert patient["result"]["rolled_back"] == 0
+    assert patient["result"]["complete"] is True
+
+    # When the sweep is requested with a rollback age of a minute
+    eager = invoke(
+        recovery,
+        {"action": "sweep", "rollback_after_seconds": 60, "delete_after_seconds": 0, "full": full},
+    )
+    # Then it is rolled back, and every balance is back
+    assert eager["result"]["rolled_back"] == 1 and eager["result"]["stuck"] == 1
+    assert balances(ddb, janitor_env.data) == SEEDED
+    assert_clean(ddb, janitor_env)
+
+
+def test_given_a_lock_whose_record_is_gone_when_broken_twice_then_it_is_released_once(
+    recovery: Any, young_tm: TransactionManager, janitor_env: JanitorTables, accounts: Any, ddb: Any
+) -> None:
+    # Given a transfer whose TX record vanished while it held its locks
+    t = janitor_env
+    tx_id = abandon(young_tm, t.data, "pending", ("a", "b"))
+    ddb.delete_item(TableName=t.tx, Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}})
+    event = {"action": "break_lock", "table": t.data, "key": {"pk": {"S": "a"}}}
+
+    # When an operator breaks the lock on "a", twice
+    first = invoke(recovery, event)
+    second = invoke(recovery, event)
+
+    # Then "a" is restored and unlocked once; "b" is untouched; the repeat finds no lock
+    assert first["result"]["outcome"] == "released"
+    assert first["result"]["transaction_id"] == tx_id
+    assert first["result"]["record"] == "missing"
+    assert second["result"]["outcome"] == "not_locked"
+    items = data_state(ddb, t.data)
+    assert items["a"] == {"pk": {"S": "a"}, "balance": {"N": "100"}}
+    assert items["b"][s.ATTR_LOCK]["S"].startswith(tx_id + "/")
+
+
+def test_given_a_live_transactions_lock_when_broken_then_it_is_refused(
+    recovery: Any, young_tm: TransactionManager, janitor_env: JanitorTables, accounts: Any, ddb: Any
+) -> None:
+    # Given a pending transfer with its record in place
+    tx_id = abandon(young_tm, janitor_env.data, "pending", ("a", "b"))
+    before = snapshot(ddb, janitor_env)
+
+    # When an operator tries to break its lock
+    answer = invoke(
+        recovery,
+        {"action": "break_lock", "table": janitor_env.data, "key": {"pk": {"S": "a"}}},
+    )
+
+    # Then it is refused with the reason, and nothing changes
+    assert answer["result"]["outcome"] == "refused"
+    assert tx_id in answer["result"]["reason"] and "recover it" in answer["result"]["reason"]
+    assert snapshot(ddb, janitor_env) == before
+
+
+MALFORMED = [
+    ({"transaction_id": "{tx}"}, "action"),
+    ({"action": "rollback", "transaction_id": "{tx}"}, "action"),
+    ({"action": 7, "transaction_id": "{tx}"}, "action"),
+    ({"action": "recover"}, "transaction_id"),
+    ({"action": "recover", "transaction_id": 42}, "transaction_id"),
+    ({"action": "recover", "transaction_id": ""}, "transaction_id"),
+    ({"action": "recover", "transaction_id": ["{tx}"]}, "transaction_id"),
+    ({"action": "recover", "transaction_id": "{tx}", "force": True}, "force"),
+    ({"action": "inspect", "transaction_id": None}, "transaction_id"),
+    ({"action": "sweep", "rollback_after_seconds": "0"}, "rollback_after_seconds"),
+    ({"action": "sweep", "rollback_after_seconds": -1}, "rollback_after_seconds"),
+    ({"action": "sweep", "delete_after_seconds": 1.5}, "delete_after_seconds"),
+    ({"action": "sweep", "page_budget": 0}, "page_budget"),
+    ({"action": "sweep", "full": "yes"}, "full"),
+    ({"action": "break_lock", "key": {"pk": {"S": "a"}}}, "table"),
+    ({"action": "break_lock", "table": "{data}"}, "key"),
+    ({"action": "break_lock", "table": "{data}", "key": {}}, "key"),
+    ({"action": "break_lock", "table": "{data}", "key": {"pk": "a"}}, "key.pk"),
+    ({"action": "break_lock", "table": "{data}", "key": {"pk": {"S": "a", "N": "1"}}}, "key.pk"),
+    ({"action": "break_lock", "table": "{data}", "key": {"pk": {"N": "one"}}}, "key.pk"),
+    ({"action": "break_lock", "table": "{data}", "key": {"pk": {"B": "*"}}}, "key.pk"),
+    ({"action": "break_lock", "table": "Elsewhere", "key": {"pk": {"S": "a"}}}, "table"),
+    ({"action": "recover", "transaction_id": "{tx}", "correlation_id": 5}, "correlation_id"),
+    (None, "(event)"),
+    (["recover"], "(event)"),
+]
+
+
+def fill(value: Any, tx_id: str, data: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{tx}", tx_id).replace("{data}", data)
+    if isinstance(value, dict):
+        return {k: fill(v, tx_id, data) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, tx_id, data) for v in value]
+    return value
+
+
+@pytest.mark.parametrize(("event", "field"), MALFORMED, ids=[f for _, f in MALFORMED])
+def test_given_a_malformed_event_when_invoked_then_the_field_is_named_and_nothing_changes(
+    recovery: Any,
+    old_tm: TransactionManager,
+    janitor_env: JanitorTables,
+    accounts: Any,
+    ddb: Any,
+    event: Any,
+    field: str,
+) -> None:
+    # Given a stale pending transfer that any valid action here would settle
+    tx_id = abandon(old_tm, janitor_env.data, "pending", ("a", "b"))
+    before = snapshot(ddb, janitor_env)
+
+    # When the malformed event arrives
+    answer = invoke(recovery, fill(event, tx_id, janitor_env.data))
+
+    # Then the answer names the field, and no table changed
+    assert answer["ok"] is False and answer["error"] == "InvalidEvent"
+    assert field in [problem["field"] for problem in answer["fields"]], answer
+    assert snapshot(ddb, janitor_env) == before
