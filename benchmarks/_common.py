@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +25,16 @@ class Tables:
     data: str
 
 
-def create_tables(client: Any, prefix: str = "bench") -> Tables:
-    """Create the protocol tables and one data table (hash key ``pk``)."""
-    run = uuid.uuid4().hex[:8]
-    names = Tables(f"{prefix}-tx-{run}", f"{prefix}-img-{run}", f"{prefix}-data-{run}")
+def unique_name(role: str) -> str:
+    return f"bench-{role}-{uuid.uuid4().hex[:8]}"
+
+
+def create_tables(client: Any, name: Callable[[str], str] = unique_name) -> Tables:
+    """Create the protocol tables and one data table (hash key ``pk``).
+
+    ``name`` turns a role ("tx", "img", "data") into a table name.
+    """
+    names = Tables(name("tx"), name("img"), name("data"))
     TransactionManager(client, names.tx, names.images).create_tables()
     client.create_table(
         TableName=names.data,

@@ -67,6 +67,13 @@ def layer_modules() -> list[str]:
     return sorted(found)
 
 
+def layer_beyond_boto3() -> set[str]:
+    """Third-party packages beyond boto3 and its dependencies that the whole layer loads."""
+    _, boto3_modules = probe(["boto3"])
+    _, modules = probe(layer_modules())
+    return third_party(modules) - third_party(boto3_modules)
+
+
 @dataclass(frozen=True)
 class Imports:
     module: str

@@ -37,6 +37,7 @@ from ._common import (
     key,
     render,
     seed,
+    unique_name,
 )
 
 POLICIES = (Contention.WOUND_WAIT, Contention.ROLLBACK_HOLDER)
@@ -168,9 +169,12 @@ def check(db: LocalDynamo, tables: Tables, accounts: Sequence[str]) -> Invariant
     return Invariants(total, BALANCE * len(accounts), locks)
 
 
-def measure(db: LocalDynamo, work: Workload, rounds: int) -> tuple[list[Outcome], Invariants]:
+def measure(
+    db: LocalDynamo, work: Workload, rounds: int, name: Callable[[str], str] = unique_name
+) -> tuple[list[Outcome], Invariants]:
+    """Both policies, alternating for ``rounds`` rounds, on the same accounts."""
     client = db.client()
-    tables = create_tables(client, "cont")
+    tables = create_tables(client, name)
     accounts = [f"acct-{uuid.uuid4().hex[:6]}-{i}" for i in range(work.accounts)]
     seed(client, tables.data, accounts, BALANCE)
     outcomes = [Outcome(policy) for policy in POLICIES]

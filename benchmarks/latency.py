@@ -40,6 +40,7 @@ from ._common import (
     emulators,
     render,
     seed,
+    unique_name,
 )
 from .requests import issue
 
@@ -147,9 +148,15 @@ def timed_transaction(
     )
 
 
-def measure(client: Any, items: int, delay: float, worker_settings: Sequence[int]) -> list[Timing]:
+def measure(
+    client: Any,
+    items: int,
+    delay: float,
+    worker_settings: Sequence[int],
+    name: Callable[[str], str] = unique_name,
+) -> list[Timing]:
     """One transaction per worker setting, in the same run on the same tables."""
-    tables = create_tables(client, "lat")
+    tables = create_tables(client, name)
     return [timed_transaction(client, tables, items, w, delay) for w in worker_settings]
 
 

@@ -27,7 +27,7 @@ from ddbtx.instrumentation import RequestCounts, count_requests
 from ddbtx.local import Kind, LocalDynamo
 from ddbtx.locks import FifoLock, LeaseLockClient, Mutex, create_lock_table
 
-from ._common import backend_argument, chosen_kinds, emulators, render
+from ._common import backend_argument, chosen_kinds, emulators, render, unique_name
 
 #: Long enough that no background heartbeat fires during a measurement.
 LEASE = 600.0
@@ -184,9 +184,9 @@ def report(kind: Kind, ops: Sequence[OpCount], handoff: Handoff, real: RealHando
     return text
 
 
-def run_backend(db: LocalDynamo, hold: float) -> str:
+def run_backend(db: LocalDynamo, hold: float, name: Callable[[str], str] = unique_name) -> str:
     client = db.client()
-    table = f"bench-locks-{uuid.uuid4().hex[:8]}"
+    table = name("locks")
     create_lock_table(client, table)
     ops = measure_uncontended(client, table)
     handoff = measure_fifo_handoff(db, table)

@@ -34,15 +34,16 @@ from ._common import (
     key,
     render,
     seed,
+    unique_name,
 )
 
 DEFAULT_SIZES = (1, 5, 25, 100)
 DEFAULT_CHART = Path(__file__).with_name("requests.png")
 
 #: Request kinds: what each of the N requests of a transaction is.
-#: ``insert`` is a put conditioned on ``attribute_not_exists`` (the insert fast
-#: path); ``put`` is an unconditional put of an item that does not exist yet.
-KINDS = ("update", "insert", "put", "delete", "read", "mix")
+#: ``insert`` is a put conditioned on ``attribute_not_exists``; ``put-new`` and
+#: ``put-over`` are unconditional puts of an absent and of an existing item.
+KINDS = ("update", "insert", "put-new", "put-over", "delete", "read", "mix")
 #: The mix cycles through these, in this order.
 MIX = ("update", "insert", "delete", "read")
 PATHS = ("commit", "rollback")
@@ -68,7 +69,7 @@ def request_kind(kind: str, index: int) -> str:
 
 def needs_item(kind: str) -> bool:
     """Whether the request works on an item that exists before the transaction."""
-    return kind in ("update", "delete", "read")
+    return kind in ("update", "put-over", "delete", "read")
 
 
 def issue(tx: Transaction, kind: str, table: str, pk: str) -> None:
@@ -88,7 +89,7 @@ def issue(tx: Transaction, kind: str, table: str, pk: str) -> None:
             ConditionExpression="attribute_not_exists(#k)",
             ExpressionAttributeNames={"#k": DATA_KEY},
         )
-    elif kind == "put":
+    elif kind in ("put-new", "put-over"):
         tx.put_item(TableName=table, Item=item)
     elif kind == "delete":
         tx.delete_item(TableName=table, Key=key(pk))
@@ -148,6 +149,35 @@ def measure_describe(client: Any, tx_table: str, images_table: str, table: str) 
 
 
 @dataclass(frozen=True)
+class NativeCount:
+    n: int
+    route: str  # what transact_write reported: "native" or "protocol"
+    total: int
+    by_operation: dict[str, int]
+
+
+def measure_native(tm: TransactionManager, table: str, n: int) -> NativeCount:
+    """``tm.transact_write`` of N uncontended updates (TransactWriteItems where it exists)."""
+    run = uuid.uuid4().hex[:8]
+    keys = [f"native-{n}-{run}-{i}" for i in range(n)]
+    seed(tm.client, table, keys)
+    updates = [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": key(pk),
+                "UpdateExpression": "SET balance = balance + :d",
+                "ExpressionAttributeValues": {":d": {"N": "1"}},
+            }
+        }
+        for pk in keys
+    ]
+    with count_requests(tm.client) as counts:
+        route = tm.transact_write(updates)
+    return NativeCount(n, route, counts.total, dict(counts.by_operation))
+
+
+@dataclass(frozen=True)
 class ReadCount:
     case: str
     reads: int
@@ -199,10 +229,14 @@ class BackendResult:
     counts: list[TxCount]
     describe: int
     reads: list[ReadCount]
+    native: list[NativeCount]
 
 
-def run_backend(client: Any, sizes: Sequence[int], kind: Kind) -> BackendResult:
-    tables = create_tables(client)
+def run_backend(
+    client: Any, sizes: Sequence[int], kind: Kind, name: Callable[[str], str] = unique_name
+) -> BackendResult:
+    """Every kind, size and path, DescribeTable and committed reads on one emulator."""
+    tables = create_tables(client, name)
     tm = TransactionManager(client, tables.tx, tables.images)
     tm.key_names(tables.data)  # warm-up: DescribeTable is counted apart
     counts = [
@@ -212,7 +246,9 @@ def run_backend(client: Any, sizes: Sequence[int], kind: Kind) -> BackendResult:
         for n in sizes
     ]
     describe = measure_describe(client, tables.tx, tables.images, tables.data)
-    return BackendResult(kind, counts, describe, measure_committed_reads(tm, tables.data))
+    reads = measure_committed_reads(tm, tables.data)
+    native = [measure_native(tm, tables.data, n) for n in sizes if n <= 100]
+    return BackendResult(kind, counts, describe, reads, native)
 
 
 # -- reporting ----------------------------------------------------------------
@@ -302,6 +338,18 @@ def reads_table(reads: Sequence[ReadCount], backends: str) -> str:
     )
 
 
+def native_table(native: Sequence[NativeCount], backend: str) -> str:
+    rows = [
+        [c.n, c.route, c.total, ", ".join(f"{op} {k}" for op, k in sorted(c.by_operation.items()))]
+        for c in native
+    ]
+    return render(
+        f"Requests per tm.transact_write of N uncontended updates ({backend})",
+        ["N", "route", "total", "by operation"],
+        rows,
+    )
+
+
 def draw_chart(counts: Sequence[TxCount], path: Path) -> None:
     """Grouped bars of the totals per kind and N, with the target and the Java figures."""
     import matplotlib
@@ -345,6 +393,7 @@ def report(results: Sequence[BackendResult], chart: Path | None) -> str:
         r.counts == first.counts and r.reads == first.reads and r.describe == first.describe
         for r in results
     )
+    # The native route depends on the emulator (dynalite lacks TransactWriteItems).
     groups = [results] if same else [[r] for r in results]
     out = []
     for group in groups:
@@ -357,6 +406,7 @@ def report(results: Sequence[BackendResult], chart: Path | None) -> str:
             f"(first request on the table only; not in the figures above)"
         )
         out.append(reads_table(res.reads, label))
+    out += [native_table(r.native, r.kind) for r in results]
     if chart is not None:
         draw_chart(first.counts, chart)
         out.append(f"chart: {chart}")

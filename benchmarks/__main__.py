@@ -1,0 +1,5 @@
+"""``python -m benchmarks``: every benchmark (see :mod:`benchmarks.all`)."""
+
+from .all import main
+
+main()
