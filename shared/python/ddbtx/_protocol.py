@@ -19,9 +19,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from . import schema as s
 from ._dynamo import call
@@ -29,6 +29,8 @@ from ._items import Item, flag, is_locked_by, request_id, strip
 from .errors import ConditionFailed
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PROTOCOL_ITEM_ATTRS = s.ITEM_ATTRIBUTES
 
@@ -187,18 +189,21 @@ class Protocol:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def parallel(self, fn: Callable[[Any], None], items: Iterable[Any]) -> None:
-        """Run independent per-item steps concurrently with a bounded pool."""
+    def parallel(self, fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+        """Run independent per-item steps concurrently with a bounded pool; results in order.
+
+        Every step runs to its end before the first error is raised, so no
+        step is left half-done behind the caller's back.
+        """
         work = list(items)
         if self.max_workers <= 1 or len(work) <= 1:
-            for w in work:
-                fn(w)
-            return
+            return [fn(w) for w in work]
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="ddbtx")
-        for future in [self._pool.submit(fn, w) for w in work]:
-            future.result()
+        futures = [self._pool.submit(fn, w) for w in work]
+        wait(futures)
+        return [future.result() for future in futures]
 
     def close(self) -> None:
         if self._pool is not None:

@@ -108,11 +108,13 @@ class _Local:
 
     request: Request
     nonce: str
-    confirmed: bool = False  # its lock (and write) are known to be in place
+    locked: bool = False  # this request's lock (its nonce) is on the item
+    confirmed: bool = False  # the request is complete: locked, and its write applied
     transient: bool = False
     applied: bool = False
     pre: Item | None = None  # the item before the write (user view), None if absent
     external_image: bool = False
+    upgrade: bool = False  # a write on an item this transaction had read-locked
 
 
 class TransactionManager:
@@ -338,17 +340,13 @@ class TransactionManager:
         ... ])
         'native'
         """
-        ops = {"Put": "put", "Update": "update", "Delete": "delete"}
         built: list[Request] = []
-        for entry in requests:
-            if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in ops:
-                raise InvalidRequestError(f"each request is one of {sorted(ops)}: {entry!r:.80}")
-            ((kind, params),) = entry.items()
+        for op, params in parse_batch(requests):
             if "ReturnValues" in params:
                 raise InvalidRequestError("ReturnValues is not supported in transact_write")
             table = params.get("TableName")
             key_names = self.key_names(table) if isinstance(table, str) and table else ()
-            built.append(build(ops[kind], params, key_names))  # type: ignore[arg-type]
+            built.append(build(op, params, key_names))
         if not built:
             return "native"
         if len({(r.table, r.rid) for r in built}) != len(built):
@@ -358,8 +356,7 @@ class TransactionManager:
             return "native"
         tx = self.begin()
         try:
-            for r in built:
-                tx._request(r.op, r.params)
+            tx.write_all(requests)
             tx.commit()
         finally:
             if tx.state != s.STATE_PENDING:
@@ -445,6 +442,27 @@ class TransactionManager:
         return strip(image) if image is not None else None
 
 
+_BATCH_OPS: dict[str, Op] = {"Put": "put", "Update": "update", "Delete": "delete"}
+
+#: Requests per header write when adding a batch (keeps expressions under 4 KB).
+ADD_BATCH = 20
+
+
+def parse_batch(requests: list[dict[str, Any]]) -> list[tuple[Op, dict[str, Any]]]:
+    """``TransactItems``-shaped writes as (operation, params) pairs."""
+    if not isinstance(requests, list):
+        raise InvalidRequestError("requests must be a list of {'Put'|'Update'|'Delete': {...}}")
+    out: list[tuple[Op, dict[str, Any]]] = []
+    for entry in requests:
+        if not (isinstance(entry, dict) and len(entry) == 1 and next(iter(entry)) in _BATCH_OPS):
+            raise InvalidRequestError(f"each request is one of {sorted(_BATCH_OPS)}: {entry!r:.80}")
+        ((kind, params),) = entry.items()
+        if not isinstance(params, dict):
+            raise InvalidRequestError(f"{kind} must be a dict of request parameters")
+        out.append((_BATCH_OPS[kind], params))
+    return out
+
+
 def _wrap(item: Item) -> dict[str, Any]:
     """A read's response shape: ``{"Item": ...}``, or ``{}`` when there is no item."""
     return {"Item": item} if item else {}
@@ -508,41 +526,96 @@ class Transaction:
         if self._state == s.STATE_ROLLED_BACK:
             raise TransactionRolledBackError("transaction was rolled back", tx_id=self.id)
 
-    def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
-        self._check_pending()
-        table = params.get("TableName")
+    def _build(self, op: Op, params: dict[str, Any]) -> Request:
+        table = params.get("TableName") if isinstance(params, dict) else None
         try:
             key_names = self.manager.key_names(table) if isinstance(table, str) and table else ()
-            req = build(op, params, key_names)
+            return build(op, params, key_names)
         except InvalidRequestError as exc:
             raise InvalidRequestError(
                 str(exc).split(" [")[0], tx_id=self.id, table=exc.table, key=exc.key
             ) from exc
+
+    def _plan(self, req: Request) -> _Local:
+        """Local state for a request: fresh, the retry of an interrupted one, or an upgrade."""
         known = self._requests.get(req.rid)
-        if known is not None:
-            if op == "get":
-                return self._read_own(known)
-            if known.request.op != "get":
+        if known is None:
+            local = _Local(request=req, nonce=new_nonce())
+        elif not known.confirmed:
+            # An earlier call on this item was interrupted (throttling, a network
+            # error): the same request again resumes it, idempotently.
+            if known.request.op != req.op or known.request.params != req.params:
                 raise DuplicateRequestError(
-                    "the item already has a write in this transaction",
+                    "an interrupted request on this item is pending: retry it unchanged, "
+                    "commit or roll back",
                     tx_id=self.id,
                     table=req.table,
                     key=req.key,
                 )
-        local = _Local(request=req, nonce=known.nonce if known else new_nonce())
-        if known is not None:
-            local.confirmed, local.transient, local.pre = (
-                known.confirmed,
-                known.transient,
-                known.pre,
+            return known
+        elif known.request.op != "get":
+            raise DuplicateRequestError(
+                "the item already has a write in this transaction",
+                tx_id=self.id,
+                table=req.table,
+                key=req.key,
             )
-        self._add(local, upgrade=known is not None)
+        else:
+            local = _Local(
+                request=req,
+                nonce=known.nonce,
+                locked=True,
+                transient=known.transient,
+                pre=known.pre,
+                upgrade=True,
+            )
         self._requests[req.rid] = local
+        return local
+
+    def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
+        self._check_pending()
+        req = self._build(op, params)
+        known = self._requests.get(req.rid)
+        if op == "get" and known is not None and known.confirmed:
+            return self._read_own(known)
+        local = self._plan(req)
+        self._add_all([local], previous={req.rid: known})
+        result: dict[str, Any] = self._guarded(lambda: self._lock_and_apply(local))
+        return result
+
+    def write_all(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several writes at once: one add for all, then every lock and write concurrently.
+
+        ``requests`` has ``TransactWriteItems``' shape (``{"Put": {...}}``,
+        ``{"Update": {...}}``, ``{"Delete": {...}}``); the results come back in
+        order. The round trips on the critical path do not grow with the number
+        of items (the pool is bounded by ``max_workers``).
+
+        Examples
+        --------
+        >>> tx.write_all([{"Put": {"TableName": "T", "Item": {"pk": {"S": "a"}}}},  # doctest: +SKIP
+        ...               {"Delete": {"TableName": "T", "Key": {"pk": {"S": "b"}}}}])
+        [{}, {}]
+        """
+        self._check_pending()
+        reqs = [self._build(op, params) for op, params in parse_batch(requests)]
+        if len({r.rid for r in reqs}) != len(reqs):
+            raise DuplicateRequestError("an item appears twice in the batch", tx_id=self.id)
+        previous = {r.rid: self._requests.get(r.rid) for r in reqs}
+        locals_ = [self._plan(r) for r in reqs]
+        self._add_all(locals_, previous=previous)
+        results: list[dict[str, Any]] = self._guarded(
+            lambda: self.p.parallel(self._lock_and_apply, locals_)
+        )
+        return results
+
+    def _guarded(self, step: Callable[[], Any]) -> Any:
+        """Run lock/apply steps; errors that doom the transaction roll it back first."""
         try:
-            return self._lock_and_apply(local)
-        except (ConditionalCheckFailedError, InvalidRequestError, TransactionConflictError) as exc:
+            return step()
+        except (ConditionalCheckFailedError, InvalidRequestError, TransactionConflictError):
             self._abort()
-            raise exc
+            raise
         except TransactionRolledBackError:
             self._abort()
             raise
@@ -559,75 +632,96 @@ class Transaction:
             )
         return _wrap(user_view(item))
 
-    def _add(self, local: _Local, *, upgrade: bool) -> None:
-        """add: record the request and its lock nonce in the TX record before touching the item."""
+    def _entry_body(self, local: _Local) -> tuple[dict[str, Any], int]:
+        """A request as stored in the header; large bodies go to their own row first."""
         req = local.request
         entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
         body = entry_to_av(entry)
         size = item_size({"x": body})
-        spilled = size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT
-        if spilled:
+        if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
             self._spill(entry)
             self._spilled.add(entry.rid)
             entry.spilled, entry.params = True, None
             body = entry_to_av(entry)
             size = item_size({"x": body})
+        self._header_bytes += size
+        return body, size
+
+    def _add_all(self, locals_: list[_Local], *, previous: dict[str, _Local | None]) -> None:
+        """add: record requests and their lock nonces in the TX record before touching items.
+
+        A request rejected here wrote nothing: its local state is dropped (or the
+        read lock it upgraded restored), so the transaction stays usable.
+        """
+        try:
+            for start in range(0, len(locals_), ADD_BATCH):
+                self._add_chunk(locals_[start : start + ADD_BATCH])
+        except (InvalidRequestError, DuplicateRequestError):
+            for local in locals_:
+                rid = local.request.rid
+                before = previous.get(rid)
+                if before is None:
+                    self._requests.pop(rid, None)
+                else:
+                    self._requests[rid] = before
+            raise
+
+    def _add_chunk(self, chunk: list[_Local]) -> None:
+        bodies = {local.request.rid: self._entry_body(local)[0] for local in chunk}
         now = {"N": str(self.p.now_ms())}
         if not self._created:
-            self._create(entry, body, now)
-            self._header_bytes = size + 200
+            self._create(chunk, bodies, now)
             return
-        names = {
-            "#rq": s.TX_REQUESTS,
-            "#rid": req.rid,
-            "#st": s.TX_STATE,
-            "#v": s.TX_VERSION,
-            "#ts": s.TX_UPDATED,
-        }
-        values: dict[str, Any] = {
-            ":e": body,
-            ":p": {"S": s.STATE_PENDING},
-            ":one": {"N": "1"},
-            ":now": now,
-        }
-        if upgrade:
-            names["#o"], names["#n"] = "o", "n"
-            values[":get"], values[":n"] = {"S": "get"}, {"S": local.nonce}
-            # add (upgrade): a pending transaction turning its own read lock into a write.
-            condition = "#st = :p AND #rq.#rid.#o = :get AND #rq.#rid.#n = :n"
-        else:
-            # add: only a pending transaction takes requests, and one per item.
-            condition = "#st = :p AND attribute_not_exists(#rq.#rid)"
+        names = {"#rq": s.TX_REQUESTS, "#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED}
+        values: dict[str, Any] = {":p": {"S": s.STATE_PENDING}, ":one": {"N": "1"}, ":now": now}
+        sets, conditions = ["#v = #v + :one", "#ts = :now"], ["#st = :p"]
+        for i, local in enumerate(chunk):
+            names[f"#r{i}"] = local.request.rid
+            values[f":e{i}"] = bodies[local.request.rid]
+            sets.append(f"#rq.#r{i} = :e{i}")
+            if local.upgrade:
+                names["#o"], names["#n"] = "o", "n"
+                values[":get"], values[f":n{i}"] = {"S": "get"}, {"S": local.nonce}
+                # add (upgrade): a pending transaction turning its own read lock into a write.
+                conditions.append(f"#rq.#r{i}.#o = :get AND #rq.#r{i}.#n = :n{i}")
+            else:
+                # add: only a pending transaction takes requests, and one per item.
+                conditions.append(f"attribute_not_exists(#rq.#r{i})")
         try:
             resp = call(
                 self.p.client,
                 "update_item",
                 TableName=self.p.tx_table,
                 Key=self.p.header_key(self.id),
-                UpdateExpression="SET #rq.#rid = :e, #v = #v + :one, #ts = :now",
-                ConditionExpression=condition,
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=" AND ".join(conditions),
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues="UPDATED_NEW",
             )
             self._version = int(resp["Attributes"][s.TX_VERSION]["N"])
         except ConditionFailed:
-            self._settle_add(local)
+            self._settle_add(chunk)
         except ValidationFailed as exc:
+            first = chunk[0].request
             raise InvalidRequestError(
-                f"DynamoDB rejected the request: {exc}", tx_id=self.id, table=req.table, key=req.key
+                f"DynamoDB rejected the request: {exc}",
+                tx_id=self.id,
+                table=first.table if len(chunk) == 1 else None,
+                key=first.key if len(chunk) == 1 else None,
             ) from exc
-        self._header_bytes += size
 
-    def _create(self, entry: Entry, body: dict[str, Any], now: dict[str, str]) -> None:
-        """create + add: the TX record is written with its first request."""
+    def _create(
+        self, chunk: list[_Local], bodies: dict[str, dict[str, Any]], now: dict[str, str]
+    ) -> None:
+        """create + add: the TX record is written with its first requests."""
         item = {
             **self.p.header_key(self.id),
             s.TX_STATE: {"S": s.STATE_PENDING},
             s.TX_VERSION: {"N": "1"},
             s.TX_UPDATED: now,
             s.TX_SWEEP_KEY: {"S": f"{s.STATE_PENDING}#{shard_of(self.id)}"},
-            s.TX_REQUESTS: {"M": {entry.rid: body}},
+            s.TX_REQUESTS: {"M": bodies},
         }
         try:
             call(
@@ -642,16 +736,19 @@ class Transaction:
             self._version = 1
         except ConditionFailed:
             header = self.p.read_header(self.id)
-            mine = header.entries.get(entry.rid) if header else None
-            if header is None or mine is None or mine.nonce != entry.nonce:
+            if header is None or any(
+                (mine := header.entries.get(local.request.rid)) is None or mine.nonce != local.nonce
+                for local in chunk
+            ):
                 raise TransactionError("transaction id collision", tx_id=self.id) from None
             self._version = header.version
         except ValidationFailed as exc:
+            first = chunk[0].request
             raise InvalidRequestError(
                 f"DynamoDB rejected the request: {exc}",
                 tx_id=self.id,
-                table=entry.table,
-                key=entry.key,
+                table=first.table if len(chunk) == 1 else None,
+                key=first.key if len(chunk) == 1 else None,
             ) from exc
         self._created = True
 
@@ -671,23 +768,24 @@ class Transaction:
             },
         )
 
-    def _settle_add(self, local: _Local) -> None:
+    def _settle_add(self, chunk: list[_Local]) -> None:
         """The add's condition failed: find out whether it was ours, a duplicate or a decision."""
-        req = local.request
         header = self.p.read_header(self.id)
         if header is None:
             raise TransactionNotFoundError("TX record is gone", tx_id=self.id)
         self._version = header.version
         self._raise_if_decided(header)
-        mine = header.entries.get(req.rid)
-        if mine is not None and mine.nonce == local.nonce and mine.op == req.op:
-            return  # our own add, applied by an attempt whose response was lost
-        raise DuplicateRequestError(
-            "another coordinator already added this item",
-            tx_id=self.id,
-            table=req.table,
-            key=req.key,
-        )
+        for local in chunk:
+            req = local.request
+            mine = header.entries.get(req.rid)
+            if mine is None or mine.nonce != local.nonce or mine.op != req.op:
+                raise DuplicateRequestError(
+                    "another coordinator already added this item",
+                    tx_id=self.id,
+                    table=req.table,
+                    key=req.key,
+                )
+        # Every entry is ours: an attempt whose response was lost had applied them.
 
     def _raise_if_decided(self, header: Header) -> None:
         if header.state == s.STATE_PENDING:
@@ -707,7 +805,7 @@ class Transaction:
     def _lock_and_apply(self, local: _Local) -> dict[str, Any]:
         """lock (+apply): take the item's lock with this request's nonce and make the write."""
         req = local.request
-        if local.confirmed:  # upgrade of our own read lock
+        if local.locked:  # upgrade of our own read lock, or the retry of an interrupted write
             return self._apply_locked(local)
         # A put usually creates an item, other requests usually find one: guess
         # the likelier path first; a wrong guess costs one failed conditional write.
@@ -788,12 +886,13 @@ class Transaction:
         )
         local.pre = strip(resp.get("Attributes"))
         local.transient = False
+        local.locked = True
+        if req.op in ("put", "update"):
+            return self._apply(local, check_condition=False)
         local.confirmed = True
         if req.op == "get":
             return _wrap(local.pre)
-        if req.op == "delete":
-            return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
-        return self._apply(local, check_condition=False)
+        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
     def _lock_insert(self, local: _Local) -> dict[str, Any]:
         """lock (+apply): the item does not exist; insert it locked, with the write if any.
@@ -836,7 +935,7 @@ class Transaction:
                 ExpressionAttributeValues=_used(values, update, condition),
                 ReturnValues=rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
             )
-            local.applied = local.confirmed = True
+            local.applied = local.locked = local.confirmed = True
             return _attributes(strip(resp.get("Attributes")))
         if req.op == "put":
             item = {**req.params["Item"], **protocol, s.ATTR_APPLIED: true}
@@ -856,24 +955,32 @@ class Transaction:
             ExpressionAttributeNames=_used(names, condition),
             **({"ExpressionAttributeValues": values} if _used(values, condition) else {}),
         )
-        local.confirmed = True
+        local.locked = local.confirmed = True
         return {}
 
     def _adopt_own_lock(self, local: _Local, item: Item) -> dict[str, Any]:
-        """Our lock is already on the item (a retried write landed, or we resumed)."""
-        local.confirmed = True
+        """Our lock is already on the item (a retried write landed, or we resumed).
+
+        The write is applied if it is not yet, with the request's condition
+        evaluated again: the lock may have come from a read lock that never
+        checked it, and on a locked item the answer cannot have changed.
+        """
+        local.locked = True
         local.transient = flag(item, s.ATTR_TRANSIENT)
         local.applied = flag(item, s.ATTR_APPLIED)
+        op = local.request.op
         if local.applied:
             image = self.p.image_of(self.id, local.request.rid, item)
             local.pre = None if local.transient else strip(image)
+            local.confirmed = True
             return _return_values(local, item)
         local.pre = None if local.transient else strip(item)
-        if local.request.op in ("put", "update"):
-            return self._apply(local, check_condition=False)
-        if local.request.op == "get":
-            return _wrap(local.pre or {})
-        return {}
+        if op in ("put", "update"):
+            return self._apply(local, check_condition=True)
+        if op == "delete" and not flag(item, s.ATTR_DELETED):
+            return self._mark_deleted(local)
+        local.confirmed = True
+        return _wrap(local.pre or {}) if op == "get" else {}
 
     def _apply_locked(self, local: _Local) -> dict[str, Any]:
         """A write on an item this transaction already read-locked (upgrade)."""
@@ -881,13 +988,19 @@ class Transaction:
         if req.op == "get":
             return self._read_own(local)
         if req.op == "delete":
-            if req.condition:
-                self._check_condition(local)
-            names = {"#l": s.ATTR_LOCK, "#d": s.ATTR_DELETED}
-            values = {":l": {"S": new_lock_value(self.id, local.nonce)}, ":t": {"BOOL": True}}
-            self._guarded_write(local, "SET #d = :t", names, values)
-            return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+            return self._mark_deleted(local)
         return self._apply(local, check_condition=True)
+
+    def _mark_deleted(self, local: _Local) -> dict[str, Any]:
+        """apply (delete): mark a locked item for deletion at commit, after its condition."""
+        req = local.request
+        if req.condition:
+            self._check_condition(local)
+        names = {"#l": s.ATTR_LOCK, "#d": s.ATTR_DELETED}
+        values = {":l": {"S": new_lock_value(self.id, local.nonce)}, ":t": {"BOOL": True}}
+        self._guarded_write(local, "SET #d = :t", names, values)
+        local.confirmed = True
+        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
     def _check_condition(self, local: _Local) -> None:
         """Evaluate the user's condition on the item's logical state (absent if transient)."""
@@ -977,7 +1090,7 @@ class Transaction:
                     ExpressionAttributeNames=_used(names, condition),
                     ExpressionAttributeValues=_used(values, condition),
                 )
-                local.applied = True
+                local.applied = local.confirmed = True
                 return _attributes(image) if rv == "ALL_OLD" else {}
             sets = "#ddbtxp = :ddbtxt"
             for i, (attr, value) in enumerate(image_attrs.items()):
@@ -996,7 +1109,7 @@ class Transaction:
                 ExpressionAttributeValues=_used(values, update, condition),
                 ReturnValues="NONE" if rv == "ALL_OLD" else rv,
             )
-            local.applied = True
+            local.applied = local.confirmed = True
             if rv == "ALL_OLD":
                 return _attributes(image)
             return _attributes(strip(resp.get("Attributes")))
@@ -1008,7 +1121,7 @@ class Transaction:
             item_now = self.p.read_item(req.table, req.key)
             lock = (item_now or {}).get(s.ATTR_LOCK, {}).get("S")
             if lock == values[":ddbtxl"]["S"] and flag(item_now, s.ATTR_APPLIED):
-                local.applied = True  # our own write, its response lost
+                local.applied = local.confirmed = True  # our own write, its response lost
                 assert item_now is not None
                 return _return_values(local, item_now)
             if lock == values[":ddbtxl"]["S"]:

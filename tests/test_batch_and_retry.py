@@ -1,0 +1,117 @@
+"""Batched writes (one add, concurrent locks) and retries of interrupted requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ddbtx import ConditionalCheckFailedError, DuplicateRequestError, TransactionManager
+from ddbtx import schema as s
+from ddbtx.chaos import Chaos
+from ddbtx.errors import Throttled
+from ddbtx.instrumentation import count_requests
+from helpers import Tables, assert_clean, data_state
+
+
+def updates(tables: Tables, keys: list[str], amount: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "Update": {
+                "TableName": tables.data,
+                "Key": {"pk": {"S": k}},
+                "UpdateExpression": "ADD balance :n",
+                "ExpressionAttributeValues": {":n": {"N": str(amount)}},
+            }
+        }
+        for k in keys
+    ]
+
+
+def test_given_25_writes_when_written_as_one_batch_then_they_are_added_in_two_header_writes(
+    tm: TransactionManager, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given 20 existing items and 5 new ones
+    keys = [f"k{i:02d}" for i in range(25)]
+    seed(**{k: 1 for k in keys[:20]})
+    tm.key_names(tables.data)
+    tx = tm.begin()
+    # When
+    with count_requests(tm.client) as counts:
+        results = tx.write_all(updates(tables, keys, 2))
+    tx.commit()
+    # Then: 2 header writes (20 + 5 entries), 25 locks, 20 applies, 5 failed guesses + inserts
+    assert results == [{}] * 25
+    assert counts.by_operation["PutItem"] == 1  # the record's creation with its first 20
+    assert counts.by_operation["UpdateItem"] == 1 + 25 + 20 + 5
+    assert counts.by_operation["GetItem"] == 5  # the 5 new items: their lock guess missed
+    state = data_state(ddb, tables.data)
+    assert [state[k]["balance"]["N"] for k in keys] == ["3"] * 20 + ["2"] * 5
+    assert_clean(ddb, tables)
+
+
+def test_given_a_batch_with_a_false_condition_then_the_whole_transaction_rolls_back(
+    tm: TransactionManager, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(a=1, b=1)
+    before = data_state(ddb, tables.data)
+    batch = updates(tables, ["a"], 5)
+    batch.append(
+        {
+            "Update": {
+                "TableName": tables.data,
+                "Key": {"pk": {"S": "b"}},
+                "UpdateExpression": "SET balance = balance - :n",
+                "ConditionExpression": "balance >= :n",
+                "ExpressionAttributeValues": {":n": {"N": "5"}},
+            }
+        }
+    )
+    tx = tm.begin()
+    with pytest.raises(ConditionalCheckFailedError):
+        tx.write_all(batch)
+    assert tx.state == s.STATE_ROLLED_BACK
+    assert data_state(ddb, tables.data) == before
+    assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize("at", [0, 1, 2])
+def test_given_a_throttled_request_when_it_is_retried_unchanged_then_it_completes_once(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, at: int
+) -> None:
+    # Given a request whose add (0), lock (1) or apply (2) call was throttled past the retries
+    seed(a=1)
+    tm = make_tm(max_attempts=1)
+    tm.key_names(tables.data)
+    tx = tm.begin()
+    chaos = Chaos(tm.client)
+    chaos.arm("throttle", at=at)
+    (request,) = updates(tables, ["a"], 10)
+    with pytest.raises(Throttled):
+        tx.update_item(**request["Update"])
+    chaos.disarm()
+    # When the caller retries the same request
+    tx.update_item(**request["Update"])
+    tx.commit()
+    # Then it was applied exactly once
+    assert data_state(ddb, tables.data)["a"]["balance"] == {"N": "11"}
+    assert_clean(ddb, tables)
+
+
+def test_given_an_interrupted_request_when_a_different_one_targets_the_item_then_duplicate(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(a=1)
+    tm = make_tm(max_attempts=1)
+    tm.key_names(tables.data)
+    tx = tm.begin()
+    chaos = Chaos(tm.client)
+    chaos.arm("throttle", at=1)
+    with pytest.raises(Throttled):
+        tx.update_item(**updates(tables, ["a"], 10)[0]["Update"])
+    chaos.disarm()
+    with pytest.raises(DuplicateRequestError, match="interrupted"):
+        tx.delete_item(TableName=tables.data, Key={"pk": {"S": "a"}})
+    tx.commit()  # the commit catches the interrupted request up
+    assert data_state(ddb, tables.data)["a"]["balance"] == {"N": "11"}
+    assert_clean(ddb, tables)
