@@ -1,0 +1,259 @@
+"""The harness's world: one backend, the protocol tables, a fake clock, coordinators, a sweeper.
+
+Everything here works both under pytest (built from the ``tests/conftest.py``
+fixtures by :mod:`fixtures`) and in ``python -m tests.faults.run`` (built from
+a freshly started emulator), so a failure found by one replays in the other.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ddbtx import SweepOutcome, TransactionManager
+from ddbtx import schema as s
+from ddbtx.local import LocalDynamo
+
+#: Seconds without a change after which the sweeper rolls a pending transaction back.
+ROLLBACK_AGE = 60.0
+#: Keep finished records this long in the sweeps that check outcomes (deleted later).
+KEEP = timedelta(hours=1)
+
+
+class SkewClock:
+    """One shared simulated time line; each coordinator reads it with its own offset.
+
+    Sleeping advances the shared time, so a coordinator that waits makes every
+    other coordinator's view of its TX record older, as a real pause would.
+    """
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def view(self, offset: float) -> Callable[[], float]:
+        return lambda: self.now + offset
+
+
+@dataclass
+class Env:
+    """A backend with empty protocol tables and one data table (hash key ``pk``)."""
+
+    backend: LocalDynamo
+    tx_table: str
+    images_table: str
+    data_table: str
+    clock: SkewClock = field(default_factory=SkewClock)
+    _clients: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.backend.kind
+
+    def client(self, max_attempts: int = 3, *, fresh: bool = False) -> Any:
+        """A client on the backend; shared per ``max_attempts`` unless ``fresh``."""
+        if fresh:
+            return self.backend.client(max_attempts=max_attempts)
+        if max_attempts not in self._clients:
+            self._clients[max_attempts] = self.backend.client(max_attempts=max_attempts)
+        return self._clients[max_attempts]
+
+    def coordinator(
+        self,
+        *,
+        offset: float = 0.0,
+        client: Any = None,
+        max_attempts: int = 3,
+        **options: Any,
+    ) -> TransactionManager:
+        """A coordinator whose wall clock is the shared time plus ``offset`` seconds (skew)."""
+        settings: dict[str, Any] = {
+            "clock": self.clock.view(offset),
+            "monotonic": self.clock.view(0.0),
+            "sleep": self.clock.advance,
+            "lock_wait": 5.0,
+            "stale_after": 3.0,
+            "max_workers": 1,
+            # Known key schema: no DescribeTable call shifts the fault's call index.
+            "key_schemas": {self.data_table: ("pk",)},
+        }
+        settings.update(options)
+        return TransactionManager(
+            client if client is not None else self.client(max_attempts),
+            self.tx_table,
+            self.images_table,
+            **settings,
+        )
+
+    # -- the sweeper -------------------------------------------------------------
+
+    def stale_records(
+        self, tm: TransactionManager, rollback_after: float, delete_after: timedelta
+    ) -> Iterator[str]:
+        """TX ids the sweep index lists: stale pending, decided unfinished, finished and old."""
+        now = tm.clock()
+        pending_cut = str(int((now - rollback_after) * 1000))
+        finished_cut = str(int((now - delete_after.total_seconds()) * 1000))
+        for shard in range(s.SWEEP_SHARDS):
+            for state, cut in (
+                (s.STATE_PENDING, pending_cut),
+                (s.STATE_COMMITTED, None),
+                (s.STATE_ROLLED_BACK, None),
+                (s.STATE_FINISHED_TAG, finished_cut),
+            ):
+                condition = "#sw = :sw"
+                values: dict[str, Any] = {":sw": {"S": f"{state}#{shard}"}}
+                if cut is not None:
+                    condition += " AND #ts <= :cut"
+                    values[":cut"] = {"N": cut}
+                yield from self._query_ids(tm.client, condition, values)
+
+    def _query_ids(self, client: Any, condition: str, values: dict[str, Any]) -> Iterator[str]:
+        names = {"#sw": s.TX_SWEEP_KEY}
+        if "#ts" in condition:
+            names["#ts"] = s.TX_UPDATED
+        params: dict[str, Any] = {
+            "TableName": self.tx_table,
+            "IndexName": s.SWEEP_INDEX,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        while True:
+            page = client.query(**params)
+            for row in page["Items"]:
+                yield row[s.TX_PK]["S"]
+            if "LastEvaluatedKey" not in page:
+                return
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def sweep_all(
+        self,
+        tm: TransactionManager,
+        *,
+        rollback_after: float = 0.0,
+        delete_after: timedelta = KEEP,
+    ) -> Counter[SweepOutcome]:
+        """The sweeper: move every stale or unfinished TX record along, found through the index.
+
+        Stands in for the sweeper Lambda's core until it lands: the same index
+        query per shard, then :meth:`TransactionManager.sweep` per record.
+        """
+        found = sorted(set(self.stale_records(tm, rollback_after, delete_after)))
+        return self.sweep_ids(tm, found, rollback_after=rollback_after, delete_after=delete_after)
+
+    def sweep_ids(
+        self,
+        tm: TransactionManager,
+        tx_ids: list[str],
+        *,
+        rollback_after: float = 0.0,
+        delete_after: timedelta = KEEP,
+    ) -> Counter[SweepOutcome]:
+        """The sweeper's per-record step on known records (a schedule knows its own ids)."""
+        outcomes: Counter[SweepOutcome] = Counter()
+        age = timedelta(seconds=rollback_after)
+        for tx_id in tx_ids:
+            outcomes[tm.sweep(tx_id, rollback_after=age, delete_after=delete_after)] += 1
+        return outcomes
+
+    # -- inspection ------------------------------------------------------------
+
+    def item(self, pk: str) -> dict[str, Any] | None:
+        resp = self.client().get_item(
+            TableName=self.data_table, Key={"pk": {"S": pk}}, ConsistentRead=True
+        )
+        item: dict[str, Any] | None = resp.get("Item")
+        return item
+
+    def header(self, tx_id: str) -> dict[str, Any] | None:
+        resp = self.client().get_item(
+            TableName=self.tx_table,
+            Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}},
+            ConsistentRead=True,
+        )
+        item: dict[str, Any] | None = resp.get("Item")
+        return item
+
+    def residue(self, keys: list[str], tx_ids: list[str]) -> list[str]:
+        """Everything the protocol left behind on these items and transactions."""
+        return [problem for problem, _ in self.residue_classified(keys, tx_ids)]
+
+    def residue_classified(self, keys: list[str], tx_ids: list[str]) -> list[tuple[str, bool]]:
+        """Leftovers, each flagged True when it is a stray lock of a *finished* transaction."""
+        problems: list[tuple[str, bool]] = []
+        for pk in keys:
+            item = self.item(pk) or {}
+            leftover = sorted(a for a in item if a.startswith(s.RESERVED_PREFIX))
+            if leftover:
+                owner = item.get(s.ATTR_LOCK, {}).get("S", "").rsplit("/", 1)[0]
+                header = self.header(owner) if owner else None
+                stray = bool(header and header.get(s.TX_FINISHED) == {"BOOL": True})
+                problems.append((f"item {pk} keeps {leftover} (lock owner {owner})", stray))
+        client = self.client()
+        for tx_id in tx_ids:
+            images = client.query(
+                TableName=self.images_table,
+                KeyConditionExpression="#id = :id",
+                ExpressionAttributeNames={"#id": s.IMAGE_PK},
+                ExpressionAttributeValues={":id": {"S": tx_id}},
+                ConsistentRead=True,
+            )["Items"]
+            if images:
+                problems.append((f"tx {tx_id} keeps {len(images)} image rows", False))
+            header = self.header(tx_id)
+            if header is not None and header.get(s.TX_FINISHED) != {"BOOL": True}:
+                state = header[s.TX_STATE]["S"]
+                problems.append((f"tx {tx_id} record unfinished in state {state}", False))
+        return problems
+
+    def scan_data(self) -> list[dict[str, Any]]:
+        client = self.client()
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"TableName": self.data_table, "ConsistentRead": True}
+        while True:
+            page = client.scan(**params)
+            items.extend(page["Items"])
+            if "LastEvaluatedKey" not in page:
+                return items
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def create_env(backend: LocalDynamo) -> Env:
+    """Fresh, uniquely named tables on a running backend (for the command-line runner)."""
+    run = uuid.uuid4().hex[:10]
+    env = Env(backend, f"tx-{run}", f"img-{run}", f"data-{run}")
+    client = env.client()
+    TransactionManager(client, env.tx_table, env.images_table).create_tables()
+    client.create_table(
+        TableName=env.data_table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(TableName=env.data_table, WaiterConfig={"Delay": 1})
+    return env
+
+
+def drop_env(env: Env) -> None:
+    client = env.client()
+    for table in (env.tx_table, env.images_table, env.data_table):
+        client.delete_table(TableName=table)
+
+
+@contextmanager
+def started_env(kind: str) -> Iterator[Env]:
+    """Start an emulator, make the tables, and stop it afterwards."""
+    with LocalDynamo(kind) as backend:  # type: ignore[arg-type]
+        env = create_env(backend)
+        try:
+            yield env
+        finally:
+            drop_env(env)
