@@ -150,6 +150,33 @@ def test_given_locks_whose_record_is_gone_or_finished_when_swept_then_items_are_
     assert_clean(ddb, t)
 
 
+def test_given_an_orphan_image_a_lock_still_needs_when_swept_then_the_item_is_restored_first(
+    sweeper: Callable[[], Any], young_tm: TransactionManager, janitor_env: JanitorTables, ddb: Any
+) -> None:
+    # Given a large item (its image goes to the images table) updated by a transaction
+    # whose TX record then vanished
+    t = janitor_env
+    original = {"pk": {"S": "big"}, "blob": {"S": "x" * 70_000}, "balance": {"N": "1"}}
+    ddb.put_item(TableName=t.data, Item=original)
+    tx = young_tm.begin()
+    tx.update_item(
+        TableName=t.data,
+        Key={"pk": {"S": "big"}},
+        UpdateExpression="SET balance = :n",
+        ExpressionAttributeValues={":n": {"N": "2"}},
+    )
+    ddb.delete_item(TableName=t.tx, Key={s.TX_PK: {"S": tx.id}, s.TX_SK: {"S": s.TX_HEADER_SK}})
+    assert len(scan(ddb, t.images)) == 1
+
+    # When the sweeper runs
+    report = sweeper().handler(scheduled_event(), LambdaContext())
+
+    # Then the item is restored from the image before the image is deleted
+    assert report["orphan_images_deleted"] == 1 and report["locks_released"] == 1
+    assert data_state(ddb, t.data) == {"big": original}
+    assert_clean(ddb, t)
+
+
 def test_given_expired_lock_rows_when_swept_then_only_expired_counterless_rows_go(
     sweeper: Callable[[], Any], janitor_env: JanitorTables, ddb: Any
 ) -> None:

@@ -728,12 +728,23 @@ class Sweeper:
         """Delete an image whose transaction is gone or finished, after undoing any lock
         that still depends on it (an image is the only copy of the item it saved)."""
         key = {s.IMAGE_PK: {"S": tx_id}, s.IMAGE_SK: {"S": rid}}
-        for table in self.data_tables:
+        if self.data_tables:
             resp = call(self.client, "get_item", TableName=self.tm.images_table, Key=key,
                         ConsistentRead=True)  # fmt: skip
             saved = resp.get("Item", {}).get(s.IMAGE_ITEM, {}).get("M")
             if saved is None:
                 return  # removed concurrently
+            self._undo_image_owner(run, tx_id, rid, saved)
+        call(self.client, "delete_item", TableName=self.tm.images_table, Key=key)
+        run.count("orphan_images_deleted")
+
+    def _undo_image_owner(self, run: _Run, tx_id: str, rid: str, saved: Item) -> None:
+        """Undo the lock of the item this image saved, if it is in a known data table.
+
+        The image holds the item's key; the request id (a hash of table and key)
+        says which table it came from.
+        """
+        for table in self.data_tables:
             names = self.tm.key_names(table)
             if not all(n in saved for n in names):
                 continue
@@ -744,9 +755,7 @@ class Sweeper:
             if is_locked_by(item, tx_id):
                 self.tm.protocol.undo(tx_id, table, item_key, item)
                 run.count("locks_released")
-            break
-        call(self.client, "delete_item", TableName=self.tm.images_table, Key=key)
-        run.count("orphan_images_deleted")
+            return
 
     def _sweep_data(
         self, run: _Run, table: str, key: Key | None, here: Callable[[Key | None], None]
