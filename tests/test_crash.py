@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ddbtx import TransactionManager
+from ddbtx import TransactionManager, TransactionNotFoundError, TransactionRolledBackError
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError, Throttled
@@ -156,5 +156,47 @@ def test_given_throttling_past_the_sdk_retries_then_the_caller_sees_it_and_a_swe
     # Then both attempts were sent, and a later sweep rolls the transaction back
     assert chaos.calls == ["UpdateItem"]
     make_tm().sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+    assert balances(ddb, tables) == SEED
+    assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize("record", ["finished", "deleted"])
+def test_given_a_coordinator_paused_past_the_rollback_age_when_it_wakes_then_it_leaves_nothing(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, record: str
+) -> None:
+    # Given a coordinator that stalls right before locking its second item...
+    reset(ddb, tables)
+    victim = make_tm(max_workers=1)
+    rescuer = make_tm()
+    tx = victim.begin()
+    stalled = []
+
+    def sweeper_runs_meanwhile(params: dict[str, Any], **_: Any) -> None:
+        if params.get("Key") == {"pk": {"S": "b"}} and not stalled:
+            stalled.append(True)
+            ages = {"rollback_after": timedelta(0), "delete_after": timedelta(0)}
+            assert rescuer.sweep(tx.id, **ages).value == "rolled_back"
+            if record == "deleted":
+                assert rescuer.sweep(tx.id, **ages).value == "deleted"
+
+    victim.client.meta.events.register(
+        "provide-client-params.dynamodb.UpdateItem", sweeper_runs_meanwhile
+    )
+    tx.put_item(TableName=tables.data, Item={"pk": {"S": "n"}, "balance": {"N": "7"}})
+    # ...while a sweeper rolls it back: its late lock and write on b land after the sweep
+    tx.update_item(
+        TableName=tables.data,
+        Key={"pk": {"S": "b"}},
+        UpdateExpression="ADD balance :n",
+        ExpressionAttributeValues={":n": {"N": "10"}},
+    )
+    # When it goes on to commit
+    expected_error = (
+        TransactionRolledBackError if record == "finished" else TransactionNotFoundError
+    )
+    with pytest.raises(expected_error):
+        tx.commit()
+    # Then its late lock and write were undone by itself: nothing changed, nothing left
+    assert stalled
     assert balances(ddb, tables) == SEED
     assert_clean(ddb, tables)

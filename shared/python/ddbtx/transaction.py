@@ -772,7 +772,7 @@ class Transaction:
         """The add's condition failed: find out whether it was ours, a duplicate or a decision."""
         header = self.p.read_header(self.id)
         if header is None:
-            raise TransactionNotFoundError("TX record is gone", tx_id=self.id)
+            raise self._gone()
         self._version = header.version
         self._raise_if_decided(header)
         for local in chunk:
@@ -787,13 +787,36 @@ class Transaction:
                 )
         # Every entry is ours: an attempt whose response was lost had applied them.
 
+    def _settle_decided(self, header: Header) -> None:
+        """Another coordinator decided this transaction: help finish it, leave nothing of ours.
+
+        Once a record is finished, any lock of this transaction still on an item
+        was taken late (this coordinator was paused) and is a stray: undo it.
+        """
+        self._state = header.state
+        if header.finished:
+            self._release_own_locks()
+        else:
+            self.p.finish(header, self._known())
+        self._finished = True
+
+    def _release_own_locks(self) -> None:
+        """Undo whatever this coordinator may still hold; only strays can be left by now."""
+        held = [loc for loc in self._requests.values() if loc.locked]
+        self.p.parallel(
+            lambda loc: self.p.undo(self.id, loc.request.table, loc.request.key, None), held
+        )
+
+    def _gone(self) -> TransactionNotFoundError:
+        """The record was deleted (finished long ago): release our strays, report it."""
+        self._release_own_locks()
+        self._finished = True
+        return TransactionNotFoundError("TX record is gone", tx_id=self.id)
+
     def _raise_if_decided(self, header: Header) -> None:
         if header.state == s.STATE_PENDING:
             return
-        self._state = header.state
-        if not header.finished:
-            self.p.finish(header)
-        self._finished = True
+        self._settle_decided(header)
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed", tx_id=self.id)
         raise TransactionRolledBackError(
@@ -1150,9 +1173,8 @@ class Transaction:
         """Our lock vanished: another coordinator rolled this transaction back."""
         header = self.p.read_header(self.id)
         if header is None:
-            self._state = s.STATE_ROLLED_BACK
-        else:
-            self._raise_if_decided(header)
+            raise self._gone()
+        self._raise_if_decided(header)
         req = local.request
         raise TransactionRolledBackError(
             "the item's lock was taken from this transaction",
@@ -1256,7 +1278,7 @@ class Transaction:
         except ConditionFailed:
             header = self.p.read_header(self.id)
             if header is None:
-                raise TransactionNotFoundError("TX record is gone", tx_id=self.id) from None
+                raise self._gone() from None
             self._raise_if_decided(header)
             entry = header.entries.get(req.rid)
             if entry is None or entry.nonce != new:
@@ -1294,14 +1316,13 @@ class Transaction:
                 raise
             header = self.p.decide(self.id, s.STATE_COMMITTED, expect_version=self._version)
             if header is None:
-                raise TransactionNotFoundError("TX record is gone", tx_id=self.id)
+                raise self._gone()
             if header.state == s.STATE_COMMITTED:
                 self._state = s.STATE_COMMITTED
                 self._complete(header)
                 return
             if header.state == s.STATE_ROLLED_BACK:
-                self._state = s.STATE_ROLLED_BACK
-                self.p.finish(header, self._known())
+                self._settle_decided(header)
                 raise TransactionRolledBackError(
                     "transaction was rolled back by another coordinator", tx_id=self.id
                 )
@@ -1369,7 +1390,7 @@ class Transaction:
             return
         header = self.p.decide(self.id, s.STATE_ROLLED_BACK)
         if header is None:
-            raise TransactionNotFoundError("TX record is gone", tx_id=self.id)
+            raise self._gone()
         self._state = header.state
         if header.state == s.STATE_COMMITTED:
             self._complete(header)
