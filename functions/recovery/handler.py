@@ -16,7 +16,6 @@ Any event may carry ``"correlation_id"`` (a string) for the logs. The answer is
 
 import base64
 import binascii
-import os
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Final, Literal
@@ -41,7 +40,6 @@ copy_config_to_registered_loggers(source_logger=logger, include={"ddbtx"})
 
 # Cold start: a missing or malformed variable fails here, with a message naming it.
 SETTINGS: Final = JanitorSettings.from_env()
-SAFETY_MARGIN: Final = float(os.environ.get("SWEEP_SAFETY_MARGIN_SECONDS", "10"))
 MANAGER: Final = SETTINGS.manager(janitor_client())
 
 # --- event models -------------------------------------------------------------------
@@ -137,7 +135,7 @@ def sweep(event: SweepEvent, context: LambdaContext) -> dict[str, Any]:
         ages["rollback_after"] = timedelta(seconds=event.rollback_after_seconds)
     if event.delete_after_seconds is not None:
         ages["delete_after"] = timedelta(seconds=event.delete_after_seconds)
-    sweeper = SETTINGS.sweeper(MANAGER, safety_margin=SAFETY_MARGIN, **ages)
+    sweeper = SETTINGS.sweeper(MANAGER, **ages)
 
     def remaining() -> float:
         return context.get_remaining_time_in_millis() / 1000

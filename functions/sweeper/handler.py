@@ -6,13 +6,13 @@ deadline, and turns the report into logs and CloudWatch metrics (EMF).
 
 Environment: ``TRANSACTIONS_TABLE``, ``IMAGES_TABLE``, ``LOCKS_TABLE``,
 ``DATA_TABLES`` (comma-separated), ``ROLLBACK_AFTER_SECONDS``,
-``DELETE_AFTER_SECONDS``, ``SWEEP_PAGE_BUDGET``, optionally
-``SWEEP_SAFETY_MARGIN_SECONDS`` (default 20), and Powertools' own variables.
+``DELETE_AFTER_SECONDS``, ``SWEEP_PAGE_BUDGET``, optionally ``SWEEP_PAGE_SIZE``
+(default 100) and ``SWEEP_SAFETY_MARGIN_SECONDS`` (default 20), and Powertools' own
+variables.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Final
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -45,8 +45,7 @@ METRIC_NAMES: Final = {
 
 # Cold start: a missing or malformed variable fails here, with a message naming it.
 SETTINGS: Final = JanitorSettings.from_env()
-SAFETY_MARGIN: Final = float(os.environ.get("SWEEP_SAFETY_MARGIN_SECONDS", "20"))
-SWEEPER: Final = SETTINGS.sweeper(SETTINGS.manager(janitor_client()), safety_margin=SAFETY_MARGIN)
+SWEEPER: Final = SETTINGS.sweeper(SETTINGS.manager(janitor_client()))
 
 
 def publish(report: SweepReport) -> None:

@@ -143,7 +143,13 @@ def cmd_sweep(
             data_tables=opts.data_tables,
             progress=advance,
         )
-        report = sweeper.run_full() if full else sweeper.run(page_budget=page_budget)
+        # Without a budget this sweep covers everything, so it starts from the beginning;
+        # with one it continues where the last sweep (Lambda's or ours) stopped.
+        report = (
+            sweeper.run_full()
+            if full
+            else sweeper.run(page_budget=page_budget, resume=page_budget is not None)
+        )
     data = report.to_dict()
     if opts.as_json:
         _print_json(data)

@@ -59,6 +59,8 @@ PARTITIONS: Final = tuple(
     for tag in (s.STATE_PENDING, s.STATE_COMMITTED, s.STATE_ROLLED_BACK, s.STATE_FINISHED_TAG)
     for shard in range(s.SWEEP_SHARDS)
 )
+#: Most stuck transaction ids a report lists.
+MAX_STUCK_IDS: Final = 100
 TASK_IMAGES: Final = "images"
 TASK_LOCKS: Final = "locks"
 _DATA_PREFIX: Final = "data:"
@@ -151,7 +153,8 @@ class SweepReport:
     errors
         Records or rows whose step failed (logged with their ids); retried next run.
     stuck
-        Pending records found older than the rollback age (ids in ``stuck_ids``).
+        Pending records found older than the rollback age (the first
+        :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).
     pages
         Scan pages read (what the page budget limits).
     complete
@@ -226,13 +229,14 @@ class JanitorSettings:
     delete_after: timedelta = timedelta(days=1)
     page_budget: int = 50
     page_size: int = 100
+    safety_margin: float = 20.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> JanitorSettings:
         """Read and validate ``TRANSACTIONS_TABLE``, ``IMAGES_TABLE``, ``LOCKS_TABLE``,
         ``DATA_TABLES`` (comma-separated), ``ROLLBACK_AFTER_SECONDS``,
-        ``DELETE_AFTER_SECONDS``, ``SWEEP_PAGE_BUDGET`` and (optional, default 100)
-        ``SWEEP_PAGE_SIZE``.
+        ``DELETE_AFTER_SECONDS``, ``SWEEP_PAGE_BUDGET``, and the optional
+        ``SWEEP_PAGE_SIZE`` (default 100) and ``SWEEP_SAFETY_MARGIN_SECONDS`` (default 20).
 
         Raises
         ------
@@ -256,6 +260,7 @@ class JanitorSettings:
             delete_after=timedelta(seconds=_env_int(env, "DELETE_AFTER_SECONDS", 86_400, 0)),
             page_budget=_env_int(env, "SWEEP_PAGE_BUDGET", 50, 1),
             page_size=_env_int(env, "SWEEP_PAGE_SIZE", 100, 1),
+            safety_margin=_env_int(env, "SWEEP_SAFETY_MARGIN_SECONDS", 20, 0),
         )
 
     def manager(self, client: Any, **options: Any) -> TransactionManager:
@@ -270,6 +275,7 @@ class JanitorSettings:
             "locks_table": self.locks_table,
             "data_tables": self.data_tables,
             "page_size": self.page_size,
+            "safety_margin": self.safety_margin,
         }
         settings.update(options)
         return Sweeper(manager, **settings)
@@ -594,7 +600,9 @@ class Sweeper:
         if stuck:
             run.count("stuck")
             with run.lock:
-                run.report.stuck_ids.append(tx_id)
+                # The count stays exact; the ids are for the log and are capped.
+                if len(run.report.stuck_ids) < MAX_STUCK_IDS:
+                    run.report.stuck_ids.append(tx_id)
         try:
             outcome = self.tm.sweep(
                 tx_id, rollback_after=self.rollback_after, delete_after=self.delete_after
