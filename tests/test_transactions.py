@@ -548,7 +548,7 @@ def test_given_requests_past_the_item_limit_when_committed_crashed_and_swept_the
     # When a second one dies half-way through its requests
     victim = make_tm(max_workers=1)
     chaos = Chaos(victim.client)
-    chaos.arm("before", at=170)  # past 30 requests: the header has spilled
+    chaos.arm("before", at=100)  # past ~30 requests of 3 calls: the header has spilled
     second = victim.begin()
     with pytest.raises(Crash):
         write_all(second, "two")

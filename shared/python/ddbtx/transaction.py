@@ -187,6 +187,7 @@ class TransactionManager:
         self.contention = Contention(contention)
         self.rng = rng or random.Random()
         self._keys: dict[str, tuple[str, ...]] = dict(key_schemas or {})
+        self._put_paths: dict[str, str] = {}  # per table: did the last put insert or replace?
         self.protocol = Protocol(
             client,
             transactions_table,
@@ -830,18 +831,27 @@ class Transaction:
         req = local.request
         if local.locked:  # upgrade of our own read lock, or the retry of an interrupted write
             return self._apply_locked(local)
-        # A put usually creates an item, other requests usually find one: guess
-        # the likelier path first; a wrong guess costs one failed conditional write.
-        path = "insert" if req.op == "put" else "existing"
+        # Other requests usually find their item; a put creates one, or replaces
+        # one, as the last put on that table did. A wrong guess costs one failed
+        # conditional write; after a missed insert the item most likely exists.
+        path = self.manager._put_paths.get(req.table, "insert") if req.op == "put" else "existing"
+        guessing = True
         misses = 0
         waiter = _Waiter(self.manager)
         while True:
             try:
                 if path == "existing":
-                    return self._lock_existing(local)
-                return self._lock_insert(local)
+                    result = self._lock_existing(local)
+                else:
+                    result = self._lock_insert(local)
+                if req.op == "put":
+                    self.manager._put_paths[req.table] = path
+                return result
             except ConditionFailed:
-                pass
+                if guessing and path == "insert":
+                    guessing, path = False, "existing"
+                    continue
+                guessing = False
             except ValidationFailed as exc:
                 raise InvalidRequestError(
                     f"DynamoDB rejected the request: {exc}",
