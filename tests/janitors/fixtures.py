@@ -66,7 +66,11 @@ def sweeper(janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch) -> Call
 
     def cold_start() -> ModuleType:
         monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "ddbtx-sweeper")
-        return load_handler("sweeper")
+        module = load_handler("sweeper")
+        # Powertools keeps metrics in class-level state shared by every import in this
+        # process (tests run two "instances" in threads); a cold start begins empty.
+        module.metrics.clear_metrics()
+        return module
 
     return cold_start
 
