@@ -127,3 +127,9 @@ def emf_metrics(output: str) -> dict[str, float]:
                 value = doc[metric["Name"]]
                 values[metric["Name"]] = sum(value) if isinstance(value, list) else value
     return values
+
+
+def drop_record(client: Any, tables: Tables, tx_id: str) -> None:
+    """Delete a TX record header behind the protocol's back (as a lost record would be)."""
+    key = {schema.TX_PK: {"S": tx_id}, schema.TX_SK: {"S": schema.TX_HEADER_SK}}
+    client.delete_item(TableName=tables.tx, Key=key)

@@ -12,7 +12,7 @@ from ddbtx import TransactionManager
 from ddbtx import schema as s
 from helpers import assert_clean, data_state, scan
 
-from .support import JanitorTables, LambdaContext, abandon
+from .support import JanitorTables, LambdaContext, abandon, drop_record
 
 pytest_plugins = ("janitors.fixtures",)
 
@@ -152,7 +152,7 @@ def test_given_a_lock_whose_record_is_gone_when_broken_twice_then_it_is_released
     # Given a transfer whose TX record vanished while it held its locks
     t = janitor_env
     tx_id = abandon(young_tm, t.data, "pending", ("a", "b"))
-    ddb.delete_item(TableName=t.tx, Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}})
+    drop_record(ddb, t, tx_id)
     event = {"action": "break_lock", "table": t.data, "key": {"pk": {"S": "a"}}}
 
     # When an operator breaks the lock on "a", twice

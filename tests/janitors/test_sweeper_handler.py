@@ -20,6 +20,7 @@ from .support import (
     JanitorTables,
     LambdaContext,
     abandon,
+    drop_record,
     emf_metrics,
     load_handler,
     scheduled_event,
@@ -135,7 +136,7 @@ def test_given_locks_whose_record_is_gone_or_finished_when_swept_then_items_are_
     # one, so only the data-table scan can find it), and a stray lock of a finished one
     t = janitor_env
     gone = abandon(young_tm, t.data, "pending", ("a", "b"))
-    ddb.delete_item(TableName=t.tx, Key={s.TX_PK: {"S": gone}, s.TX_SK: {"S": s.TX_HEADER_SK}})
+    drop_record(ddb, t, gone)
     stray = abandon(young_tm, t.data, "pending", ("c", "d"))
     record = young_tm.protocol.read_header(stray)
     assert record is not None
@@ -165,7 +166,7 @@ def test_given_an_orphan_image_a_lock_still_needs_when_swept_then_the_item_is_re
         UpdateExpression="SET balance = :n",
         ExpressionAttributeValues={":n": {"N": "2"}},
     )
-    ddb.delete_item(TableName=t.tx, Key={s.TX_PK: {"S": tx.id}, s.TX_SK: {"S": s.TX_HEADER_SK}})
+    drop_record(ddb, t, tx.id)
     assert len(scan(ddb, t.images)) == 1
 
     # When the sweeper runs
@@ -235,7 +236,7 @@ def test_given_a_page_budget_when_swept_repeatedly_then_each_run_continues_where
             UpdateExpression="SET balance = :n",
             ExpressionAttributeValues={":n": {"N": "9"}},
         )
-    ddb.delete_item(TableName=t.tx, Key={s.TX_PK: {"S": tx.id}, s.TX_SK: {"S": s.TX_HEADER_SK}})
+    drop_record(ddb, t, tx.id)
     monkeypatch.setenv("SWEEP_PAGE_BUDGET", "1")
     monkeypatch.setenv("SWEEP_PAGE_SIZE", "2")
     module = sweeper()

@@ -488,8 +488,7 @@ class Sweeper:
     def _cursor_key(self) -> Item:
         return {s.TX_PK: {"S": CURSOR_ID}, s.TX_SK: {"S": CURSOR_SK}}
 
-    def load_cursor(self) -> tuple[int, Cursor]:
-        """The stored cursor and its generation (0 and the start when there is none)."""
+    def _cursor_row(self) -> Item | None:
         resp = call(
             self.client,
             "get_item",
@@ -497,7 +496,12 @@ class Sweeper:
             Key=self._cursor_key(),
             ConsistentRead=True,
         )
-        row = resp.get("Item")
+        row: Item | None = resp.get("Item")
+        return row
+
+    def load_cursor(self) -> tuple[int, Cursor]:
+        """The stored cursor and its generation (0 and the start when there is none)."""
+        row = self._cursor_row()
         if not row:
             return 0, Cursor()
         try:
@@ -536,14 +540,7 @@ class Sweeper:
         except ConditionFailed:
             # Our own write whose response was lost looks the same as a concurrent
             # sweeper's: the token in the row tells them apart.
-            resp = call(
-                self.client,
-                "get_item",
-                TableName=self.tm.transactions_table,
-                Key=self._cursor_key(),
-                ConsistentRead=True,
-            )
-            mine: bool = resp.get("Item", {}).get(_CURSOR_BY, {}).get("S") == token
+            mine: bool = (self._cursor_row() or {}).get(_CURSOR_BY, {}).get("S") == token
             if not mine:
                 logger.info("a concurrent sweeper advanced the cursor; keeping its position")
             return mine
