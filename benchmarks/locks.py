@@ -81,7 +81,7 @@ class Handoff:
     waiting: str  # the waiter's requests before the holder released
     after: str  # its requests from the release to the grant
     after_total: int
-    polls_after: int  # look-aheads (queries) after the release
+    polls_after: int  # reads (looks at the queue) after the release
 
 
 def measure_fifo_handoff(db: LocalDynamo, table: str) -> Handoff:
@@ -122,7 +122,7 @@ def measure_fifo_handoff(db: LocalDynamo, table: str) -> Handoff:
         if not granted:
             raise RuntimeError("the FIFO waiter was not granted the lock")
         granted[0].release()
-    return Handoff(before, _ops(counts), counts.total, counts.by_operation["Query"])
+    return Handoff(before, _ops(counts), counts.total, counts.reads)
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def measure_fifo_real(db: LocalDynamo, table: str, hold: float) -> RealHandoff:
             thread = threading.Thread(target=wait_for_it)
             thread.start()
             time.sleep(hold)
-            polls = counts.by_operation["Query"]
+            polls = counts.reads
             held.release()
             released_at = time.perf_counter()
             thread.join(60)

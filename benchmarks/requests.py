@@ -8,7 +8,8 @@ schema (``DescribeTable`` is once per table per manager and reported apart).
 
 Usage::
 
-    python -m benchmarks.requests                   # N = 1, 5, 25, 100 on both emulators
+    python -m benchmarks.requests                   # N = 1, 5, 25 on both emulators
+    python -m benchmarks.requests --sizes 1,5,25,100   # the README figures
     python -m benchmarks.requests --sizes 1,5 --backend moto --chart none
 """
 
@@ -27,6 +28,7 @@ from ddbtx.local import Kind
 
 from ._common import (
     DATA_KEY,
+    Tables,
     backend_argument,
     chosen_kinds,
     create_tables,
@@ -37,16 +39,20 @@ from ._common import (
     unique_name,
 )
 
-DEFAULT_SIZES = (1, 5, 25, 100)
+#: N = 100 as well (``--sizes 1,5,25,100``) takes minutes more on a loaded emulator.
+DEFAULT_SIZES = (1, 5, 25)
 DEFAULT_CHART = Path(__file__).with_name("requests.png")
 
 #: Request kinds: what each of the N requests of a transaction is.
 #: ``insert`` is a put conditioned on ``attribute_not_exists``; ``put-new`` and
 #: ``put-over`` are unconditional puts of an absent and of an existing item.
 KINDS = ("update", "insert", "put-new", "put-over", "delete", "read", "mix")
+#: Kinds ``tx.write_all`` takes (writes only).
+BATCH_KINDS = ("update", "insert", "put-new", "put-over", "delete", "mix-writes")
 #: The mix cycles through these, in this order.
 MIX = ("update", "insert", "delete", "read")
 PATHS = ("commit", "rollback")
+BATCH = "commit (write_all)"
 
 
 def java_writes(n: int) -> int:
@@ -63,8 +69,15 @@ def target_total(n: int) -> int:
     return 4 * n + 4
 
 
+MIX_WRITES = ("update", "insert", "delete")
+
+
 def request_kind(kind: str, index: int) -> str:
-    return MIX[index % len(MIX)] if kind == "mix" else kind
+    if kind == "mix":
+        return MIX[index % len(MIX)]
+    if kind == "mix-writes":
+        return MIX_WRITES[index % len(MIX_WRITES)]
+    return kind
 
 
 def needs_item(kind: str) -> bool:
@@ -72,31 +85,42 @@ def needs_item(kind: str) -> bool:
     return kind in ("update", "put-over", "delete", "read")
 
 
-def issue(tx: Transaction, kind: str, table: str, pk: str) -> None:
-    """Send one request of the given kind inside ``tx``."""
+def request_params(kind: str, table: str, pk: str) -> tuple[str, dict[str, Any]]:
+    """The boto3 operation and parameters of one request of the given kind."""
     item = {**key(pk), "balance": {"N": "1"}}
     if kind == "update":
-        tx.update_item(
-            TableName=table,
-            Key=key(pk),
-            UpdateExpression="SET balance = balance + :d",
-            ExpressionAttributeValues={":d": {"N": "1"}},
-        )
-    elif kind == "insert":
-        tx.put_item(
-            TableName=table,
-            Item=item,
-            ConditionExpression="attribute_not_exists(#k)",
-            ExpressionAttributeNames={"#k": DATA_KEY},
-        )
-    elif kind in ("put-new", "put-over"):
-        tx.put_item(TableName=table, Item=item)
-    elif kind == "delete":
-        tx.delete_item(TableName=table, Key=key(pk))
-    elif kind == "read":
-        tx.get_item(TableName=table, Key=key(pk))
-    else:
-        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+        return "Update", {
+            "TableName": table,
+            "Key": key(pk),
+            "UpdateExpression": "SET balance = balance + :d",
+            "ExpressionAttributeValues": {":d": {"N": "1"}},
+        }
+    if kind == "insert":
+        return "Put", {
+            "TableName": table,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#k)",
+            "ExpressionAttributeNames": {"#k": DATA_KEY},
+        }
+    if kind in ("put-new", "put-over"):
+        return "Put", {"TableName": table, "Item": item}
+    if kind == "delete":
+        return "Delete", {"TableName": table, "Key": key(pk)}
+    if kind == "read":
+        return "Get", {"TableName": table, "Key": key(pk)}
+    raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+
+
+def issue(tx: Transaction, kind: str, table: str, pk: str) -> None:
+    """Send one request of the given kind inside ``tx``."""
+    operation, params = request_params(kind, table, pk)
+    send = {
+        "Update": tx.update_item,
+        "Put": tx.put_item,
+        "Delete": tx.delete_item,
+        "Get": tx.get_item,
+    }[operation]
+    send(**params)
 
 
 @dataclass(frozen=True)
@@ -115,24 +139,47 @@ class TxCount:
         return self.reads + self.writes
 
 
+def fresh_manager(client: Any, tables: Tables) -> TransactionManager:
+    """A new manager whose data table key schema is known (no DescribeTable, no history)."""
+    return TransactionManager(
+        client, tables.tx, tables.images, key_schemas={tables.data: (DATA_KEY,)}
+    )
+
+
 def measure_transaction(
-    tm: TransactionManager, table: str, kind: str, n: int, path: str
+    client: Any, tables: Tables, kind: str, n: int, path: str, *, batch: bool = False
 ) -> TxCount:
-    """begin + N requests of ``kind`` + commit/rollback + delete, counted exactly."""
+    """begin + N requests of ``kind`` + commit/rollback + delete, counted exactly.
+
+    Each measurement has a fresh manager, so no guess learnt from an earlier
+    transaction (puts learn whether they insert or replace) changes the figure.
+    With ``batch`` the N requests go in one ``tx.write_all`` call.
+    """
+    tm = fresh_manager(client, tables)
     run = uuid.uuid4().hex[:8]
     keys = [f"{kind}-{n}-{run}-{i}" for i in range(n)]
     kinds = [request_kind(kind, i) for i in range(n)]
-    seed(tm.client, table, [pk for pk, k in zip(keys, kinds, strict=True) if needs_item(k)])
-    with count_requests(tm.client) as counts:
+    seed(client, tables.data, [pk for pk, k in zip(keys, kinds, strict=True) if needs_item(k)])
+    with count_requests(client) as counts:
         tx = tm.begin()
-        for pk, k in zip(keys, kinds, strict=True):
-            issue(tx, k, table, pk)
+        if batch:
+            tx.write_all(
+                [
+                    dict([request_params(k, tables.data, pk)])
+                    for pk, k in zip(keys, kinds, strict=True)
+                ]
+            )
+        else:
+            for pk, k in zip(keys, kinds, strict=True):
+                issue(tx, k, tables.data, pk)
         if path == "commit":
             tx.commit()
         else:
             tx.rollback()
         tx.delete()
-    return TxCount(path, kind, n, counts.reads, counts.writes, dict(counts.by_operation))
+    tm.protocol.close()
+    route = BATCH if batch else path
+    return TxCount(route, kind, n, counts.reads, counts.writes, dict(counts.by_operation))
 
 
 def measure_describe(client: Any, tx_table: str, images_table: str, table: str) -> int:
@@ -237,15 +284,19 @@ def run_backend(
 ) -> BackendResult:
     """Every kind, size and path, DescribeTable and committed reads on one emulator."""
     tables = create_tables(client, name)
-    tm = TransactionManager(client, tables.tx, tables.images)
-    tm.key_names(tables.data)  # warm-up: DescribeTable is counted apart
     counts = [
-        measure_transaction(tm, tables.data, k, n, path)
+        measure_transaction(client, tables, k, n, path)
         for path in PATHS
         for k in KINDS
         for n in sizes
     ]
+    counts += [
+        measure_transaction(client, tables, k, n, "commit", batch=True)
+        for k in BATCH_KINDS
+        for n in sizes
+    ]
     describe = measure_describe(client, tables.tx, tables.images, tables.data)
+    tm = fresh_manager(client, tables)
     reads = measure_committed_reads(tm, tables.data)
     native = [measure_native(tm, tables.data, n) for n in sizes if n <= 100]
     return BackendResult(kind, counts, describe, reads, native)
@@ -255,14 +306,15 @@ def run_backend(
 
 
 def linear(points: Sequence[tuple[int, int]]) -> str:
-    """``aN+b`` when the points lie on one integer line, else the values listed."""
+    """``aN+b`` when the points lie on one integer line, else the values joined by ``/``."""
+    listed = "/".join(str(v) for _, v in points)
     if len(points) < 2:
-        return ", ".join(f"{v} @N={n}" for n, v in points)
+        return listed
     (n0, v0), (n1, v1) = points[0], points[1]
     a, rem = divmod(v1 - v0, n1 - n0)
     b = v0 - a * n0
     if rem or any(v != a * n + b for n, v in points):
-        return ", ".join(f"{v}@{n}" for n, v in points)
+        return listed
     if a == 0:
         return str(b)
     slope = "N" if a == 1 else f"{a}N"
@@ -297,9 +349,8 @@ def transaction_table(path: str, counts: Sequence[TxCount], backends: str) -> st
             ]
         )
     headers = ["kind", "N", "reads", "writes", "total", "<=4N+4", "Java (6N+4)W+(N+2)R", "target"]
-    title = (
-        f"Requests per transaction, {path} path: begin + N requests + {path} + delete ({backends})"
-    )
+    body = "tx.write_all(N requests) + commit" if path == BATCH else f"N requests + {path}"
+    title = f"Requests per transaction, {path} path: begin + {body} + delete ({backends})"
     return render(title, headers, rows)
 
 
@@ -322,8 +373,9 @@ def formula_table(counts: Sequence[TxCount]) -> str:
                 ", ".join(parts),
             ]
         )
+    sizes = "/".join(str(n) for n in sorted({c.n for c in counts}))
     return render(
-        "Requests as a function of N, by operation",
+        f"Requests as a function of N, by operation (a/b/...: the values at N = {sizes})",
         ["path", "kind", "reads", "writes", "total", "by operation"],
         rows,
     )
@@ -360,13 +412,13 @@ def draw_chart(counts: Sequence[TxCount], path: Path) -> None:
 
     sizes = sorted({c.n for c in counts})
     width = 0.8 / len(KINDS)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     for ax, route in zip(axes, PATHS, strict=True):
         totals = {(c.kind, c.n): c.total for c in counts if c.path == route}
         for k, kind in enumerate(KINDS):
             xs = [g + (k - (len(KINDS) - 1) / 2) * width for g in range(len(sizes))]
             bars = ax.bar(xs, [totals[kind, n] for n in sizes], width, label=kind)
-            ax.bar_label(bars, fontsize=6, padding=1)
+            ax.bar_label(bars, fontsize=6, padding=1, rotation=90)
         for g, n in enumerate(sizes):
             span = (g - 0.45, g + 0.45)
             target = "target 4N+4" if g == 0 else None
@@ -376,6 +428,7 @@ def draw_chart(counts: Sequence[TxCount], path: Path) -> None:
         ax.set_title(f"{route} path")
         ax.set_xticks(range(len(sizes)), [f"N={n}" for n in sizes])
         ax.set_yscale("log")
+        ax.margins(y=0.12)  # room for the rotated labels
         ax.yaxis.set_major_formatter(ScalarFormatter())
         ax.grid(True, axis="y", which="both", alpha=0.3)
     axes[0].set_ylabel("DynamoDB requests per transaction (log)")
@@ -399,7 +452,7 @@ def report(results: Sequence[BackendResult], chart: Path | None) -> str:
     for group in groups:
         label = "identical on " + " and ".join(r.kind for r in group)
         res = group[0]
-        out += [transaction_table(p, res.counts, label) for p in PATHS]
+        out += [transaction_table(p, res.counts, label) for p in (*PATHS, BATCH)]
         out.append(formula_table(res.counts))
         out.append(
             f"DescribeTable: {res.describe} per data table per manager "
