@@ -7,6 +7,7 @@ a freshly started emulator), so a failure found by one replays in the other.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -15,14 +16,43 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from botocore.httpsession import URLLib3Session
+
 from ddbtx import SweepOutcome, TransactionManager
 from ddbtx import schema as s
 from ddbtx.local import LocalDynamo
+from ddbtx.locks import create_lock_table
 
 #: Seconds without a change after which the sweeper rolls a pending transaction back.
 ROLLBACK_AGE = 60.0
 #: Keep finished records this long in the sweeps that check outcomes (deleted later).
 KEEP = timedelta(hours=1)
+
+
+#: One request at a time to moto: see :func:`serialize`.
+_MOTO_LOCK = threading.Lock()
+
+
+class _SerialSend:
+    def __init__(self) -> None:
+        self.session = URLLib3Session()
+
+    def __call__(self, request: Any, **_: Any) -> Any:
+        with _MOTO_LOCK:
+            return self.session.send(request)
+
+
+def serialize(client: Any) -> None:
+    """Send this client's requests to moto one at a time.
+
+    moto's server evaluates a conditional ``UpdateItem`` and applies it in two
+    steps that concurrent requests can interleave (two callers both pass
+    ``attribute_not_exists``), while DynamoDB and dynalite apply each item write
+    atomically. Serialising requests restores DynamoDB's per-item atomicity, so
+    the concurrent workloads test ddbtx rather than the emulator. Registered
+    last, so the fault injector's own send hooks still come first.
+    """
+    client.meta.events.register_last("before-send.dynamodb", _SerialSend())
 
 
 class SkewClock:
@@ -50,8 +80,10 @@ class Env:
     tx_table: str
     images_table: str
     data_table: str
+    locks_table: str = ""
     clock: SkewClock = field(default_factory=SkewClock)
     _clients: dict[int, Any] = field(default_factory=dict)
+    _locks_made: bool = False
 
     @property
     def kind(self) -> str:
@@ -59,10 +91,13 @@ class Env:
 
     def client(self, max_attempts: int = 3, *, fresh: bool = False) -> Any:
         """A client on the backend; shared per ``max_attempts`` unless ``fresh``."""
-        if fresh:
-            return self.backend.client(max_attempts=max_attempts)
-        if max_attempts not in self._clients:
-            self._clients[max_attempts] = self.backend.client(max_attempts=max_attempts)
+        if fresh or max_attempts not in self._clients:
+            client = self.backend.client(max_attempts=max_attempts)
+            if self.kind == "moto":
+                serialize(client)
+            if fresh:
+                return client
+            self._clients[max_attempts] = client
         return self._clients[max_attempts]
 
     def coordinator(
@@ -91,6 +126,13 @@ class Env:
             self.images_table,
             **settings,
         )
+
+    def lock_table(self) -> str:
+        """The :mod:`ddbtx.locks` table, created on first use."""
+        if not self._locks_made:
+            create_lock_table(self.client(), self.locks_table)
+            self._locks_made = True
+        return self.locks_table
 
     # -- the sweeper -------------------------------------------------------------
 
@@ -184,19 +226,13 @@ class Env:
 
     def residue(self, keys: list[str], tx_ids: list[str]) -> list[str]:
         """Everything the protocol left behind on these items and transactions."""
-        return [problem for problem, _ in self.residue_classified(keys, tx_ids)]
-
-    def residue_classified(self, keys: list[str], tx_ids: list[str]) -> list[tuple[str, bool]]:
-        """Leftovers, each flagged True when it is a stray lock of a *finished* transaction."""
-        problems: list[tuple[str, bool]] = []
+        problems: list[str] = []
         for pk in keys:
             item = self.item(pk) or {}
             leftover = sorted(a for a in item if a.startswith(s.RESERVED_PREFIX))
             if leftover:
                 owner = item.get(s.ATTR_LOCK, {}).get("S", "").rsplit("/", 1)[0]
-                header = self.header(owner) if owner else None
-                stray = bool(header and header.get(s.TX_FINISHED) == {"BOOL": True})
-                problems.append((f"item {pk} keeps {leftover} (lock owner {owner})", stray))
+                problems.append(f"item {pk} keeps {leftover} (lock owner {owner or None})")
         client = self.client()
         for tx_id in tx_ids:
             images = client.query(
@@ -207,11 +243,10 @@ class Env:
                 ConsistentRead=True,
             )["Items"]
             if images:
-                problems.append((f"tx {tx_id} keeps {len(images)} image rows", False))
+                problems.append(f"tx {tx_id} keeps {len(images)} image rows")
             header = self.header(tx_id)
             if header is not None and header.get(s.TX_FINISHED) != {"BOOL": True}:
-                state = header[s.TX_STATE]["S"]
-                problems.append((f"tx {tx_id} record unfinished in state {state}", False))
+                problems.append(f"tx {tx_id} record unfinished in state {header[s.TX_STATE]['S']}")
         return problems
 
     def scan_data(self) -> list[dict[str, Any]]:
@@ -229,7 +264,7 @@ class Env:
 def create_env(backend: LocalDynamo) -> Env:
     """Fresh, uniquely named tables on a running backend (for the command-line runner)."""
     run = uuid.uuid4().hex[:10]
-    env = Env(backend, f"tx-{run}", f"img-{run}", f"data-{run}")
+    env = Env(backend, f"tx-{run}", f"img-{run}", f"data-{run}", f"locks-{run}")
     client = env.client()
     TransactionManager(client, env.tx_table, env.images_table).create_tables()
     client.create_table(
@@ -244,7 +279,8 @@ def create_env(backend: LocalDynamo) -> Env:
 
 def drop_env(env: Env) -> None:
     client = env.client()
-    for table in (env.tx_table, env.images_table, env.data_table):
+    tables = [env.tx_table, env.images_table, env.data_table]
+    for table in tables + ([env.locks_table] if env._locks_made else []):
         client.delete_table(TableName=table)
 
 

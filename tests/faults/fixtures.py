@@ -6,6 +6,8 @@ would displace ``tests/conftest.py`` (see the note in tests/infra).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from ddbtx.local import LocalDynamo
@@ -16,12 +18,16 @@ from .report import Report
 
 
 @pytest.fixture
-def env(backend: LocalDynamo, tables: Tables) -> Env:
-    """The suite's backend and fresh tables, with a skew-capable clock."""
-    return Env(backend, tables.tx, tables.images, tables.data)
+def env(backend: LocalDynamo, tables: Tables, table_name: Callable[[str], str]) -> Env:
+    """The suite's backend and fresh tables (a locks table on demand), with skewed clocks."""
+    return Env(backend, tables.tx, tables.images, tables.data, table_name("locks"))
 
 
 @pytest.fixture
-def report(backend: LocalDynamo, request: pytest.FixtureRequest) -> Report:
-    """A report named after the test; its anomalies carry a replay command line."""
-    return Report(request.node.originalname.removeprefix("test_"), backend.kind, seed=1)
+def make_report(backend: LocalDynamo) -> Callable[[str], Report]:
+    """A report named for its runner workload (``--only``), so replay lines work as printed."""
+
+    def make(workload: str) -> Report:
+        return Report(workload, backend.kind, seed=1)
+
+    return make

@@ -26,22 +26,18 @@ class Report:
     seed: int
     counts: Counter[str] = field(default_factory=Counter)
     anomalies: list[str] = field(default_factory=list)
-    #: Known core defects (each has a strict xfail test), by defect: replay lines.
-    known: dict[str, list[str]] = field(default_factory=dict)
+    #: Arguments every replay line of this report carries (e.g. the mutant in place).
+    replay_args: tuple[str, ...] = ()
 
     def anomaly(self, message: str, *replay_args: str) -> None:
-        replay = replay_command(self.backend, self.workload, self.seed, *replay_args)
+        replay = replay_command(
+            self.backend, self.workload, self.seed, *self.replay_args, *replay_args
+        )
         self.anomalies.append(f"{message}\n    replay: {replay}")
-
-    def known_bug(self, defect: str, message: str, *replay_args: str) -> None:
-        replay = replay_command(self.backend, self.workload, self.seed, *replay_args)
-        self.known.setdefault(defect, []).append(f"{message}\n    replay: {replay}")
 
     def merge(self, other: Report) -> None:
         self.counts.update(other.counts)
         self.anomalies.extend(other.anomalies)
-        for defect, cases in other.known.items():
-            self.known.setdefault(defect, []).extend(cases)
 
     def summary(self) -> str:
         shown = "\n".join(self.anomalies[:5])

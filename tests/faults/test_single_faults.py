@@ -6,26 +6,29 @@ these keep a representative slice in the ordinary suite, on both backends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from .env import Env
 from .report import Report, assert_no_anomalies
-from .single import KNOWN_STRAY_LOCK, Schedule, check_schedule, run_single
+from .single import Schedule, check_schedule, run_single
 
 pytest_plugins = ("faults.fixtures",)
 
 
 @pytest.mark.parametrize("finish", ["commit", "rollback"])
 def test_given_one_crash_at_any_call_when_the_sweeper_finishes_then_all_or_nothing_and_clean(
-    env: Env, report: Report, finish: str
+    env: Env, make_report: Callable[[str], Report], finish: str
 ) -> None:
     # Given an insert, an update and a delete, and each crash kind at each call index
-    shape = ("insert", "update", "delete")
+    report = make_report("single")
     # When the victim dies there and another coordinator or the sweeper takes over
     run_single(
         env,
         report,
-        shape_filter=[shape],
+        shape_filter=[("insert", "update", "delete")],
+        finishes=(finish,),
         kinds=("before", "after", "lost", "throttle"),
         sample=2,
     )
@@ -35,30 +38,45 @@ def test_given_one_crash_at_any_call_when_the_sweeper_finishes_then_all_or_nothi
 
 
 def test_given_a_read_lock_and_an_update_when_the_coordinator_pauses_then_the_competitor_wins(
-    env: Env, report: Report
+    env: Env, make_report: Callable[[str], Report]
 ) -> None:
     # Given a coordinator that pauses past the rollback age before each of its calls in turn,
     # while a sweeper rolls it back and a competitor overwrites its items
-    run_single(env, report, shape_filter=[("read", "update")], kinds=("pause",), sample=2)
+    report = make_report("single")
+    run_single(
+        env, report, shape_filter=[("read", "update")], finishes=("commit",), kinds=("pause",)
+    )
     # Then the competitor's writes stand and the paused coordinator's late calls change nothing
     assert report.counts["schedules"] >= 8
     assert_no_anomalies(report)
 
 
+def test_given_a_pause_before_the_lock_call_when_the_victim_commits_then_no_lock_is_left(
+    env: Env, make_report: Callable[[str], Report]
+) -> None:
+    """Regression: this schedule found the stray lock fixed in a4f65fd (commit path)."""
+    # Given a victim paused just before locking its item, rolled back and finished meanwhile
+    report = make_report("single")
+    # When it wakes up, locks the item and tries to commit
+    assert check_schedule(env, Schedule(("update",), "commit", "pause", 1, "sweeper"), report)
+    # Then it undoes its late lock: the competitor's write stands and nothing is left
+    assert_no_anomalies(report)
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="core bug: a coordinator paused past the rollback age locks (and writes) an item "
-    "after the sweeper finished its rolled-back record; commit()/rollback() skip finish() for "
-    "a finished header, so the stray lock stays. Replay: python -m tests.faults.run "
-    "--backend moto --only single --seed 1 --schedule update/commit/pause/1/sweeper/0",
+    reason="core bug: a coordinator paused past the rollback age locks and writes an item after "
+    "the sweeper finished its rolled-back record, then calls rollback(); unlike commit() "
+    "(fixed in a4f65fd) rollback() does not undo the late lock, so the lock, _tx:ap and "
+    "_tx:img stay on the item. Replay: python -m tests.faults.run --backend dynalite "
+    "--only single --schedule update/rollback/pause/1/sweeper/0",
 )
-def test_given_a_pause_before_the_lock_call_when_the_victim_resumes_then_no_lock_is_left(
-    env: Env, report: Report
+def test_given_a_pause_before_the_lock_call_when_the_victim_rolls_back_then_no_lock_is_left(
+    env: Env, make_report: Callable[[str], Report]
 ) -> None:
     # Given a victim paused just before locking its item, rolled back and finished meanwhile
-    schedule = Schedule(("update",), "commit", "pause", 1, "sweeper")
-    # When it wakes up, locks the item and tries to commit
-    assert check_schedule(env, schedule, report)
-    # Then its stray lock is gone (it is not: the known core defect)
-    assert KNOWN_STRAY_LOCK not in report.known
+    report = make_report("single")
+    # When it wakes up, locks the item, applies its write and rolls back
+    assert check_schedule(env, Schedule(("update",), "rollback", "pause", 1, "sweeper"), report)
+    # Then its late lock is undone and nothing is left
     assert_no_anomalies(report)

@@ -1,0 +1,182 @@
+"""Workload 4: the FIFO and lease locks under crashes, pauses and skewed clocks.
+
+Processes (threads, each its own client and clock offset) acquire one resource
+in turn. Inside the critical section a holder renews its lease and makes
+protected writes guarded by its fencing token: the data item keeps the highest
+token written and refuses smaller ones. Sometimes a holder pauses past its
+lease (and then writes without checking, as a paused process would), and
+sometimes a process crashes around any of its lock calls and restarts.
+
+Checked: grants come in strictly increasing token order (the FIFO lock's
+tokens are its tickets, so this is FIFO order too); two holders are only ever
+inside together when the earlier one paused or died; the accepted protected
+writes never interleave (their tokens never go down).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.errors import DdbtxError
+from ddbtx.locks import FifoLock, LeaseLockClient
+
+from .env import Env
+from .report import Report
+
+#: Lease in simulated seconds: only pauses and deaths outlast it (waiters' sleeps advance time).
+LEASE = 1000.0
+PROCESSES = 3
+WRITES = 3
+
+
+@dataclass
+class Ledger:
+    """What the processes observed, in the order they observed it."""
+
+    grants: list[tuple[int, str]] = field(default_factory=list)
+    inside: dict[str, bool] = field(default_factory=dict)  # holder -> paused or died
+    problems: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def enter(self, holder: str, token: int) -> None:
+        with self.lock:
+            self.grants.append((token, holder))
+            live = [h for h, gone in self.inside.items() if not gone]
+            if live:
+                self.problems.append(f"{holder} (token {token}) entered while {live} held it")
+            self.inside[holder] = False
+
+    def mark_gone(self, holder: str) -> None:
+        with self.lock:
+            if holder in self.inside:
+                self.inside[holder] = True
+
+    def leave(self, holder: str) -> None:
+        with self.lock:
+            self.inside.pop(holder, None)
+
+
+class LockRun:
+    def __init__(self, env: Env, kind: str, seed: int, rounds: int) -> None:
+        self.env = env
+        self.kind = kind
+        self.seed = seed
+        self.rounds = rounds
+        self.table = env.lock_table()
+        self.resource = f"res{seed}-{kind}"
+        self.item = {"pk": {"S": f"fenced{seed}-{kind}"}}
+        self.ledger = Ledger()
+        self.writer = env.client(fresh=True)  # protected writes: never faulted
+        self.acquisitions = 0
+
+    def _client(self, name: str, offset: float) -> tuple[Any, Any]:
+        clock = self.env.clock
+        options: dict[str, Any] = {
+            "owner": name,
+            "lease_duration": LEASE,
+            "heartbeat_period": LEASE / 2,  # the heartbeat thread never fires: holders renew
+            "max_poll": LEASE / 20,
+            "clock": clock.view(offset),
+            "wall_clock": clock.view(offset),
+            "sleep": clock.advance,
+        }
+        client = self.env.client(fresh=True)
+        kind = FifoLock if self.kind == "fifo" else LeaseLockClient
+        return kind(client, self.table, **options), client
+
+    def process(self, number: int) -> None:
+        rng = random.Random(self.seed * 100 + number)
+        offset = rng.uniform(-2 * LEASE, 2 * LEASE)
+        incarnation = 0
+        locks, client = self._client(f"p{number}.{incarnation}", offset)
+        for _ in range(self.rounds):
+            chaos = Chaos(client)
+            if rng.random() < 0.15:
+                kind = rng.choice(("before", "after", "lost"))
+                chaos.arm(kind, rng.randrange(6))  # type: ignore[arg-type]
+            holder = f"p{number}.{incarnation}"
+            try:
+                self._round(rng, locks, holder)
+            except Crash:
+                self.ledger.mark_gone(holder)  # the process died; its lease runs out
+                locks.close()
+                incarnation += 1
+                locks, client = self._client(f"p{number}.{incarnation}", offset)
+                continue
+            except DdbtxError as exc:
+                self.ledger.problems.append(f"{holder}: {exc!r}")
+            finally:
+                chaos.close()
+        locks.close()
+
+    def _round(self, rng: random.Random, locks: Any, holder: str) -> None:
+        held = locks.acquire(self.resource)
+        self.acquisitions += 1
+        token = held.fencing_token
+        self.ledger.enter(holder, token)
+        paused = False
+        for step in range(WRITES):
+            if not paused and rng.random() < 0.1:
+                self.ledger.mark_gone(holder)
+                self.env.clock.advance(2 * LEASE)  # paused past the lease: waiters take over
+                paused = True
+            elif not paused and not held.heartbeat():
+                self.ledger.problems.append(f"{holder} lost token {token} without pausing")
+                break
+            self._protected_write(holder, token, step)
+        self.ledger.leave(holder)
+        held.release()
+
+    def _protected_write(self, holder: str, token: int, step: int) -> None:
+        refused = self.writer.exceptions.ConditionalCheckFailedException
+        with contextlib.suppress(refused):  # refused: a newer holder has written
+            self.writer.update_item(
+                TableName=self.env.data_table,
+                Key=self.item,
+                UpdateExpression="SET #log = list_append(if_not_exists(#log, :e), :w), #hi = :t",
+                # fencing: the data keeps the highest token and refuses smaller ones.
+                ConditionExpression="attribute_not_exists(#hi) OR #hi <= :t",
+                ExpressionAttributeNames={"#log": "log", "#hi": "hi"},
+                ExpressionAttributeValues={
+                    ":e": {"L": []},
+                    ":w": {"L": [{"S": f"{token}:{holder}:{step}"}]},
+                    ":t": {"N": str(token)},
+                },
+            )
+
+    def check(self) -> list[str]:
+        problems = list(self.ledger.problems)
+        tokens = [t for t, _ in self.ledger.grants]
+        if any(b <= a for a, b in itertools.pairwise(tokens)):
+            problems.append(f"grants out of token order: {self.ledger.grants}")
+        table = self.env.data_table
+        got = self.writer.get_item(TableName=table, Key=self.item, ConsistentRead=True)
+        log = [w["S"] for w in got.get("Item", {}).get("log", {}).get("L", [])]
+        written = [int(entry.split(":")[0]) for entry in log]
+        if any(b < a for a, b in itertools.pairwise(written)):
+            problems.append(f"protected writes interleaved: {log}")
+        return problems
+
+
+def run_locks(env: Env, report: Report, *, rounds: int, seed: int | None = None) -> None:
+    """Both lock kinds; anomalies go to the report with a replay line."""
+    seed = report.seed if seed is None else seed
+    for kind in ("fifo", "lease"):
+        run = LockRun(env, kind, seed, rounds)
+        threads = [threading.Thread(target=run.process, args=(n,)) for n in range(PROCESSES)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        problems = run.check()
+        report.counts["histories"] += 1
+        report.counts["lock_acquisitions"] += run.acquisitions
+        if problems:
+            message = f"{kind} lock seed {seed}: " + "; ".join(problems[:5])
+            report.anomaly(message, "--history-seed", str(seed))
