@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import schema as s
 from ._items import flag, lock_owner, strip
-from .errors import TransactionError
+from .errors import DdbtxError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -67,8 +67,11 @@ class Options:
         from botocore.config import Config
 
         config = Config(retries={"max_attempts": 5, "mode": "standard"})
+        region = self.region
+        if region is None and self.endpoint_url and not boto3.Session().region_name:
+            region = "us-east-1"  # a local endpoint ignores the region, but boto3 needs one
         return boto3.client(
-            "dynamodb", endpoint_url=self.endpoint_url, region_name=self.region, config=config
+            "dynamodb", endpoint_url=self.endpoint_url, region_name=region, config=config
         )
 
     def manager(self) -> Any:
@@ -343,13 +346,14 @@ def _transfer(tm: Any, plan: Planned, stats: BankStats) -> None:
         # The process is dead: nothing more runs for this transaction.
         with stats.lock:
             stats.killed += 1
-    except TransactionError:
+    except DdbtxError:
+        # A conflict (or an error DynamoDB reported): this live coordinator gives up.
         with stats.lock:
             stats.conflicts += 1
         try:
             if tx.state == s.STATE_PENDING:
                 tx.rollback()
-        except TransactionError:
+        except DdbtxError:
             pass  # decided by someone else meanwhile; the sweeper finishes it
     finally:
         chaos.close()
@@ -511,6 +515,12 @@ def run_demo(*, workers: int = 4, transfers: int = 8, accounts: int = 8, seed: i
     from rich.panel import Panel
 
     from .local import LOCAL_CREDENTIALS, LocalDynamo
+
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        _console().print("the demo needs moto's server: pip install 'moto[server,dynamodb]'")
+        return False
     from .locks import Mutex, create_lock_table
     from .transaction import TransactionManager
 
