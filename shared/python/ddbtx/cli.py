@@ -118,15 +118,17 @@ def cmd_sweep(
     full: bool,
 ) -> int:
     """Run the sweeper now, with a progress display; print its report."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
     from .sweeper import Sweeper
 
     console = _console()
+    manager = opts.manager()
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
-        TextColumn("{task.completed} rows"),
+        BarColumn(),
+        TextColumn("{task.completed} of ~{task.total} rows"),
         console=console,
         transient=True,
         disable=opts.as_json,
@@ -135,11 +137,16 @@ def cmd_sweep(
 
         def advance(name: str, rows: int) -> None:
             if name not in tasks:
-                tasks[name] = progress.add_task(name, total=None)
+                # Scans get a bar sized by the table's (approximate, 6-hourly) item count.
+                total = None
+                if not name.startswith("index"):
+                    described = manager.client.describe_table(TableName=name)["Table"]
+                    total = max(int(described.get("ItemCount", 0)), 1)
+                tasks[name] = progress.add_task(name, total=total)
             progress.advance(tasks[name], rows)
 
         sweeper: Sweeper = Sweeper(
-            opts.manager(),
+            manager,
             rollback_after=timedelta(seconds=rollback_after),
             delete_after=timedelta(seconds=delete_after),
             locks_table=opts.locks_table,
