@@ -289,6 +289,38 @@ def test_given_the_deadline_near_when_swept_then_it_stops_reports_and_the_next_r
     assert_clean(ddb, t)
 
 
+def test_given_the_deadline_inside_a_scan_page_when_swept_again_then_the_scan_resumes_there(
+    sweeper: Callable[[], Any],
+    young_tm: TransactionManager,
+    janitor_env: JanitorTables,
+    seed: Callable[..., None],
+    ddb: Any,
+) -> None:
+    # Given six items locked by a transaction whose record is gone (one scan page)
+    t = janitor_env
+    seed(**{f"k{i}": 1 for i in range(6)})
+    tx = young_tm.begin()
+    for i in range(6):
+        tx.get_item(TableName=t.data, Key={"pk": {"S": f"k{i}"}})
+    drop_record(ddb, t, tx.id)
+    module = sweeper()
+    starts = record_scans(module, t.data)
+
+    # When each run has time for the index pass and only a few items of the page
+    reports = []
+    while not reports or not reports[-1]["complete"]:
+        reports.append(module.handler(scheduled_event(), LambdaContext(checks_left=37)))
+        assert len(reports) < 10
+
+    # Then a run stopped inside the data table, the next scan started from the key it
+    # reported, and every lock was released once
+    inside = [r for r in reports if r["cursor"]["task"] == f"data:{t.data}"]
+    assert inside and inside[0]["cursor"]["scan_key"] is not None
+    assert {"pk": inside[0]["cursor"]["scan_key"]["pk"]} in starts
+    assert sum(r["locks_released"] for r in reports) == 6
+    assert_clean(ddb, t)
+
+
 def test_given_concurrent_and_duplicate_invocations_then_the_work_is_done_once_and_safely(
     sweeper: Callable[[], Any],
     old_tm: TransactionManager,
