@@ -8,9 +8,10 @@ lease (and then writes without checking, as a paused process would), and
 sometimes a process crashes around any of its lock calls and restarts.
 
 Checked: grants come in strictly increasing token order (the FIFO lock's
-tokens are its tickets, so this is FIFO order too); two holders are only ever
-inside together when the earlier one paused or died; the accepted protected
-writes never interleave (their tokens never go down).
+tokens are its tickets, so this is FIFO order too); a grant or a failed renewal
+only ever happens after the previous holder went a whole lease of simulated
+time without renewing (it paused, died, or was starved while waiters slept);
+the accepted protected writes never interleave (their tokens never go down).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError
 from ddbtx.locks import FifoLock, LeaseLockClient
 
-from .env import Env
+from .env import Env, SkewClock
 from .report import Report
 
 #: Lease in simulated seconds: only pauses and deaths outlast it (waiters' sleeps advance time).
@@ -37,25 +38,32 @@ WRITES = 3
 
 @dataclass
 class Ledger:
-    """What the processes observed, in the order they observed it."""
+    """What the processes observed, in the order they observed it, on the shared time line."""
 
+    clock: SkewClock
     grants: list[tuple[int, str]] = field(default_factory=list)
-    inside: dict[str, bool] = field(default_factory=dict)  # holder -> paused or died
+    #: Holders inside the critical section -> shared time just before their last renewal.
+    inside: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def enter(self, holder: str, token: int) -> None:
+    def enter(self, holder: str, token: int, since: float) -> None:
+        """A grant: every other holder must have gone a whole lease without renewing."""
         with self.lock:
             self.grants.append((token, holder))
-            live = [h for h, gone in self.inside.items() if not gone]
+            now = self.clock.now
+            live = [h for h, renewed in self.inside.items() if now - renewed < LEASE]
             if live:
                 self.problems.append(f"{holder} (token {token}) entered while {live} held it")
-            self.inside[holder] = False
+            self.inside[holder] = since
 
-    def mark_gone(self, holder: str) -> None:
+    def renewed(self, holder: str, token: int, sent: float, ok: bool) -> None:
         with self.lock:
-            if holder in self.inside:
-                self.inside[holder] = True
+            last = self.inside.get(holder, sent)
+            if ok:
+                self.inside[holder] = sent
+            elif sent - last < LEASE:
+                self.problems.append(f"{holder} lost token {token} within its lease")
 
     def leave(self, holder: str) -> None:
         with self.lock:
@@ -71,7 +79,7 @@ class LockRun:
         self.table = env.lock_table()
         self.resource = f"res{seed}-{kind}"
         self.item = {"pk": {"S": f"fenced{seed}-{kind}"}}
-        self.ledger = Ledger()
+        self.ledger = Ledger(env.clock)
         self.writer = env.client(fresh=True)  # protected writes: never faulted
         self.acquisitions = 0
 
@@ -103,9 +111,9 @@ class LockRun:
             holder = f"p{number}.{incarnation}"
             try:
                 self._round(rng, locks, holder)
-            except Crash:
-                self.ledger.mark_gone(holder)  # the process died; its lease runs out
-                locks.close()
+            except Crash:  # the process died: it renews no more, so its lease runs out
+                # Stop its heartbeat thread without close(), which would release the lock.
+                locks._heartbeats.close()
                 incarnation += 1
                 locks, client = self._client(f"p{number}.{incarnation}", offset)
                 continue
@@ -116,19 +124,23 @@ class LockRun:
         locks.close()
 
     def _round(self, rng: random.Random, locks: Any, holder: str) -> None:
+        since = self.env.clock.now
         held = locks.acquire(self.resource)
         self.acquisitions += 1
         token = held.fencing_token
-        self.ledger.enter(holder, token)
+        self.ledger.enter(holder, token, since)
         paused = False
         for step in range(WRITES):
             if not paused and rng.random() < 0.1:
-                self.ledger.mark_gone(holder)
                 self.env.clock.advance(2 * LEASE)  # paused past the lease: waiters take over
                 paused = True
-            elif not paused and not held.heartbeat():
-                self.ledger.problems.append(f"{holder} lost token {token} without pausing")
-                break
+            elif not paused:
+                sent = self.env.clock.now
+                ok = held.heartbeat()
+                self.ledger.renewed(holder, token, sent, ok)
+                if not ok:
+                    break
+            # A paused holder writes on without checking: fencing must refuse it if overtaken.
             self._protected_write(holder, token, step)
         self.ledger.leave(holder)
         held.release()
