@@ -10,7 +10,8 @@ depends on how long a test takes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -61,7 +62,21 @@ def janitor_env(
 
 
 @pytest.fixture
-def sweeper(janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
+def ddbtx_logger() -> Iterator[logging.Logger]:
+    """Put the ``ddbtx`` logger back as it was: a handler's cold start hands it
+    Powertools' handler and stops propagation, which would hide its records from
+    later tests in this worker."""
+    log = logging.getLogger("ddbtx")
+    saved = (list(log.handlers), log.propagate, log.level)
+    yield log
+    log.handlers, log.propagate = saved[0], saved[1]
+    log.setLevel(saved[2])
+
+
+@pytest.fixture
+def sweeper(
+    janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch, ddbtx_logger: logging.Logger
+) -> Callable[[], Any]:
     """Cold-start the sweeper handler with the environment as it is when called."""
 
     def cold_start() -> ModuleType:
@@ -76,7 +91,9 @@ def sweeper(janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch) -> Call
 
 
 @pytest.fixture
-def recovery(janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def recovery(
+    janitor_env: JanitorTables, monkeypatch: pytest.MonkeyPatch, ddbtx_logger: logging.Logger
+) -> ModuleType:
     """The recovery handler, cold-started."""
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "ddbtx-recovery")
     return load_handler("recovery")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from ddbtx.cli import main
 
+pytest_plugins = ("janitors.fixtures",)
+
 
 def test_given_a_fresh_machine_when_the_demo_runs_then_it_shows_damage_sweeps_and_ends_clean(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], ddbtx_logger: logging.Logger
 ) -> None:
     # Given nothing but this package (the demo starts its own DynamoDB)
     # When the demo runs a small bank with killed coordinators

@@ -3,6 +3,7 @@ resuming across runs, duplicate and concurrent invocations, configuration errors
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -377,7 +378,11 @@ def test_given_concurrent_and_duplicate_invocations_then_the_work_is_done_once_a
     ],
 )
 def test_given_a_bad_environment_when_the_sweeper_cold_starts_then_it_names_the_variable(
-    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+    monkeypatch: pytest.MonkeyPatch,
+    ddbtx_logger: logging.Logger,
+    variable: str,
+    value: str,
+    message: str,
 ) -> None:
     # Given a complete configuration with one variable broken
     for name, good in {
