@@ -9,6 +9,7 @@ holds, no balance is negative and nothing is left locked.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ddbtx import Transaction
@@ -50,7 +51,9 @@ class Bank:
                 continue
             source, target = proc.rng.sample(self.accounts, 2)
             amount = proc.rng.randint(1, OPENING)
-            proc.transact(lambda tx, s=source, t=target, a=amount: self._transfer(tx, s, t, a))
+            proc.transact(
+                functools.partial(self._transfer, source=source, target=target, amount=amount)
+            )
 
     def _audit(self, tx: Transaction) -> list[int]:
         table = self.env.data_table

@@ -312,18 +312,17 @@ class _Checker:
                 continue
             seen = self._external(t, op)
             order = orders.get(op.key, ())
-            if seen:
-                w = self.writer.get(seen[-1])
-                if w and w[0] in live:
-                    graph.add(w[0], t.id, "wr")
+            source = self.writer.get(seen[-1]) if seen else None
+            if source and source[0] in live:
+                graph.add(source[0], t.id, "wr")
             if t.isolation == COMMITTED:
                 continue  # read committed permits rw cycles
             nxt = [v for v in order[len(seen) :] if self.writer.get(v, (t.id,))[0] != t.id]
             if nxt and self.writer[nxt[0]][0] in live:
                 graph.add(t.id, self.writer[nxt[0]][0], "rw")
             # Committed appends no read placed are still after this read's version.
-            for w in unplaced.get(op.key, ()):
-                graph.add(t.id, w, "rw")
+            for later in unplaced.get(op.key, ()):
+                graph.add(t.id, later, "rw")
         reported: list[set[int]] = []
         for kind, kinds in (("G0", {"ww"}), ("G1c", {"ww", "wr"}), ("G2-item", {"ww", "wr", "rw"})):
             adj = graph.restricted(kinds)

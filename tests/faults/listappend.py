@@ -9,6 +9,7 @@ and the final sweep the lists are read back and the whole history is checked.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from typing import Any
@@ -63,7 +64,7 @@ class ListAppend:
                 for _ in range(proc.rng.randint(1, 5))
             ]
             ops: list[MicroOp] = []
-            status, _ = proc.transact(lambda tx, plan=plan, ops=ops: self._body(tx, plan, ops))
+            status, _ = proc.transact(functools.partial(self._body, plan=plan, ops=ops))
             self.recorder.add(ops, status, proc.number, "serializable")
 
     def _body(self, tx: Transaction, plan: list[tuple[str, str]], ops: list[MicroOp]) -> None:
