@@ -133,3 +133,22 @@ def drop_record(client: Any, tables: Tables, tx_id: str) -> None:
     """Delete a TX record header behind the protocol's back (as a lost record would be)."""
     key = {schema.TX_PK: {"S": tx_id}, schema.TX_SK: {"S": schema.TX_HEADER_SK}}
     client.delete_item(TableName=tables.tx, Key=key)
+
+
+def orphan_locks(tm: TransactionManager, client: Any, tables: Tables, count: int) -> None:
+    """Seeded items k0.. read-locked by one transaction whose TX record is then lost."""
+    tx = tm.begin()
+    for i in range(count):
+        tx.get_item(TableName=tables.data, Key={"pk": {"S": f"k{i}"}})
+    drop_record(client, tables, tx.id)
+
+
+def sweep_until_complete(
+    module: ModuleType, checks_left: int | None = None, limit: int = 20
+) -> list[dict[str, Any]]:
+    """Invoke the sweeper handler on scheduled ticks until a run completes; every report."""
+    reports: list[dict[str, Any]] = []
+    while not reports or not reports[-1]["complete"]:
+        assert len(reports) < limit, "the sweep made no progress"
+        reports.append(module.handler(scheduled_event(), LambdaContext(checks_left=checks_left)))
+    return reports

@@ -24,7 +24,9 @@ from .support import (
     drop_record,
     emf_metrics,
     load_handler,
+    orphan_locks,
     scheduled_event,
+    sweep_until_complete,
 )
 
 pytest_plugins = ("janitors.fixtures",)
@@ -229,25 +231,14 @@ def test_given_a_page_budget_when_swept_repeatedly_then_each_run_continues_where
     # of one two-row page per run
     t = janitor_env
     seed(**{f"k{i}": 1 for i in range(5)})
-    tx = young_tm.begin()
-    for i in range(5):
-        tx.update_item(
-            TableName=t.data,
-            Key={"pk": {"S": f"k{i}"}},
-            UpdateExpression="SET balance = :n",
-            ExpressionAttributeValues={":n": {"N": "9"}},
-        )
-    drop_record(ddb, t, tx.id)
+    orphan_locks(young_tm, ddb, t, 5)
     monkeypatch.setenv("SWEEP_PAGE_BUDGET", "1")
     monkeypatch.setenv("SWEEP_PAGE_SIZE", "2")
     module = sweeper()
     starts = record_scans(module, t.data)
 
     # When the sweeper runs until a run completes
-    reports = []
-    while not reports or not reports[-1]["complete"]:
-        reports.append(module.handler(scheduled_event(), LambdaContext()))
-        assert len(reports) < 10
+    reports = sweep_until_complete(module)
 
     # Then runs stop on the budget, each data page starts at the key the previous
     # page ended with, and every lock is released exactly once
@@ -275,10 +266,7 @@ def test_given_the_deadline_near_when_swept_then_it_stops_reports_and_the_next_r
     module = sweeper()
 
     # When each run has time for only a few steps before the safety margin
-    reports = []
-    while not reports or not reports[-1]["complete"]:
-        reports.append(module.handler(scheduled_event(), LambdaContext(checks_left=12)))
-        assert len(reports) < 20
+    reports = sweep_until_complete(module, checks_left=12)
 
     # Then the early runs stop on the deadline with a cursor inside the index pass,
     # and together the runs roll back each stale transfer once
@@ -300,18 +288,12 @@ def test_given_the_deadline_inside_a_scan_page_when_swept_again_then_the_scan_re
     # Given six items locked by a transaction whose record is gone (one scan page)
     t = janitor_env
     seed(**{f"k{i}": 1 for i in range(6)})
-    tx = young_tm.begin()
-    for i in range(6):
-        tx.get_item(TableName=t.data, Key={"pk": {"S": f"k{i}"}})
-    drop_record(ddb, t, tx.id)
+    orphan_locks(young_tm, ddb, t, 6)
     module = sweeper()
     starts = record_scans(module, t.data)
 
     # When each run has time for the index pass and only a few items of the page
-    reports = []
-    while not reports or not reports[-1]["complete"]:
-        reports.append(module.handler(scheduled_event(), LambdaContext(checks_left=37)))
-        assert len(reports) < 10
+    reports = sweep_until_complete(module, checks_left=37)
 
     # Then a run stopped inside the data table, the next scan started from the key it
     # reported, and every lock was released once
