@@ -329,13 +329,20 @@ def verdict(c: TxCount, update_total: int | None) -> str:
     return ("ok" if ok else "MISSED") + cheaper
 
 
-def transaction_table(path: str, counts: Sequence[TxCount], backends: str) -> str:
+def transaction_table(path: str, results: Sequence[BackendResult]) -> str:
+    """One row per kind and N from the first backend; the others' totals where they differ."""
+    first, others = results[0], results[1:]
+    counts = [c for c in first.counts if c.path == path]
+    updates = {c.n: c.total for c in counts if c.kind == "update"}
     rows = []
-    updates = {c.n: c.total for c in counts if c.kind == "update" and c.path == path}
     for c in counts:
-        if c.path != path:
-            continue
         java = f"{java_writes(c.n)}W+{java_reads(c.n)}R={java_writes(c.n) + java_reads(c.n)}"
+        differ = [
+            f"{r.kind} {o.total}"
+            for r in others
+            for o in r.counts
+            if (o.path, o.kind, o.n) == (c.path, c.kind, c.n) and o != c
+        ]
         rows.append(
             [
                 c.kind,
@@ -343,14 +350,16 @@ def transaction_table(path: str, counts: Sequence[TxCount], backends: str) -> st
                 c.reads,
                 c.writes,
                 c.total,
+                ", ".join(differ) or "same",
                 target_total(c.n),
                 java,
                 verdict(c, updates.get(c.n)),
             ]
         )
-    headers = ["kind", "N", "reads", "writes", "total", "<=4N+4", "Java (6N+4)W+(N+2)R", "target"]
+    headers = ["kind", "N", "reads", "writes", "total", "other backends"]
+    headers += ["<=4N+4", "Java (6N+4)W+(N+2)R", "target"]
     body = "tx.write_all(N requests) + commit" if path == BATCH else f"N requests + {path}"
-    title = f"Requests per transaction, {path} path: begin + {body} + delete ({backends})"
+    title = f"Requests per transaction, {path} path: begin + {body} + delete ({first.kind})"
     return render(title, headers, rows)
 
 
@@ -411,13 +420,18 @@ def draw_chart(counts: Sequence[TxCount], path: Path) -> None:
     from matplotlib.ticker import ScalarFormatter
 
     sizes = sorted({c.n for c in counts})
-    width = 0.8 / len(KINDS)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
-    for ax, route in zip(axes, PATHS, strict=True):
+    routes = (*PATHS, BATCH)
+    every = list(dict.fromkeys([*KINDS, *BATCH_KINDS]))
+    colour = {kind: plt.get_cmap("tab10")(i) for i, kind in enumerate(every)}
+    fig, axes = plt.subplots(1, len(routes), figsize=(18, 5.2), sharey=True)
+    for ax, route in zip(axes, routes, strict=True):
         totals = {(c.kind, c.n): c.total for c in counts if c.path == route}
-        for k, kind in enumerate(KINDS):
-            xs = [g + (k - (len(KINDS) - 1) / 2) * width for g in range(len(sizes))]
-            bars = ax.bar(xs, [totals[kind, n] for n in sizes], width, label=kind)
+        kinds = BATCH_KINDS if route == BATCH else KINDS
+        width = 0.8 / len(kinds)
+        for k, kind in enumerate(kinds):
+            xs = [g + (k - (len(kinds) - 1) / 2) * width for g in range(len(sizes))]
+            heights = [totals[kind, n] for n in sizes]
+            bars = ax.bar(xs, heights, width, label=kind, color=colour[kind])
             ax.bar_label(bars, fontsize=6, padding=1, rotation=90)
         for g, n in enumerate(sizes):
             span = (g - 0.45, g + 0.45)
@@ -425,40 +439,45 @@ def draw_chart(counts: Sequence[TxCount], path: Path) -> None:
             java = "Java 7N+6" if g == 0 else None
             ax.hlines(target_total(n), *span, colors="k", linestyles="--", label=target)
             ax.hlines(java_writes(n) + java_reads(n), *span, colors="r", linestyles=":", label=java)
-        ax.set_title(f"{route} path")
+        ax.set_title(route)
         ax.set_xticks(range(len(sizes)), [f"N={n}" for n in sizes])
         ax.set_yscale("log")
         ax.margins(y=0.12)  # room for the rotated labels
         ax.yaxis.set_major_formatter(ScalarFormatter())
         ax.grid(True, axis="y", which="both", alpha=0.3)
     axes[0].set_ylabel("DynamoDB requests per transaction (log)")
-    axes[1].legend(fontsize=7, ncol=2)
-    fig.suptitle("ddbtx requests per transaction: begin + N requests + commit/rollback + delete")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    handles = {
+        label: handle
+        for ax in axes
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
+    }
+    fig.legend(handles.values(), handles.keys(), loc="center right", fontsize=8)
+    fig.suptitle(
+        "ddbtx requests per transaction: begin + N requests (one by one, or one write_all)"
+        " + commit/rollback + delete"
+    )
+    fig.tight_layout(rect=(0, 0, 0.92, 1))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def report(results: Sequence[BackendResult], chart: Path | None) -> str:
-    """The tables (one set when every backend counted the same, else one per backend)."""
+    """The tables and the chart, from the first backend; the others where they differ."""
     first = results[0]
-    same = all(
-        r.counts == first.counts and r.reads == first.reads and r.describe == first.describe
-        for r in results
+    out = [transaction_table(p, results) for p in (*PATHS, BATCH)]
+    out.append(formula_table(first.counts) + f"\n({first.kind})")
+    describe = ", ".join(f"{r.kind} {r.describe}" for r in results)
+    out.append(
+        f"DescribeTable per data table per manager: {describe} "
+        "(first request on the table only; not in the figures above)"
     )
-    # The native route depends on the emulator (dynalite lacks TransactWriteItems).
-    groups = [results] if same else [[r] for r in results]
-    out = []
-    for group in groups:
-        label = "identical on " + " and ".join(r.kind for r in group)
-        res = group[0]
-        out += [transaction_table(p, res.counts, label) for p in (*PATHS, BATCH)]
-        out.append(formula_table(res.counts))
+    if all(r.reads == first.reads for r in results):
         out.append(
-            f"DescribeTable: {res.describe} per data table per manager "
-            f"(first request on the table only; not in the figures above)"
+            reads_table(first.reads, "identical on " + " and ".join(r.kind for r in results))
         )
-        out.append(reads_table(res.reads, label))
+    else:
+        out += [reads_table(r.reads, r.kind) for r in results]
+    # The native route depends on the emulator (dynalite lacks TransactWriteItems).
     out += [native_table(r.native, r.kind) for r in results]
     if chart is not None:
         draw_chart(first.counts, chart)
