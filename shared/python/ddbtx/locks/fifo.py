@@ -16,9 +16,10 @@ Rows (hash = resource):
 * queue ``fifo#<ns>#<ticket>``: one waiting ticket, its ``hold``, ``rvn``
   (renewed by heartbeats while it waits), ``lease`` and a TTL.
 
-A waiter watches only the nearest row ahead of its ticket (one ``Query`` with
-``Limit=1`` reading backwards from its own sort key); with no queue row ahead
-that read returns the head itself.
+A waiter watches only the nearest row ahead of its ticket: one ``Query``
+reading backwards from its own sort key with ``Limit=2`` returns that row (or
+the head, when no queue row is ahead) and the row before it, so a waiter also
+knows when it is second in line.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ class _Waiter:
             return lock
         head = self._take_ticket()
         if try_once:
-            ahead = None if head.held else self._nearest_ahead()
+            ahead = None if head.held else self._look_ahead()[0]
             if isinstance(ahead, _Head) and not ahead.held and ahead.serving < self.ticket:
                 lock = self._grant(FIFO_GRANT, {})
                 if lock is not None:
@@ -230,34 +231,47 @@ class _Waiter:
             raise self._not_granted()
         if head.held:
             self._join()
-        return self._wait()
+        return self._wait(head)
 
-    def _wait(self) -> FifoHeldLock:
+    def _wait(self, ticket_head: _Head) -> FifoHeldLock:
         fifo = self.fifo
-        backoff = Backoff(*fifo._polls)
+        low, high = fifo._polls
+        backoff = Backoff(low, high)
+        pace = _Pace()
+        pace.observe(ticket_head.serving, fifo._clock())
         watch: Watch | None = None
+        step: tuple[str, int] | None = None
+        ahead, head = self._look_ahead()
         while True:
-            ahead = self._nearest_ahead()
             now = fifo._clock()
+            if head is not None:
+                pace.observe(head.serving, now)
             if isinstance(ahead, _Head):
                 if ahead.serving >= self.ticket:
                     self._requeue()  # passed over while our row was missing or judged dead
                     watch = None
+                    ahead, head = self._look_ahead()
                     continue
                 if not ahead.held:
                     lock = self._grant(FIFO_GRANT, {})
                     if lock is not None:
                         return lock
-                    continue  # another ticket won the grant; look again
+                    ahead, head = self._look_ahead()  # another ticket won the grant
+                    continue
                 target = ("head", ahead.serving)
             else:
                 target = ("queue", ahead.ticket)
             if not self.joined:
                 self._join()
+            far = None if isinstance(ahead, _Head) else pace.far_pause(self.ticket, head)
+            place = target if far is None or far > 0 else ("second", head.serving if head else 0)
+            if place != step:
+                # A new holder, a new row ahead, or (second in line) a new grant:
+                # our turn may be one short hold away, so look again soon.
+                backoff.reset()
+                step = place
             fresh = observe(watch, target, ahead.rvn, ahead.lease, now)
-            if watch is None or fresh.target != watch.target:
-                backoff.reset()  # moved up the queue: the grant may be near
-            elif fresh is watch and fresh.remaining(now) <= 0:
+            if fresh is watch and fresh.remaining(now) <= 0:
                 if isinstance(ahead, _Head):
                     values = {":serving": ahead.serving, ":seen": ahead.rvn}
                     lock = self._grant(FIFO_TAKEOVER, values)
@@ -266,17 +280,22 @@ class _Waiter:
                 else:
                     self._skip(ahead)
                 watch = None
+                ahead, head = self._look_ahead()
                 continue
             watch = fresh
             if now >= self.renew_due and not self._renew_row():
                 self._requeue()  # judged dead while alive (paused for a lease)
                 watch = None
+                ahead, head = self._look_ahead()
                 continue
             left = self.deadline - now
             if left <= 0:
                 raise self._not_granted()
-            pause = min(backoff.next(), fresh.remaining(now), self.renew_due - now, left)
-            fifo._sleep(max(0.0, pause))
+            # Far back, the measured pace of grants says when to look again; never
+            # beyond max_poll, which bounds the handoff delay if the pace picks up.
+            guess = backoff.next() if far is None or far <= 0 else min(high, max(low, far))
+            fifo._sleep(max(0.0, min(guess, fresh.remaining(now), self.renew_due - now, left)))
+            ahead, head = self._poll(ahead)
 
     def _not_granted(self) -> LockNotGrantedError:
         return LockNotGrantedError(
@@ -435,8 +454,38 @@ class _Waiter:
                 **expressions({":seen": ahead.rvn}, ConditionExpression=QUEUE_SKIP),
             )
 
-    def _nearest_ahead(self) -> _Head | _Ahead:
-        """The nearest live row before our ticket: a queue row, or else the head."""
+    def _poll(self, ahead: _Head | _Ahead) -> tuple[_Head | _Ahead, _Head | None]:
+        """Re-read what we wait behind: the head alone when we are first in line,
+        else the head and the row ahead together (two items, one request).
+        Only when that row has gone does it take a query to find the next one."""
+        fifo = self.fifo
+        keys = [self.head_key]
+        if isinstance(ahead, _Ahead):
+            keys.append(key(self.resource, ahead.sort_key))
+        response = call(
+            fifo.client,
+            "batch_get_item",
+            RequestItems={fifo.table: {"Keys": keys, "ConsistentRead": True}},
+        )
+        found = {get_str(i, schema.LOCK_SK): i for i in response["Responses"].get(fifo.table, [])}
+        head_item = found.get(fifo_head_sk(self.namespace))
+        if response.get("UnprocessedKeys") or head_item is None:
+            return self._look_ahead()
+        head = _head(head_item, fifo.lease_duration)
+        if isinstance(ahead, _Head):
+            return head, head
+        row = found.get(ahead.sort_key)
+        if row is None or self._expired(row):
+            return self._look_ahead()
+        return _ahead(row, ahead.sort_key, fifo.lease_duration), head
+
+    def _expired(self, row: Item) -> bool:
+        expiry = get_num(row, schema.LOCK_TTL)
+        return expiry is not None and expiry < self.fifo._wall()
+
+    def _look_ahead(self) -> tuple[_Head | _Ahead, _Head | None]:
+        """The nearest live row before our ticket (a queue row, or else the head),
+        and the head too if it comes right after that row: two items at most."""
         fifo = self.fifo
         head_sk = fifo_head_sk(self.namespace)
         upper = fifo_queue_sk(self.namespace, self.ticket - 1)
@@ -447,7 +496,7 @@ class _Waiter:
                 TableName=fifo.table,
                 ConsistentRead=True,
                 ScanIndexForward=False,
-                Limit=1,
+                Limit=2,
                 **expressions(
                     {":pk": self.resource, ":head": head_sk, ":upper": upper},
                     KeyConditionExpression="#pk = :pk AND #sk BETWEEN :head AND :upper",
@@ -460,19 +509,16 @@ class _Waiter:
             item = items[0]
             sort_key = get_str(item, schema.LOCK_SK) or ""
             if sort_key == head_sk:
-                return _head(item, fifo.lease_duration)
-            _, ticket = parse_fifo_sk(sort_key) or ("", None)
-            ahead = _Ahead(
-                ticket=ticket or 0,
-                rvn=get_str(item, RVN) or "",
-                lease=get_num(item, LEASE) or fifo.lease_duration,
-                sort_key=sort_key,
-            )
-            expiry = get_num(item, schema.LOCK_TTL)
-            if expiry is not None and expiry < fifo._wall():
+                head = _head(item, fifo.lease_duration)
+                return head, head
+            ahead = _ahead(item, sort_key, fifo.lease_duration)
+            if self._expired(item):
                 self._skip(ahead)  # past its TTL: gone, whether or not TTL deleted it yet
                 continue
-            return ahead
+            beyond = items[1:] and items[1]
+            if beyond and get_str(beyond, schema.LOCK_SK) == head_sk:
+                return ahead, _head(beyond, fifo.lease_duration)
+            return ahead, None
 
 
 def _head(item: Item, default_lease: float) -> _Head:
@@ -482,3 +528,41 @@ def _head(item: Item, default_lease: float) -> _Head:
         rvn=get_str(item, RVN) or "",
         lease=get_num(item, LEASE) or default_lease,
     )
+
+
+def _ahead(item: Item, sort_key: str, default_lease: float) -> _Ahead:
+    _, ticket = parse_fifo_sk(sort_key) or ("", None)
+    return _Ahead(
+        ticket=ticket or 0,
+        rvn=get_str(item, RVN) or "",
+        lease=get_num(item, LEASE) or default_lease,
+        sort_key=sort_key,
+    )
+
+
+class _Pace:
+    """How fast the now-serving pointer moves, as this waiter has seen it."""
+
+    def __init__(self) -> None:
+        self._first: tuple[int, float] | None = None
+        self._rate: float | None = None
+
+    def observe(self, serving: int, now: float) -> None:
+        if self._first is None:
+            self._first = (serving, now)
+        elif serving > self._first[0] and now > self._first[1]:
+            self._rate = (serving - self._first[0]) / (now - self._first[1])
+
+    def far_pause(self, ticket: int, head: _Head | None) -> float | None:
+        """How long a waiter further back than second in line may sleep: half the
+        expected time until it is second, or until two grants before that if
+        later. ``0`` when it is second already; ``None`` while unknown."""
+        if head is None:
+            return None
+        ahead = ticket - head.serving - 1  # tickets between the holder and us
+        if ahead <= 1:
+            return 0.0
+        if self._rate is None:
+            return None
+        until_second = (ahead - 1) / self._rate
+        return max(until_second / 2, until_second - 2 / self._rate)
