@@ -249,17 +249,6 @@ class Env:
                 problems.append(f"tx {tx_id} record unfinished in state {header[s.TX_STATE]['S']}")
         return problems
 
-    def scan_data(self) -> list[dict[str, Any]]:
-        client = self.client()
-        items: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"TableName": self.data_table, "ConsistentRead": True}
-        while True:
-            page = client.scan(**params)
-            items.extend(page["Items"])
-            if "LastEvaluatedKey" not in page:
-                return items
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
 
 def create_env(backend: LocalDynamo) -> Env:
     """Fresh, uniquely named tables on a running backend (for the command-line runner)."""
