@@ -952,21 +952,14 @@ class Transaction:
                 }
             )
             values.update({":ddbtxa": now, ":ddbtxt": true})
-            update = merge_set(
-                req.params["UpdateExpression"],
-                "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
-            )
             rv = req.return_values
-            resp = call(
-                self.p.client,
-                "update_item",
-                TableName=req.table,
-                Key=req.key,
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=_used(names, update, condition),
-                ExpressionAttributeValues=_used(values, update, condition),
-                ReturnValues=rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
+            resp = self._user_update(
+                req,
+                "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
+                names,
+                values,
+                condition,
+                rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
             )
             local.applied = local.locked = local.confirmed = True
             return _attributes(strip(resp.get("Attributes")))
@@ -1130,17 +1123,8 @@ class Transaction:
                 names[f"#ddbtxi{i}"] = attr
                 values[f":ddbtxi{i}"] = value
                 sets += f", #ddbtxi{i} = :ddbtxi{i}"
-            update = merge_set(req.params["UpdateExpression"], sets)
-            resp = call(
-                self.p.client,
-                "update_item",
-                TableName=req.table,
-                Key=req.key,
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=_used(names, update, condition),
-                ExpressionAttributeValues=_used(values, update, condition),
-                ReturnValues="NONE" if rv == "ALL_OLD" else rv,
+            resp = self._user_update(
+                req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
             )
             local.applied = local.confirmed = True
             if rv == "ALL_OLD":
@@ -1163,6 +1147,29 @@ class Transaction:
                 ) from None
             self._lost_lock(local)
             raise AssertionError("unreachable") from None
+
+    def _user_update(
+        self,
+        req: Request,
+        protocol_sets: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        condition: str,
+        return_values: str,
+    ) -> dict[str, Any]:
+        """The user's UpdateExpression with protocol assignments joined to its SET clause."""
+        update = merge_set(req.params["UpdateExpression"], protocol_sets)
+        return call(
+            self.p.client,
+            "update_item",
+            TableName=req.table,
+            Key=req.key,
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=_used(names, update, condition),
+            ExpressionAttributeValues=_used(values, update, condition),
+            ReturnValues=return_values,
+        )
 
     def _save_image(self, local: _Local, image: Item) -> None:
         """save: an image too large to ride inside the item goes to the images table."""
