@@ -24,7 +24,11 @@ ON_EMULATORS: tuple[tuple[str, Callable[..., object]], ...] = (
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     backend_argument(parser)
     args = parser.parse_args(argv)
     for name, run in ON_EMULATORS:

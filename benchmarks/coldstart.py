@@ -105,7 +105,11 @@ def time_import(
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> list[Imports]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.coldstart", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.coldstart",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--runs", type=int, default=5, help="fresh interpreters per figure")
     args = parser.parse_args(argv)
     if args.runs < 1:

@@ -220,7 +220,11 @@ def report(kind: Kind, work: Workload, outcomes: Sequence[Outcome], inv: Invaria
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.contention", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.contention",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--accounts", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=4.0, help="per round and policy")

@@ -205,7 +205,11 @@ def table(kind: Kind, items: int, delay: float, timings: Sequence[Timing]) -> st
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.latency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--items", type=int, default=25, help="updates per transaction")
     parser.add_argument("--delay", type=float, default=0.02, help="seconds added per call")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="pool size")

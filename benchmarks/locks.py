@@ -195,7 +195,11 @@ def run_backend(db: LocalDynamo, hold: float, name: Callable[[str], str] = uniqu
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.locks", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.locks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--hold", type=float, default=2.0, help="seconds the real-time holder keeps it (0: skip)"
     )

@@ -500,7 +500,11 @@ def parse_sizes(text: str) -> tuple[int, ...]:
 def main(
     argv: Sequence[str] | None = None, out: Callable[[str], None] = print
 ) -> list[BackendResult]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.requests", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.requests",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES, help="N values")
     parser.add_argument(
         "--chart",
