@@ -160,9 +160,10 @@ def test_given_throttling_past_the_sdk_retries_then_the_caller_sees_it_and_a_swe
     assert_clean(ddb, tables)
 
 
+@pytest.mark.parametrize("finish", ["commit", "rollback"])
 @pytest.mark.parametrize("record", ["finished", "deleted"])
 def test_given_a_coordinator_paused_past_the_rollback_age_when_it_wakes_then_it_leaves_nothing(
-    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, record: str
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, record: str, finish: str
 ) -> None:
     # Given a coordinator that stalls right before locking its second item...
     reset(ddb, tables)

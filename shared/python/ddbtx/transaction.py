@@ -1382,7 +1382,12 @@ class Transaction:
         return Header(self.id, state, self._version, 0, False, entries)
 
     def _complete(self, header: Header | None = None) -> None:
+        """complete + clean with this coordinator's knowledge; strays if others finished first."""
         if self._finished:
+            return
+        if header is not None and header.finished:
+            self._release_own_locks()
+            self._finished = True
             return
         header = header or self._header_from_local(self._state)
         if not header.entries:
