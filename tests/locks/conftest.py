@@ -1,0 +1,141 @@
+"""Fixtures of the lock tests: a fresh locks table per test on each backend, lock
+clients with their own boto3 client each (so faults hit one participant), and
+virtual time."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from moto.dynamodb.responses import DynamoHandler
+
+from ddbtx.local import LocalDynamo
+from ddbtx.locks import LockClient, Mutex, create_lock_table
+
+from .support import VirtualTime
+
+#: Wall clock of every lock client made by the fixtures unless a test skews it.
+WALL_START = 1_800_000_000.0
+#: Default lease of the fixtures' lock clients, in virtual seconds.
+LEASE = 20.0
+#: Their longest poll.
+MAX_POLL = 1.0
+
+
+@pytest.fixture(autouse=True)
+def linearizable_moto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make moto's server apply one DynamoDB request at a time.
+
+    Its threaded server evaluates a condition and then writes without a lock,
+    so two concurrent conditional puts can both succeed, which DynamoDB (and
+    dynalite, being single-threaded) never allows. Serialising requests gives
+    moto DynamoDB's per-item atomicity; without it no lock can be tested there.
+    The server runs in this process, so patching its handler is enough.
+    """
+    original = DynamoHandler.call_action
+    serial = threading.Lock()
+
+    @functools.wraps(original)
+    def call_action(self: Any) -> Any:
+        with serial:
+            return original(self)
+
+    monkeypatch.setattr(DynamoHandler, "call_action", call_action)
+
+
+@pytest.fixture
+def locks(ddb: Any, table_name: Callable[[str], str]) -> str:
+    """An empty locks table."""
+    name = table_name("locks")
+    create_lock_table(ddb, name)
+    return name
+
+
+@pytest.fixture
+def data_table(ddb: Any, table_name: Callable[[str], str]) -> str:
+    """A data table (hash ``pk``) for the writes a lock protects."""
+    name = table_name("data")
+    ddb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1})
+    return name
+
+
+@pytest.fixture
+def vt() -> Iterator[VirtualTime]:
+    """Virtual time with the test's own thread as a participant."""
+    clock = VirtualTime()
+    clock.join()
+    yield clock
+    clock.close()
+
+
+class Wall:
+    """The wall clock of the lock clients: fixed unless a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = WALL_START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def wall() -> Wall:
+    return Wall()
+
+
+@pytest.fixture
+def make_lock(
+    backend: LocalDynamo, locks: str, vt: VirtualTime, wall: Wall
+) -> Iterator[Callable[..., Any]]:
+    """``make_lock(LeaseLockClient | FifoLock, owner, **options)`` on virtual time.
+
+    Defaults: a 20 s lease; heartbeats every 9 s, which for a holder's thread
+    means 9 s of *real* time, so within a test a holder heartbeats only when
+    the test calls ``heartbeat()`` (waiters heartbeat on virtual time); polls
+    from 0.1 s doubling to 1 s. Each client has its
+    own boto3 client (``lock_client._client``) and is closed after the test.
+    """
+    made: list[LockClient] = []
+
+    def make(kind: type[LockClient], owner: str, **options: Any) -> Any:
+        settings: dict[str, Any] = {
+            "lease_duration": LEASE,
+            "heartbeat_period": 9.0,
+            "min_poll": 0.1,
+            "max_poll": MAX_POLL,
+            "clock": vt.now,
+            "wall_clock": wall,
+            "sleep": vt.sleep,
+        }
+        settings.update(options)
+        lock_client = kind(backend.client(), locks, owner=owner, **settings)
+        made.append(lock_client)
+        return lock_client
+
+    yield make
+    for lock_client in made:
+        lock_client.close()
+
+
+@pytest.fixture
+def make_mutex(backend: LocalDynamo, locks: str, wall: Wall) -> Callable[..., Mutex]:
+    def make(owner: str, **options: Any) -> Mutex:
+        return Mutex(backend.client(), locks, owner=owner, wall_clock=wall, **options)
+
+    return make
+
+
+@pytest.fixture
+def real_time() -> dict[str, Any]:
+    """Options for lock clients that run on real time (threaded stress tests)."""
+    return {"clock": time.monotonic, "wall_clock": time.time, "sleep": time.sleep}

@@ -1,0 +1,67 @@
+"""The mutual-exclusion workload shared by the three locks' stress tests.
+
+Each worker repeatedly enters a critical section that increments a counter
+item with a plain read and an unconditional write, so any overlap between two
+holders loses an update (and is also caught in-process).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+WORKERS = 20
+ROUNDS = 50
+
+
+class Counter:
+    """A counter item incremented non-atomically: exact only under mutual exclusion."""
+
+    def __init__(self, client: Any, table: str, name: str = "counter") -> None:
+        self._client = client
+        self._table = table
+        self._key = {"pk": {"S": name}}
+        self._guard = threading.Lock()
+        self.inside = 0
+        self.most_inside = 0
+
+    @contextmanager
+    def critical(self) -> Iterator[None]:
+        with self._guard:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+        try:
+            yield
+        finally:
+            with self._guard:
+                self.inside -= 1
+
+    def increment(self, client: Any) -> None:
+        with self.critical():
+            item = client.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
+            value = int(item.get("Item", {}).get("n", {}).get("N", "0"))
+            client.put_item(TableName=self._table, Item={**self._key, "n": {"N": str(value + 1)}})
+
+    def value(self) -> int:
+        item = self._client.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
+        return int(item.get("Item", {}).get("n", {}).get("N", "0"))
+
+
+def run_workers(worker: Callable[[int], None], workers: int = WORKERS) -> list[BaseException]:
+    """Run ``worker(i)`` in ``workers`` real threads; return what they raised."""
+    errors: list[BaseException] = []
+
+    def body(index: int) -> None:
+        try:
+            worker(index)
+        except BaseException as exc:  # collected and asserted on by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    return errors
