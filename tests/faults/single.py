@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
 import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -31,6 +32,8 @@ FINISHES = ("commit", "rollback")
 RESCUERS = ("sweeper", "resume")
 #: What the intruder writes to every item of the paused victim's transaction.
 COMPETITOR_BALANCE = 555
+#: Schedules between two progress lines on stderr.
+PROGRESS_EVERY = 500
 #: Bound on call indexes tried per shape (a 3-item shape makes fewer than 40 calls).
 MAX_CALLS = 60
 
@@ -311,4 +314,7 @@ def check_schedule(env: Env, schedule: Schedule, report: Report) -> bool:
     replay = ("--schedule", schedule.spec())
     if run.problems:
         report.anomaly(f"schedule {schedule.spec()}: " + "; ".join(run.problems), *replay)
+    if report.counts["schedules"] % PROGRESS_EVERY == 0:  # long runs show they are alive
+        done, found = report.counts["schedules"], len(report.anomalies)
+        print(f"  {report.backend}: {done} schedules, {found} anomalies", file=sys.stderr)
     return True
