@@ -24,10 +24,10 @@ def env(backend: LocalDynamo, tables: Tables, table_name: Callable[[str], str]) 
 
 
 @pytest.fixture
-def make_report(backend: LocalDynamo) -> Callable[[str], Report]:
+def make_report(backend: LocalDynamo, request: pytest.FixtureRequest) -> Callable[[str], Report]:
     """A report named for its runner workload (``--only``), so replay lines work as printed."""
 
     def make(workload: str) -> Report:
-        return Report(workload, backend.kind, seed=1)
+        return Report(workload, backend.kind, seed=1, pytest_node=request.node.nodeid)
 
     return make

@@ -28,6 +28,8 @@ class Report:
     anomalies: list[str] = field(default_factory=list)
     #: Arguments every replay line of this report carries (e.g. the mutant in place).
     replay_args: tuple[str, ...] = ()
+    #: The pytest node that made this report, if any: its sizes replay exactly.
+    pytest_node: str | None = None
 
     def anomaly(self, message: str, *replay_args: str) -> None:
         replay = replay_command(
@@ -46,5 +48,6 @@ class Report:
 
 
 def assert_no_anomalies(report: Report) -> None:
-    """Fail with every anomaly's replay line."""
-    assert not report.anomalies, f"{len(report.anomalies)} anomalies:\n{report.summary()}"
+    """Fail with every anomaly's replay line (and the pytest line that reran this test)."""
+    rerun = f"\nrerun this test: pytest {shlex.quote(report.pytest_node or '')}"
+    assert not report.anomalies, f"{len(report.anomalies)} anomalies:\n{report.summary()}{rerun}"
