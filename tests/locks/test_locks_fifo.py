@@ -390,6 +390,31 @@ def test_given_a_lost_grant_response_when_the_sdk_retries_then_the_grant_is_reco
     assert waiting(ddb, locks) == []
 
 
+@pytest.mark.parametrize(
+    ("call", "lost"), [(1, "UpdateItem"), (2, "PutItem")], ids=["ticket", "join"]
+)
+def test_given_a_lost_waiter_write_response_when_the_sdk_retries_then_it_still_queues_and_wins(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log, call: int, lost: str
+) -> None:
+    # Given: while p1 holds, p2's ticket or queue-row write is applied but its response
+    # lost (a retried ticket burns one number; a retried join meets its own row)
+    holder, fifo = make_lock(FifoLock, "p1"), make_lock(FifoLock, "p2")
+    lock = holder.acquire(R)
+    chaos = Chaos(fifo.client)
+    chaos.arm("lost", at=call)
+    thread = vt.spawn(log.waiter(fifo))
+    wait_until(lambda: "p2" in dict(waiting(ddb, locks)), "p2 queued")
+    # When
+    lock.release()
+    with vt.idle():
+        thread.join(timeout=30)
+    # Then
+    assert chaos.fired and chaos.calls[call] == lost
+    assert log.errors == []
+    assert log.owners == ["p2"]
+    assert waiting(ddb, locks) == []
+
+
 @pytest.mark.parametrize("operation", ["heartbeat", "release"])
 def test_given_a_lost_holder_write_response_when_the_sdk_retries_then_it_counts_as_done(
     make_lock: MakeLock, ddb: Any, locks: str, operation: str
