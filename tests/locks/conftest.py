@@ -4,19 +4,20 @@ virtual time."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from moto.dynamodb.responses import DynamoHandler
 
+from ddbtx.chaos import Crash
 from ddbtx.local import LocalDynamo
-from ddbtx.locks import LockClient, Mutex, create_lock_table
+from ddbtx.locks import FifoLock, LockClient, Mutex, create_lock_table
 
-from .support import VirtualTime
+from .support import Stall, VirtualTime
 
 #: Wall clock of every lock client made by the fixtures unless a test skews it.
 WALL_START = 1_800_000_000.0
@@ -136,6 +137,25 @@ def make_mutex(backend: LocalDynamo, locks: str, wall: Wall) -> Callable[..., Mu
 
 
 @pytest.fixture
-def real_time() -> dict[str, Any]:
-    """Options for lock clients that run on real time (threaded stress tests)."""
-    return {"clock": time.monotonic, "wall_clock": time.time, "sleep": time.sleep}
+def freeze() -> Iterator[Callable[[FifoLock, str], None]]:
+    """``freeze(fifo, resource)``: while someone holds ``resource``, that client queues
+    for it and then stops for good before its first look at the queue, like a process
+    that died waiting. Its queue row stays, never renewed. Ended after the test."""
+    frozen: list[tuple[Stall, threading.Thread]] = []
+
+    def make(fifo: FifoLock, resource: str) -> None:
+        stall = Stall(fifo.client, "Query")
+
+        def wait() -> None:
+            with contextlib.suppress(Crash):
+                fifo.acquire(resource)
+
+        thread = threading.Thread(target=wait, daemon=True)
+        thread.start()
+        assert stall.reached.wait(30), "the frozen waiter never queued"
+        frozen.append((stall, thread))
+
+    yield make
+    for stall, thread in frozen:
+        stall.go(fail=Crash("frozen for good"))
+        thread.join(timeout=30)

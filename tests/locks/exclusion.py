@@ -7,10 +7,15 @@ holders loses an update (and is also caught in-process).
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from ddbtx.local import LocalDynamo
+from ddbtx.locks import FifoLock, LeaseLockClient
 
 WORKERS = 20
 ROUNDS = 50
@@ -65,3 +70,23 @@ def run_workers(worker: Callable[[int], None], workers: int = WORKERS) -> list[B
     for thread in threads:
         thread.join(timeout=600)
     return errors
+
+
+def run_lock_clients(
+    kind: type[LeaseLockClient | FifoLock], backend: LocalDynamo, locks: str, counter: Counter
+) -> list[BaseException]:
+    """Each worker: its own client and lock client on real time, ROUNDS blocking
+    acquire/increment/release cycles on one resource."""
+
+    def worker(index: int) -> None:
+        client = backend.client()
+        with kind(
+            client, locks, owner=f"{kind.__name__}-{index}", lease_duration=60.0,
+            heartbeat_period=20.0, min_poll=0.01, max_poll=0.5,
+            clock=time.monotonic, wall_clock=time.time, sleep=time.sleep,
+        ) as lock_client:  # fmt: skip
+            for _ in range(ROUNDS):
+                with lock_client.acquire("counter", wait=math.inf):
+                    counter.increment(client)
+
+    return run_workers(worker)

@@ -157,14 +157,3 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) 
         if time.monotonic() > give_up:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.005)
-
-
-def scan_table(client: Any, table: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
-    while True:
-        page = client.scan(**params)
-        items.extend(page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        params["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,9 +21,10 @@ from ddbtx.locks import (
     sweep_expired_page,
     sweep_expired_rows,
 )
+from helpers import scan
 
 from .conftest import LEASE, WALL_START
-from .support import Stall, VirtualTime, scan_table, wait_until
+from .support import VirtualTime, wait_until
 
 MakeLock = Callable[..., Any]
 #: Epoch seconds well past every TTL the fixtures' clients write.
@@ -32,7 +32,7 @@ LATER = WALL_START + LEASE + GC_MARGIN + 10
 
 
 def sort_keys(ddb: Any, table: str) -> list[tuple[str, str]]:
-    return sorted((i[schema.LOCK_PK]["S"], i[schema.LOCK_SK]["S"]) for i in scan_table(ddb, table))
+    return sorted((i[schema.LOCK_PK]["S"], i[schema.LOCK_SK]["S"]) for i in scan(ddb, table))
 
 
 # --- create_lock_table ----------------------------------------------------------------
@@ -121,31 +121,19 @@ def test_given_every_kind_of_lock_when_listed_then_each_row_says_what_it_is(
 
 @pytest.fixture
 def expired_rows(
-    make_lock: MakeLock, make_mutex: Callable[..., Mutex], vt: VirtualTime
-) -> Iterator[Callable[[], None]]:
-    """Rows for the sweeper: an expiring mutex, a FIFO queue row of a waiter stuck for
-    good, counters (lease row, FIFO head) and a mutex that never expires."""
-    stalls: list[Stall] = []
+    make_lock: MakeLock, make_mutex: Callable[..., Mutex], freeze: Callable[[FifoLock, str], None]
+) -> Callable[[], None]:
+    """Rows for the sweeper: an expiring mutex, the queue row of a waiter that died,
+    counters (lease row, FIFO head) and a mutex that never expires."""
 
     def make() -> None:
         assert make_mutex("worker-1", expire_after=30.0).acquire("invoice-1")
         assert make_mutex("worker-2").acquire("invoice-2")
         make_lock(LeaseLockClient, "host-a").acquire("Moe")
         make_lock(FifoLock, "p1").acquire("orders")
-        stuck = make_lock(FifoLock, "p2")
-        stall = Stall(stuck.client, "Query", vt)
-        stalls.append(stall)
+        freeze(make_lock(FifoLock, "p2"), "orders")
 
-        def wait_stuck() -> None:
-            with contextlib.suppress(RuntimeError):  # how the stall ends it after the test
-                stuck.acquire("orders")
-
-        vt.spawn(wait_stuck)
-        assert stall.reached.wait(30)
-
-    yield make
-    for stall in stalls:
-        stall.go(fail=RuntimeError("stuck for good"))
+    return make
 
 
 def test_given_expired_rows_when_swept_then_only_those_past_the_grace_are_deleted(

@@ -4,23 +4,23 @@ O(1) polls, lost responses, and mutual exclusion under real threads."""
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from ddbtx.chaos import Chaos, Crash
+from ddbtx.chaos import Chaos
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import GC_MARGIN, FifoLock, LockNotGrantedError, LockRow, list_locks
 
 from .conftest import LEASE, MAX_POLL, Wall
-from .exclusion import ROUNDS, WORKERS, Counter, run_workers
+from .exclusion import ROUNDS, WORKERS, Counter, run_lock_clients
 from .support import Stall, VirtualTime, wait_until
 
 MakeLock = Callable[..., Any]
+Freeze = Callable[[FifoLock, str], None]
 R = "order-history"
 
 
@@ -210,16 +210,12 @@ def test_given_a_ticket_stalled_before_its_row_when_a_later_ticket_enters_then_n
 
 
 def test_given_a_dead_waiter_in_the_queue_then_it_is_skipped_after_a_lease_and_order_kept(
-    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log, freeze: Freeze
 ) -> None:
     # Given: behind the holder, a waiter that stops for good right after queueing,
     # then two live waiters
-    holder, dead = make_lock(FifoLock, "holder"), make_lock(FifoLock, "dead")
-    lock = holder.acquire(R)
-    stall = Stall(dead.client, "Query")
-    dead_thread = threading.Thread(target=log.waiter(dead), daemon=True)
-    dead_thread.start()
-    assert stall.reached.wait(30)
+    lock = make_lock(FifoLock, "holder").acquire(R)
+    freeze(make_lock(FifoLock, "dead"), R)
     threads = enqueue(vt, log, ddb, locks, make_lock(FifoLock, "w2"), make_lock(FifoLock, "w3"))
     assert [owner for owner, _ in waiting(ddb, locks)] == ["dead", "w2", "w3"]
     # When
@@ -233,8 +229,6 @@ def test_given_a_dead_waiter_in_the_queue_then_it_is_skipped_after_a_lease_and_o
     waited = log.grants[0][2] - released_at
     assert LEASE <= waited <= LEASE + MAX_POLL
     assert waiting(ddb, locks) == []
-    stall.go(fail=Crash("the dead waiter stays dead"))
-    dead_thread.join(timeout=30)
 
 
 def test_given_a_dead_holder_when_a_waiter_is_first_in_line_then_it_takes_over_after_a_lease(
@@ -255,16 +249,12 @@ def test_given_a_dead_holder_when_a_waiter_is_first_in_line_then_it_takes_over_a
 
 
 def test_given_a_row_past_its_ttl_ahead_when_waiting_then_it_counts_as_gone_at_once(
-    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, wall: Wall
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, wall: Wall, freeze: Freeze
 ) -> None:
     # Given: a waiter stopped for good; its row outlived its TTL, but DynamoDB TTL
     # deletes late (or, on dynalite, never)
-    holder, dead = make_lock(FifoLock, "holder"), make_lock(FifoLock, "dead")
-    lock = holder.acquire(R)
-    stall = Stall(dead.client, "Query")
-    dead_thread = threading.Thread(target=Log(vt).waiter(dead), daemon=True)
-    dead_thread.start()
-    assert stall.reached.wait(30)
+    lock = make_lock(FifoLock, "holder").acquire(R)
+    freeze(make_lock(FifoLock, "dead"), R)
     lock.release()
     wall.now += LEASE + GC_MARGIN + 1
     # When
@@ -274,8 +264,6 @@ def test_given_a_row_past_its_ttl_ahead_when_waiting_then_it_counts_as_gone_at_o
     assert vt.now() - start < LEASE
     assert granted.fencing_token > lock.fencing_token
     assert waiting(ddb, locks) == []
-    stall.go(fail=Crash("the dead waiter stays dead"))
-    dead_thread.join(timeout=30)
 
 
 # --- polls --------------------------------------------------------------------------------
@@ -437,23 +425,12 @@ def test_given_a_lost_holder_write_response_when_the_sdk_retries_then_it_counts_
 
 @pytest.mark.slow
 def test_given_20_clients_when_each_runs_50_cycles_then_the_counter_is_exactly_1000(
-    backend: LocalDynamo, locks: str, data_table: str, ddb: Any, real_time: dict[str, Any]
+    backend: LocalDynamo, locks: str, data_table: str, ddb: Any
 ) -> None:
     # Given
     counter = Counter(ddb, data_table)
-
-    def worker(index: int) -> None:
-        client = backend.client()
-        with FifoLock(
-            client, locks, owner=f"p{index}", lease_duration=60.0, heartbeat_period=20.0,
-            min_poll=0.01, max_poll=0.5, **real_time,
-        ) as fifo:  # fmt: skip
-            for _ in range(ROUNDS):
-                with fifo.acquire("counter", wait=math.inf):
-                    counter.increment(client)
-
     # When
-    errors = run_workers(worker)
+    errors = run_lock_clients(FifoLock, backend, locks, counter)
     # Then
     assert errors == []
     assert counter.most_inside == 1

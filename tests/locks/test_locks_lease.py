@@ -21,10 +21,11 @@ from ddbtx.locks import (
     LockNotGrantedError,
     list_locks,
 )
+from helpers import scan
 
 from .conftest import LEASE, MAX_POLL, Wall
-from .exclusion import ROUNDS, WORKERS, Counter, run_workers
-from .support import VirtualTime, scan_table
+from .exclusion import ROUNDS, WORKERS, Counter, run_lock_clients
+from .support import VirtualTime
 
 MakeLock = Callable[..., Any]
 
@@ -317,26 +318,15 @@ def test_given_a_lost_release_response_when_the_sdk_retries_then_release_succeed
 
 @pytest.mark.slow
 def test_given_20_clients_when_each_runs_50_cycles_then_the_counter_is_exactly_1000(
-    backend: LocalDynamo, locks: str, data_table: str, ddb: Any, real_time: dict[str, Any]
+    backend: LocalDynamo, locks: str, data_table: str, ddb: Any
 ) -> None:
     # Given
     counter = Counter(ddb, data_table)
-
-    def worker(index: int) -> None:
-        client = backend.client()
-        with LeaseLockClient(
-            client, locks, owner=f"host-{index}", lease_duration=60.0, heartbeat_period=20.0,
-            min_poll=0.01, max_poll=0.5, **real_time,
-        ) as lc:  # fmt: skip
-            for _ in range(ROUNDS):
-                with lc.acquire("counter", wait=math.inf):
-                    counter.increment(client)
-
     # When
-    errors = run_workers(worker)
+    errors = run_lock_clients(LeaseLockClient, backend, locks, counter)
     # Then
     assert errors == []
     assert counter.most_inside == 1
     assert counter.value() == WORKERS * ROUNDS
-    assert [item["sk"]["S"] for item in scan_table(ddb, locks)] == ["lease"]
+    assert [item["sk"]["S"] for item in scan(ddb, locks)] == ["lease"]
     assert lease_row(ddb, locks, "counter") == {"state": "free", "owner": None, "token": 1000}

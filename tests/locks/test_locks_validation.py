@@ -11,8 +11,7 @@ import pytest
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import MAX_RESOURCE_BYTES, FifoLock, LeaseLockClient, Mutex, list_locks
-
-from .support import scan_table
+from helpers import scan
 
 MakeLock = Callable[..., Any]
 CLIENTS = [LeaseLockClient, FifoLock]
@@ -94,7 +93,7 @@ def test_given_a_bad_resource_when_acquired_then_value_error_and_nothing_written
         attempt(resource)
     # Then
     assert counts.total == 0
-    assert scan_table(ddb, locks) == []
+    assert scan(ddb, locks) == []
 
 
 @pytest.mark.parametrize(
@@ -125,7 +124,7 @@ def test_given_bad_acquire_arguments_then_value_error_naming_them_and_nothing_wr
         attempt(**options)
     # Then
     assert counts.total == 0
-    assert scan_table(ddb, locks) == []
+    assert scan(ddb, locks) == []
 
 
 @pytest.mark.parametrize("kind", ["mutex", "lease", "fifo"])

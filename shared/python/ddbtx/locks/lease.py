@@ -68,7 +68,7 @@ class LeaseLock(HeldLock):
         self._lc = lock_client
         self._hold = hold
 
-    def _renew(self) -> None:
+    def _write(self, condition: str, update: str, values: dict[str, object]) -> None:
         lc = self._lc
         call(
             lc.client,
@@ -76,25 +76,18 @@ class LeaseLock(HeldLock):
             TableName=lc.table,
             Key=key(self.resource, LEASE_SK),
             **expressions(
-                {":hold": self._hold, ":rvn": new_id(), ":exp": lc._wall() + lc.lease_duration},
-                ConditionExpression=LEASE_RENEW,
-                UpdateExpression=_RENEW,
+                {":hold": self._hold, **values},
+                ConditionExpression=condition,
+                UpdateExpression=update,
             ),
         )
 
+    def _renew(self) -> None:
+        expires = self._lc._wall() + self._lc.lease_duration
+        self._write(LEASE_RENEW, _RENEW, {":rvn": new_id(), ":exp": expires})
+
     def _end(self) -> None:
-        lc = self._lc
-        call(
-            lc.client,
-            "update_item",
-            TableName=lc.table,
-            Key=key(self.resource, LEASE_SK),
-            **expressions(
-                {":hold": self._hold},
-                ConditionExpression=LEASE_RELEASE,
-                UpdateExpression=_RELEASE,
-            ),
-        )
+        self._write(LEASE_RELEASE, _RELEASE, {})
 
 
 class LeaseLockClient(LockClient):
