@@ -12,11 +12,9 @@ import pytest
 
 from ddbtx.chaos import Chaos
 from ddbtx.instrumentation import count_requests
-from ddbtx.local import LocalDynamo
 from ddbtx.locks import GC_MARGIN, FifoLock, LockNotGrantedError, LockRow, list_locks
 
 from .conftest import LEASE, MAX_POLL, Wall
-from .exclusion import ROUNDS, WORKERS, Counter, run_lock_clients
 from .support import Stall, VirtualTime, wait_until
 
 MakeLock = Callable[..., Any]
@@ -418,22 +416,3 @@ def test_given_a_lost_holder_write_response_when_the_sdk_retries_then_it_counts_
     assert chaos.fired
     assert done is True and not lock.lost
     assert head(ddb, locks).state == ("held" if operation == "heartbeat" else "free")
-
-
-# --- mutual exclusion under real threads --------------------------------------------------
-
-
-@pytest.mark.slow
-def test_given_20_clients_when_each_runs_50_cycles_then_the_counter_is_exactly_1000(
-    backend: LocalDynamo, locks: str, data_table: str, ddb: Any
-) -> None:
-    # Given
-    counter = Counter(ddb, data_table)
-    # When
-    errors = run_lock_clients(FifoLock, backend, locks, counter)
-    # Then
-    assert errors == []
-    assert counter.most_inside == 1
-    assert counter.value() == WORKERS * ROUNDS
-    assert waiting(ddb, locks) == []
-    assert head(ddb, locks).state == "free"

@@ -21,10 +21,8 @@ from ddbtx.locks import (
     LockNotGrantedError,
     list_locks,
 )
-from helpers import scan
 
 from .conftest import LEASE, MAX_POLL, Wall
-from .exclusion import ROUNDS, WORKERS, Counter, run_lock_clients
 from .support import VirtualTime
 
 MakeLock = Callable[..., Any]
@@ -311,22 +309,3 @@ def test_given_a_lost_release_response_when_the_sdk_retries_then_release_succeed
     assert chaos.fired
     assert lock.released
     assert lease_row(ddb, locks)["state"] == "free"
-
-
-# --- mutual exclusion under real threads -----------------------------------------------
-
-
-@pytest.mark.slow
-def test_given_20_clients_when_each_runs_50_cycles_then_the_counter_is_exactly_1000(
-    backend: LocalDynamo, locks: str, data_table: str, ddb: Any
-) -> None:
-    # Given
-    counter = Counter(ddb, data_table)
-    # When
-    errors = run_lock_clients(LeaseLockClient, backend, locks, counter)
-    # Then
-    assert errors == []
-    assert counter.most_inside == 1
-    assert counter.value() == WORKERS * ROUNDS
-    assert [item["sk"]["S"] for item in scan(ddb, locks)] == ["lease"]
-    assert lease_row(ddb, locks, "counter") == {"state": "free", "owner": None, "token": 1000}

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from ddbtx.chaos import Chaos
 from ddbtx.instrumentation import count_requests
-from ddbtx.local import LocalDynamo
 from ddbtx.locks import Mutex, list_locks
-
-from .exclusion import ROUNDS, WORKERS, Counter, run_workers
 
 MakeMutex = Callable[..., Mutex]
 
@@ -128,32 +121,4 @@ def test_given_a_lost_release_response_when_the_sdk_retries_then_release_reports
     # Then
     assert chaos.fired
     assert released is True
-    assert list_locks(ddb, locks) == []
-
-
-@pytest.mark.slow
-def test_given_20_clients_when_each_runs_50_cycles_then_the_counter_is_exactly_1000(
-    backend: LocalDynamo, locks: str, data_table: str, ddb: Any
-) -> None:
-    # Given
-    counter = Counter(ddb, data_table)
-
-    def worker(index: int) -> None:
-        client = backend.client()
-        mutex = Mutex(client, locks, owner=f"worker-{index}")
-        rng = random.Random(index)
-        for _ in range(ROUNDS):
-            delay = 0.01
-            while not mutex.acquire("counter"):  # losers wait and retry, backing off
-                time.sleep(rng.uniform(0.5, 1.0) * delay)
-                delay = min(0.5, delay * 2)
-            counter.increment(client)
-            assert mutex.release("counter")
-
-    # When
-    errors = run_workers(worker)
-    # Then
-    assert errors == []
-    assert counter.most_inside == 1
-    assert counter.value() == WORKERS * ROUNDS
     assert list_locks(ddb, locks) == []

@@ -9,10 +9,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
+from .._dynamo import call
 from ..errors import ConditionFailed, LockLostError
-from ._rows import check_lease, check_owner, check_polls, was_retried
+from ._rows import (
+    Item,
+    check_lease,
+    check_owner,
+    check_polls,
+    expressions,
+    new_id,
+    was_retried,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,25 +52,32 @@ class HeldLock:
         The data stored with a lease lock.
     """
 
+    #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
+    _renew_write: ClassVar[tuple[str, str]]
+    _release_write: ClassVar[tuple[str, str]]
+
     def __init__(
         self,
+        lock_client: LockClient,
         *,
+        hold: str,
+        row_key: Item,
         resource: str,
-        owner: str,
         fencing_token: int,
-        lease_duration: float,
         confirmed_at: float,
-        clock: Clock,
         namespace: str | None = None,
         data: bytes | None = None,
     ) -> None:
         self.resource = resource
-        self.owner = owner
+        self.owner = lock_client.owner
         self.namespace = namespace
         self.fencing_token = fencing_token
         self.data = data
-        self.lease_duration = lease_duration
-        self._clock = clock
+        self.lease_duration = lock_client.lease_duration
+        self._lc = lock_client
+        self._hold = hold
+        self._key = row_key
+        self._clock = lock_client._clock
         self._confirmed = confirmed_at
         self._state: State = "held"
         self._io = threading.Lock()
@@ -72,15 +88,29 @@ class HeldLock:
         where = self.resource if self.namespace is None else f"{self.resource}/{self.namespace}"
         return f"<{type(self).__name__} {where} token={self.fencing_token} {self._state}>"
 
-    # -- what subclasses write -------------------------------------------------
+    # -- the two writes a held lock makes ----------------------------------------
+
+    def _write(self, texts: tuple[str, str], values: dict[str, object]) -> None:
+        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours."""
+        condition, update = texts
+        call(
+            self._lc.client,
+            "update_item",
+            TableName=self._lc.table,
+            Key=self._key,
+            **expressions(
+                {":hold": self._hold, ":true": True, ":false": False, **values},
+                ConditionExpression=condition,
+                UpdateExpression=update,
+            ),
+        )
 
     def _renew(self) -> None:
-        """One heartbeat write; raises :class:`ConditionFailed` if taken over."""
-        raise NotImplementedError
+        expires = self._lc._wall() + self.lease_duration
+        self._write(self._renew_write, {":rvn": new_id(), ":exp": expires})
 
     def _end(self) -> None:
-        """One release write; raises :class:`ConditionFailed` if no longer ours."""
-        raise NotImplementedError
+        self._write(self._release_write, {})
 
     # -- public ----------------------------------------------------------------
 

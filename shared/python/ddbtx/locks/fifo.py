@@ -28,7 +28,6 @@ import contextlib
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from .. import schema
 from .._dynamo import call
@@ -126,31 +125,8 @@ class _Ahead:
 class FifoHeldLock(HeldLock):
     """A granted FIFO lock; ``fencing_token`` is its ticket."""
 
-    def __init__(self, fifo: FifoLock, hold: str, head_key: Item, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._fifo = fifo
-        self._hold = hold
-        self._head_key = head_key
-
-    def _head_write(self, condition: str, update: str, values: dict[str, object]) -> None:
-        call(
-            self._fifo.client,
-            "update_item",
-            TableName=self._fifo.table,
-            Key=self._head_key,
-            **expressions(
-                {":hold": self._hold, ":true": True, ":false": False, **values},
-                ConditionExpression=condition,
-                UpdateExpression=update,
-            ),
-        )
-
-    def _renew(self) -> None:
-        expires = self._fifo._wall() + self._fifo.lease_duration
-        self._head_write(FIFO_RENEW, _RENEW, {":rvn": new_id(), ":exp": expires})
-
-    def _end(self) -> None:
-        self._head_write(FIFO_RELEASE, _RELEASE, {})
+    _renew_write = (FIFO_RENEW, _RENEW)
+    _release_write = (FIFO_RELEASE, _RELEASE)
 
 
 class FifoLock(LockClient):
@@ -362,15 +338,12 @@ class _Waiter:
         fifo = self.fifo
         lock = FifoHeldLock(
             fifo,
-            self.hold,
-            self.head_key,
+            hold=self.hold,
+            row_key=self.head_key,
             resource=self.resource,
-            owner=fifo.owner,
             namespace=self.namespace,
             fencing_token=ticket,
-            lease_duration=fifo.lease_duration,
             confirmed_at=sent,
-            clock=fifo._clock,
         )
         fifo._keep(lock)
         return lock

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from .._dynamo import call
 from ..errors import ConditionFailed, LockNotGrantedError
@@ -63,31 +62,8 @@ class _Row:
 class LeaseLock(HeldLock):
     """A granted lease lock (see :class:`~ddbtx.locks.HeldLock`)."""
 
-    def __init__(self, lock_client: LeaseLockClient, hold: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._lc = lock_client
-        self._hold = hold
-
-    def _write(self, condition: str, update: str, values: dict[str, object]) -> None:
-        lc = self._lc
-        call(
-            lc.client,
-            "update_item",
-            TableName=lc.table,
-            Key=key(self.resource, LEASE_SK),
-            **expressions(
-                {":hold": self._hold, **values},
-                ConditionExpression=condition,
-                UpdateExpression=update,
-            ),
-        )
-
-    def _renew(self) -> None:
-        expires = self._lc._wall() + self._lc.lease_duration
-        self._write(LEASE_RENEW, _RENEW, {":rvn": new_id(), ":exp": expires})
-
-    def _end(self) -> None:
-        self._write(LEASE_RELEASE, _RELEASE, {})
+    _renew_write = (LEASE_RENEW, _RENEW)
+    _release_write = (LEASE_RELEASE, _RELEASE)
 
 
 class LeaseLockClient(LockClient):
@@ -219,13 +195,11 @@ class LeaseLockClient(LockClient):
             return None
         lock = LeaseLock(
             self,
-            hold,
+            hold=hold,
+            row_key=key(resource, LEASE_SK),
             resource=resource,
-            owner=self.owner,
             fencing_token=get_int(item, FENCE) or 0,
-            lease_duration=self.lease_duration,
             confirmed_at=sent,
-            clock=self._clock,
             data=get_bytes(item, DATA),
         )
         self._keep(lock)
