@@ -50,6 +50,14 @@ class HeldLock:
         highest token seen and refuse smaller ones.
     data : bytes or None
         The data stored with a lease lock.
+
+    Examples
+    --------
+    >>> with lc.acquire("Moe", wait=30.0) as lock:       # doctest: +SKIP
+    ...     for batch in work:
+    ...         if not lock.is_held():                   # lease ran out: stop writing
+    ...             break
+    ...         write(batch, fence=lock.fencing_token)
     """
 
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
@@ -348,6 +356,15 @@ class LockClient:
     clock, wall_clock, sleep : callable, optional
         Monotonic seconds (all lease judging), epoch seconds (TTL values and
         display-only expiry estimates), and the waiter's sleep. Inject them in tests.
+
+    Attributes
+    ----------
+    client, table, owner, lease_duration, heartbeat_period
+        As given (the durations checked and defaulted).
+
+    Locks are not reentrant: acquiring a resource this client already holds
+    waits for that grant like any other. Use one client per thread or share
+    one; the heartbeat thread renews every lock the client holds.
     """
 
     _default_lease = 10.0
