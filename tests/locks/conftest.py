@@ -5,13 +5,11 @@ virtual time."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from moto.dynamodb.responses import DynamoHandler
 
 from ddbtx.chaos import Crash
 from ddbtx.local import LocalDynamo
@@ -25,27 +23,6 @@ WALL_START = 1_800_000_000.0
 LEASE = 20.0
 #: Their longest poll.
 MAX_POLL = 1.0
-
-
-@pytest.fixture(autouse=True)
-def linearizable_moto(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make moto's server apply one DynamoDB request at a time.
-
-    Its threaded server evaluates a condition and then writes without a lock,
-    so two concurrent conditional puts can both succeed, which DynamoDB (and
-    dynalite, being single-threaded) never allows. Serialising requests gives
-    moto DynamoDB's per-item atomicity; without it no lock can be tested there.
-    The server runs in this process, so patching its handler is enough.
-    """
-    original = DynamoHandler.call_action
-    serial = threading.Lock()
-
-    @functools.wraps(original)
-    def call_action(self: Any) -> Any:
-        with serial:
-            return original(self)
-
-    monkeypatch.setattr(DynamoHandler, "call_action", call_action)
 
 
 @pytest.fixture

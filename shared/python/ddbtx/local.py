@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -68,6 +69,34 @@ def find_dynalite() -> Path:
     raise EmulatorError("dynalite is not installed: run `npm ci` at the repository root")
 
 
+def _linearizable_moto_server(port: int) -> Any:
+    """moto's DynamoDB behind a werkzeug server that handles one request at a time.
+
+    moto evaluates a condition and then writes without holding a lock, so two
+    concurrent conditional writes can both succeed, which DynamoDB's per-item
+    atomicity never allows (dynalite, single-threaded, never does either).
+    Serialising whole requests gives moto that atomicity; connections are
+    still accepted concurrently.
+    """
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    app = DomainDispatcherApplication(create_backend_app)
+    one_at_a_time = threading.Lock()
+
+    def linearizable(environ: Any, start_response: Any) -> list[bytes]:
+        with one_at_a_time:
+            return list(app(environ, start_response))
+
+    return make_server(
+        "127.0.0.1", port, linearizable, threaded=True, request_handler=MotoRequestHandler
+    )
+
+
 class LocalDynamo:
     """A running local DynamoDB emulator.
 
@@ -94,11 +123,9 @@ class LocalDynamo:
     def start(self) -> LocalDynamo:
         self.port = free_port()
         if self.kind == "moto":
-            from moto.server import ThreadedMotoServer  # dev/demo dependency only
-
             logging.getLogger("werkzeug").setLevel(logging.ERROR)
-            self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-            self._moto.start()
+            self._moto = _linearizable_moto_server(self.port)
+            threading.Thread(target=self._moto.serve_forever, daemon=True).start()
             _wait_for_port(self.port, 10.0, None)
         else:
             node = shutil.which("node")
@@ -131,7 +158,8 @@ class LocalDynamo:
 
     def stop(self) -> None:
         if self._moto is not None:
-            self._moto.stop()
+            self._moto.shutdown()
+            self._moto.server_close()
             self._moto = None
         if self._proc is not None:
             self._proc.terminate()
