@@ -12,7 +12,12 @@ from .errors import DynamoDBError, TableNotFound
 logger = logging.getLogger(__name__)
 
 
-def _create(client: Any, name: str, ttl_attribute: str, **spec: Any) -> None:
+def create_table_if_missing(client: Any, name: str, ttl_attribute: str, **spec: Any) -> None:
+    """Create an on-demand table with ``spec`` unless it exists; wait until active; enable TTL.
+
+    Idempotent and safe to run concurrently; TTL is skipped where the emulator
+    lacks the API (TTL is garbage collection only, never relied on).
+    """
     try:
         call(client, "describe_table", TableName=name)
     except TableNotFound:
@@ -39,7 +44,7 @@ def _create(client: Any, name: str, ttl_attribute: str, **spec: Any) -> None:
 
 def create_transactions_table(client: Any, name: str) -> None:
     """Transactions table: hash ``id`` + range ``sk``, with the sparse sweep index."""
-    _create(
+    create_table_if_missing(
         client,
         name,
         s.TX_TTL,
@@ -68,7 +73,7 @@ def create_transactions_table(client: Any, name: str) -> None:
 
 def create_images_table(client: Any, name: str) -> None:
     """Images table: hash ``id`` (transaction) + range ``rid`` (request)."""
-    _create(
+    create_table_if_missing(
         client,
         name,
         s.IMAGE_TTL,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from .. import schema
 from .._dynamo import call
 from ..errors import ConditionFailed, TableNotFound
-from ..tables import _create
+from ..tables import create_table_if_missing
 from ._rows import (
     EXPIRES,
     FENCE,
@@ -66,7 +66,7 @@ def create_lock_table(client: Any, table: str) -> None:
             f"table {table!r} exists with key schema {described.get('KeySchema')}, "
             f"not {_KEY_SCHEMA}"
         )
-    _create(
+    create_table_if_missing(
         client,
         table,
         schema.LOCK_TTL,
