@@ -28,7 +28,7 @@ def updates(tables: Tables, keys: list[str], amount: int) -> list[dict[str, Any]
     ]
 
 
-def test_given_25_writes_when_written_as_one_batch_then_they_are_added_in_two_header_writes(
+def test_given_25_writes_when_written_as_one_batch_then_one_write_records_them_all(
     tm: TransactionManager, ddb: Any, tables: Tables, seed: Any
 ) -> None:
     # Given 20 existing items and 5 new ones
@@ -39,14 +39,17 @@ def test_given_25_writes_when_written_as_one_batch_then_they_are_added_in_two_he
     # When
     with count_requests(tm.client) as counts:
         results = tx.write_all(updates(tables, keys, 2))
+    more = tx.write_all(updates(tables, [f"m{i:02d}" for i in range(45)], 1))
     tx.commit()
-    # Then: 2 header writes (20 + 5 entries), 25 locks, 20 applies, 5 failed guesses + inserts
+    # Then: the record is created with all 25, then 25 locks, 20 applies, 5 missed guesses
+    # whose inserts carry their writes
     assert results == [{}] * 25
-    assert counts.by_operation["PutItem"] == 1  # the record's creation with its first 20
-    assert counts.by_operation["UpdateItem"] == 1 + 25 + 20 + 5
+    assert counts.by_operation["PutItem"] == 1
+    assert counts.by_operation["UpdateItem"] == 25 + 20 + 5
     assert counts.by_operation["GetItem"] == 5  # the 5 new items: their lock guess missed
     state = data_state(ddb, tables.data)
     assert [state[k]["balance"]["N"] for k in keys] == ["3"] * 20 + ["2"] * 5
+    assert more == [{}] * 45 and len(state) == 70  # a second batch: 3 chunks added together
     assert_clean(ddb, tables)
 
 

@@ -169,7 +169,7 @@ class TransactionManager:
         lock_wait: float = 10.0,
         stale_after: float = 30.0,
         contention: Contention = Contention.WOUND_WAIT,
-        max_workers: int = 8,
+        max_workers: int = 32,
         finished_ttl: timedelta = timedelta(days=1),
         key_schemas: dict[str, tuple[str, ...]] | None = None,
         rng: random.Random | None = None,
@@ -655,8 +655,16 @@ class Transaction:
         read lock it upgraded restored), so the transaction stays usable.
         """
         try:
-            for start in range(0, len(locals_), ADD_BATCH):
-                self._add_chunk(locals_[start : start + ADD_BATCH])
+            bodies = {local.request.rid: self._entry_body(local)[0] for local in locals_}
+            if not self._created:
+                # A PutItem has no expression to outgrow: the record starts with them all.
+                self._create(locals_, bodies, {"N": str(self.p.now_ms())})
+            else:
+                # Expressions stay under 4 KB in chunks; DynamoDB serialises the
+                # chunks' conditional updates on the record, so they go out together.
+                chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
+                versions = self.p.parallel(lambda chunk: self._add_chunk(chunk, bodies), chunks)
+                self._version = max([self._version, *versions])
         except (InvalidRequestError, DuplicateRequestError):
             for local in locals_:
                 rid = local.request.rid
@@ -667,12 +675,9 @@ class Transaction:
                     self._requests[rid] = before
             raise
 
-    def _add_chunk(self, chunk: list[_Local]) -> None:
-        bodies = {local.request.rid: self._entry_body(local)[0] for local in chunk}
+    def _add_chunk(self, chunk: list[_Local], bodies: dict[str, dict[str, Any]]) -> int:
+        """One conditional update of the record adding ``chunk``; returns the version after."""
         now = {"N": str(self.p.now_ms())}
-        if not self._created:
-            self._create(chunk, bodies, now)
-            return
         names = {"#rq": s.TX_REQUESTS, "#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED}
         values: dict[str, Any] = {":p": {"S": s.STATE_PENDING}, ":one": {"N": "1"}, ":now": now}
         sets, conditions = ["#v = #v + :one", "#ts = :now"], ["#st = :p"]
@@ -700,9 +705,9 @@ class Transaction:
                 ExpressionAttributeValues=values,
                 ReturnValues="UPDATED_NEW",
             )
-            self._version = int(resp["Attributes"][s.TX_VERSION]["N"])
+            return int(resp["Attributes"][s.TX_VERSION]["N"])
         except ConditionFailed:
-            self._settle_add(chunk)
+            return self._settle_add(chunk)
         except ValidationFailed as exc:
             first = chunk[0].request
             raise InvalidRequestError(
@@ -769,12 +774,11 @@ class Transaction:
             },
         )
 
-    def _settle_add(self, chunk: list[_Local]) -> None:
+    def _settle_add(self, chunk: list[_Local]) -> int:
         """The add's condition failed: find out whether it was ours, a duplicate or a decision."""
         header = self.p.read_header(self.id)
         if header is None:
             raise self._gone()
-        self._version = header.version
         self._raise_if_decided(header)
         for local in chunk:
             req = local.request
@@ -787,6 +791,7 @@ class Transaction:
                     key=req.key,
                 )
         # Every entry is ours: an attempt whose response was lost had applied them.
+        return header.version
 
     def _settle_decided(self, header: Header) -> None:
         """Another coordinator decided this transaction: help finish it, leave nothing of ours.
