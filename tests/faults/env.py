@@ -64,9 +64,12 @@ class SkewClock:
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self.now = start
+        self._lock = threading.Lock()
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        # Atomic: two threads adding at once must never move time backwards.
+        with self._lock:
+            self.now += seconds
 
     def view(self, offset: float) -> Callable[[], float]:
         return lambda: self.now + offset
