@@ -51,32 +51,14 @@ def test_given_a_read_lock_and_an_update_when_the_coordinator_pauses_then_the_co
     assert_no_anomalies(report)
 
 
-def test_given_a_pause_before_the_lock_call_when_the_victim_commits_then_no_lock_is_left(
-    env: Env, make_report: Callable[[str], Report]
+@pytest.mark.parametrize("finish", ["commit", "rollback"])
+def test_given_a_pause_before_the_lock_call_when_the_victim_finishes_then_no_lock_is_left(
+    env: Env, make_report: Callable[[str], Report], finish: str
 ) -> None:
-    """Regression: this schedule found the stray lock fixed in a4f65fd (commit path)."""
+    """Regression: these schedules found stray locks, fixed in a4f65fd and 021d5c7."""
     # Given a victim paused just before locking its item, rolled back and finished meanwhile
     report = make_report("single")
-    # When it wakes up, locks the item and tries to commit
-    assert check_schedule(env, Schedule(("update",), "commit", "pause", 1, "sweeper"), report)
+    # When it wakes up, locks the item, applies its write, then commits or rolls back
+    assert check_schedule(env, Schedule(("update",), finish, "pause", 1, "sweeper"), report)
     # Then it undoes its late lock: the competitor's write stands and nothing is left
-    assert_no_anomalies(report)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a coordinator paused past the rollback age locks and writes an item after "
-    "the sweeper finished its rolled-back record, then calls rollback(); unlike commit() "
-    "(fixed in a4f65fd) rollback() does not undo the late lock, so the lock, _tx:ap and "
-    "_tx:img stay on the item. Replay: python -m tests.faults.run --backend dynalite "
-    "--only single --schedule update/rollback/pause/1/sweeper/0",
-)
-def test_given_a_pause_before_the_lock_call_when_the_victim_rolls_back_then_no_lock_is_left(
-    env: Env, make_report: Callable[[str], Report]
-) -> None:
-    # Given a victim paused just before locking its item, rolled back and finished meanwhile
-    report = make_report("single")
-    # When it wakes up, locks the item, applies its write and rolls back
-    assert check_schedule(env, Schedule(("update",), "rollback", "pause", 1, "sweeper"), report)
-    # Then its late lock is undone and nothing is left
     assert_no_anomalies(report)
