@@ -58,11 +58,16 @@ class Ledger:
             self.inside[holder] = since
 
     def renewed(self, holder: str, token: int, sent: float, ok: bool) -> None:
+        """A renewal sent at ``sent``; a refusal must come a whole lease after the last one.
+
+        Judged at the answer's arrival: other threads' sleeps move time on while
+        the request is in flight, and a takeover may land in that window.
+        """
         with self.lock:
             last = self.inside.get(holder, sent)
             if ok:
                 self.inside[holder] = sent
-            elif sent - last < LEASE:
+            elif self.clock.now - last < LEASE:
                 self.problems.append(f"{holder} lost token {token} within its lease")
 
     def leave(self, holder: str) -> None:
