@@ -709,13 +709,17 @@ class Transaction:
         except ConditionFailed:
             return self._settle_add(chunk)
         except ValidationFailed as exc:
-            first = chunk[0].request
-            raise InvalidRequestError(
-                f"DynamoDB rejected the request: {exc}",
-                tx_id=self.id,
-                table=first.table if len(chunk) == 1 else None,
-                key=first.key if len(chunk) == 1 else None,
-            ) from exc
+            raise self._rejected([local.request for local in chunk], exc) from exc
+
+    def _rejected(self, requests: list[Request], exc: Exception) -> InvalidRequestError:
+        """DynamoDB refused before writing anything: name the item when there is one."""
+        one = requests[0] if len(requests) == 1 else None
+        return InvalidRequestError(
+            f"DynamoDB rejected the request: {exc}",
+            tx_id=self.id,
+            table=one.table if one else None,
+            key=one.key if one else None,
+        )
 
     def _create(
         self, chunk: list[_Local], bodies: dict[str, dict[str, Any]], now: dict[str, str]
@@ -749,13 +753,7 @@ class Transaction:
                 raise TransactionError("transaction id collision", tx_id=self.id) from None
             self._version = header.version
         except ValidationFailed as exc:
-            first = chunk[0].request
-            raise InvalidRequestError(
-                f"DynamoDB rejected the request: {exc}",
-                tx_id=self.id,
-                table=first.table if len(chunk) == 1 else None,
-                key=first.key if len(chunk) == 1 else None,
-            ) from exc
+            raise self._rejected([local.request for local in chunk], exc) from exc
         self._created = True
 
     def _spill(self, entry: Entry) -> None:
@@ -858,12 +856,7 @@ class Transaction:
                     continue
                 guessing = False
             except ValidationFailed as exc:
-                raise InvalidRequestError(
-                    f"DynamoDB rejected the request: {exc}",
-                    tx_id=self.id,
-                    table=req.table,
-                    key=req.key,
-                ) from exc
+                raise self._rejected([req], exc) from exc
             item = self.p.read_item(req.table, req.key)
             owner = lock_owner(item)
             if item is None or owner is None:
