@@ -11,6 +11,7 @@ from typing import Any
 
 from ddbtx import TransactionManager
 from ddbtx.local import KINDS, Kind, LocalDynamo
+from ddbtx.tables import create_data_table
 
 #: The data tables' hash key (string), as in the test suite.
 DATA_KEY = "pk"
@@ -36,13 +37,7 @@ def create_tables(client: Any, name: Callable[[str], str] = unique_name) -> Tabl
     """
     names = Tables(name("tx"), name("img"), name("data"))
     TransactionManager(client, names.tx, names.images).create_tables()
-    client.create_table(
-        TableName=names.data,
-        KeySchema=[{"AttributeName": DATA_KEY, "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": DATA_KEY, "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.get_waiter("table_exists").wait(TableName=names.data, WaiterConfig={"Delay": 1})
+    create_data_table(client, names.data, partition_key=DATA_KEY)
     return names
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from ddbtx import TransactionManager
 from ddbtx.local import KINDS, LocalDynamo
+from ddbtx.tables import create_data_table
 from helpers import FakeClock, Tables
 
 
@@ -84,13 +85,7 @@ def tables(ddb: Any, table_name: Callable[[str], str]) -> Tables:
     """Protocol tables plus one data table (hash key ``pk``), all empty."""
     names = Tables(table_name("tx"), table_name("img"), table_name("data"))
     TransactionManager(ddb, names.tx, names.images).create_tables()
-    ddb.create_table(
-        TableName=names.data,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    ddb.get_waiter("table_exists").wait(TableName=names.data, WaiterConfig={"Delay": 1})
+    create_data_table(ddb, names.data)
     return names
 
 

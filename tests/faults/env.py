@@ -22,6 +22,7 @@ from ddbtx import SweepOutcome, TransactionManager
 from ddbtx import schema as s
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import create_lock_table
+from ddbtx.tables import create_data_table
 
 #: Seconds without a change after which the sweeper rolls a pending transaction back.
 ROLLBACK_AGE = 60.0
@@ -259,13 +260,7 @@ def create_env(backend: LocalDynamo) -> Env:
     env = Env(backend, f"tx-{run}", f"img-{run}", f"data-{run}", f"locks-{run}")
     client = env.client()
     TransactionManager(client, env.tx_table, env.images_table).create_tables()
-    client.create_table(
-        TableName=env.data_table,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.get_waiter("table_exists").wait(TableName=env.data_table, WaiterConfig={"Delay": 1})
+    create_data_table(client, env.data_table)
     return env
 
 

@@ -14,6 +14,7 @@ import pytest
 from ddbtx.chaos import Crash
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import FifoLock, LockClient, Mutex, create_lock_table
+from ddbtx.tables import create_data_table
 
 from .support import Stall, VirtualTime
 
@@ -37,13 +38,7 @@ def locks(ddb: Any, table_name: Callable[[str], str]) -> str:
 def data_table(ddb: Any, table_name: Callable[[str], str]) -> str:
     """A data table (hash ``pk``) for the writes a lock protects."""
     name = table_name("data")
-    ddb.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1})
+    create_data_table(ddb, name)
     return name
 
 

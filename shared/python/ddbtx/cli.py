@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from . import schema as s
 from ._items import flag, lock_owner, strip
 from .errors import DdbtxError
+from .tables import create_data_table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -541,12 +542,7 @@ def run_demo(*, workers: int = 4, transfers: int = 8, accounts: int = 8, seed: i
         client = db.client()
         tm = TransactionManager(client, DEMO_TABLES["transactions"], DEMO_TABLES["images"])
         tm.create_tables()
-        client.create_table(
-            TableName=DEMO_TABLES["data"],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_data_table(client, DEMO_TABLES["data"])
         create_lock_table(client, DEMO_TABLES["locks"])
         for pk in names:
             client.put_item(

@@ -12,11 +12,12 @@ from .errors import DynamoDBError, TableNotFound
 logger = logging.getLogger(__name__)
 
 
-def create_table_if_missing(client: Any, name: str, ttl_attribute: str, **spec: Any) -> None:
+def create_table_if_missing(client: Any, name: str, ttl_attribute: str | None, **spec: Any) -> None:
     """Create an on-demand table with ``spec`` unless it exists; wait until active; enable TTL.
 
-    Idempotent and safe to run concurrently; TTL is skipped where the emulator
-    lacks the API (TTL is garbage collection only, never relied on).
+    Idempotent and safe to run concurrently; TTL (when ``ttl_attribute`` is
+    given) is skipped where the emulator lacks the API: TTL is garbage
+    collection only, never relied on.
     """
     try:
         call(client, "describe_table", TableName=name)
@@ -29,6 +30,8 @@ def create_table_if_missing(client: Any, name: str, ttl_attribute: str, **spec: 
     client.get_waiter("table_exists").wait(
         TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
     )
+    if ttl_attribute is None:
+        return
     try:
         call(
             client,
@@ -85,4 +88,20 @@ def create_images_table(client: Any, name: str) -> None:
             {"AttributeName": s.IMAGE_PK, "AttributeType": "S"},
             {"AttributeName": s.IMAGE_SK, "AttributeType": "S"},
         ],
+    )
+
+
+def create_data_table(client: Any, name: str, partition_key: str = "pk") -> None:
+    """An application table with a string hash key, for local runs, tests and the demo.
+
+    Examples
+    --------
+    >>> create_data_table(client, "Accounts", partition_key="id")  # doctest: +SKIP
+    """
+    create_table_if_missing(
+        client,
+        name,
+        None,
+        KeySchema=[{"AttributeName": partition_key, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": partition_key, "AttributeType": "S"}],
     )
