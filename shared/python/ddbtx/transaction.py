@@ -968,17 +968,7 @@ class Transaction:
             item = {**req.key, **protocol}
             if req.op == "delete":
                 item[s.ATTR_DELETED] = true
-        del values[":ddbtxl"]
-        names.pop("#ddbtxl")
-        call(
-            self.p.client,
-            "put_item",
-            TableName=req.table,
-            Item=item,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=_used(names, condition),
-            **({"ExpressionAttributeValues": values} if _used(values, condition) else {}),
-        )
+        self._guarded_put(req, item, condition, names, values)
         local.locked = local.confirmed = True
         return {}
 
@@ -1105,15 +1095,7 @@ class Transaction:
                 }
                 if local.transient:
                     item[s.ATTR_TRANSIENT] = {"BOOL": True}
-                call(
-                    self.p.client,
-                    "put_item",
-                    TableName=req.table,
-                    Item=item,
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames=_used(names, condition),
-                    ExpressionAttributeValues=_used(values, condition),
-                )
+                self._guarded_put(req, item, condition, names, values)
                 local.applied = local.confirmed = True
                 return _attributes(image) if rv == "ALL_OLD" else {}
             sets = "#ddbtxp = :ddbtxt"
@@ -1145,6 +1127,26 @@ class Transaction:
                 ) from None
             self._lost_lock(local)
             raise AssertionError("unreachable") from None
+
+    def _guarded_put(
+        self,
+        req: Request,
+        item: Item,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> None:
+        """Put a whole item under ``condition``, passing only the placeholders it uses."""
+        used_values = _used(values, condition)
+        call(
+            self.p.client,
+            "put_item",
+            TableName=req.table,
+            Item=item,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=_used(names, condition),
+            **({"ExpressionAttributeValues": used_values} if used_values else {}),
+        )
 
     def _user_update(
         self,
