@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from ddbtx import TransactionManager, TransactionNotFoundError, TransactionRolledBackError
+from ddbtx import (
+    TransactionManager,
+    TransactionNotFoundError,
+    TransactionRolledBackError,
+    transaction,
+)
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError, Throttled
@@ -202,3 +207,50 @@ def test_given_a_coordinator_paused_past_the_rollback_age_when_it_wakes_then_it_
     assert stalled
     assert balances(ddb, tables) == SEED
     assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize("kind", ["before", "after", "lost"])
+def test_given_a_fault_at_any_call_of_batched_writes_then_all_or_nothing(
+    make_tm: Callable[..., TransactionManager],
+    ddb: Any,
+    tables: Tables,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """write_all: the record's creation with a batch, then chunked adds sent together."""
+    monkeypatch.setattr(transaction, "ADD_BATCH", 2)  # 3 requests: two chunks at once
+
+    def bump(pk: str, n: int) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": tables.data,
+                "Key": {"pk": {"S": pk}},
+                "UpdateExpression": "ADD balance :n",
+                "ExpressionAttributeValues": {":n": {"N": str(n)}},
+            }
+        }
+
+    schedules = 0
+    for index in range(100):
+        reset(ddb, tables)
+        victim = make_tm(max_workers=1)
+        chaos = Chaos(victim.client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        tx = victim.begin()
+        with contextlib.suppress(Crash):
+            tx.write_all([bump("a", -10)])
+            tx.write_all(
+                [
+                    bump("b", 10),
+                    bump("n", 7),
+                    {"Delete": {"TableName": tables.data, "Key": {"pk": {"S": "d"}}}},
+                ]
+            )
+            tx.commit()
+        if not chaos.fired:
+            break
+        schedules += 1
+        make_tm().sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+        assert balances(ddb, tables) == expected_for(victim, tx.id), f"{kind} at call {index}"
+        assert_clean(ddb, tables)
+    assert schedules >= 12, "two batches and a commit make at least 12 DynamoDB calls"
