@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from ddbtx import ConditionalCheckFailedError, DuplicateRequestError, TransactionManager
+from ddbtx import (
+    ConditionalCheckFailedError,
+    DuplicateRequestError,
+    InvalidRequestError,
+    TransactionManager,
+)
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos
 from ddbtx.errors import Throttled
@@ -117,4 +122,36 @@ def test_given_an_interrupted_request_when_a_different_one_targets_the_item_then
         tx.delete_item(TableName=tables.data, Key={"pk": {"S": "a"}})
     tx.commit()  # the commit catches the interrupted request up
     assert data_state(ddb, tables.data)["a"]["balance"] == {"N": "11"}
+    assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize(
+    ("batch", "error", "message"),
+    [
+        ("not a list", InvalidRequestError, "must be a list"),
+        ([{"Get": {}}], InvalidRequestError, "each request is one of"),
+        ([{"Put": "x"}], InvalidRequestError, "must be a dict"),
+        ("dup", DuplicateRequestError, "twice in the batch"),
+        ("reserved", InvalidRequestError, "reserved prefix"),
+    ],
+)
+def test_given_a_bad_batch_when_written_then_nothing_is_written_and_the_transaction_stays_usable(
+    tm: TransactionManager, ddb: Any, tables: Tables, batch: Any, error: type, message: str
+) -> None:
+    # Given
+    if batch == "dup":
+        batch = updates(tables, ["a", "a"], 1)
+    elif batch == "reserved":
+        batch = [
+            {"Put": {"TableName": tables.data, "Item": {"pk": {"S": "a"}, "_tx:id": {"S": "x"}}}}
+        ]
+    tx = tm.begin()
+    # When
+    with count_requests(tm.client) as counts, pytest.raises(error, match=message):
+        tx.write_all(batch)
+    # Then
+    assert counts.writes == 0
+    tx.write_all(updates(tables, ["ok"], 1))
+    tx.commit()
+    assert list(data_state(ddb, tables.data)) == ["ok"]
     assert_clean(ddb, tables)
