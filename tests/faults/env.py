@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from botocore.httpsession import URLLib3Session
-
 from ddbtx import SweepOutcome, TransactionManager
 from ddbtx import schema as s
 from ddbtx.local import LocalDynamo
@@ -28,32 +26,6 @@ from ddbtx.tables import create_data_table
 ROLLBACK_AGE = 60.0
 #: Keep finished records this long in the sweeps that check outcomes (deleted later).
 KEEP = timedelta(hours=1)
-
-
-#: One request at a time to moto: see :func:`serialize`.
-_MOTO_LOCK = threading.Lock()
-
-
-class _SerialSend:
-    def __init__(self) -> None:
-        self.session = URLLib3Session()
-
-    def __call__(self, request: Any, **_: Any) -> Any:
-        with _MOTO_LOCK:
-            return self.session.send(request)
-
-
-def serialize(client: Any) -> None:
-    """Send this client's requests to moto one at a time.
-
-    moto's server evaluates a conditional ``UpdateItem`` and applies it in two
-    steps that concurrent requests can interleave (two callers both pass
-    ``attribute_not_exists``), while DynamoDB and dynalite apply each item write
-    atomically. Serialising requests restores DynamoDB's per-item atomicity, so
-    the concurrent workloads test ddbtx rather than the emulator. Registered
-    last, so the fault injector's own send hooks still come first.
-    """
-    client.meta.events.register_last("before-send.dynamodb", _SerialSend())
 
 
 class SkewClock:
@@ -96,9 +68,9 @@ class Env:
     def client(self, max_attempts: int = 3, *, fresh: bool = False) -> Any:
         """A client on the backend; shared per ``max_attempts`` unless ``fresh``."""
         if fresh or max_attempts not in self._clients:
+            # LocalDynamo already serves moto one request at a time, the per-item
+            # atomicity the concurrent workloads rely on.
             client = self.backend.client(max_attempts=max_attempts)
-            if self.kind == "moto":
-                serialize(client)
             if fresh:
                 return client
             self._clients[max_attempts] = client
