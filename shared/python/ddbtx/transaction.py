@@ -380,6 +380,10 @@ class TransactionManager:
             kind = {"put": "Put", "update": "Update", "delete": "Delete"}[r.op]
             items.append({kind: params})
         try:
+            # Retries after a lost response are deduplicated by DynamoDB through the
+            # ClientRequestToken botocore fills in and reuses on every attempt (10
+            # minutes). moto ignores the token and dynalite lacks the call, so this
+            # is the one step no emulator test can check.
             call(self.client, "transact_write_items", TransactItems=items)
             return True
         except ValidationFailed as exc:
