@@ -17,8 +17,10 @@ if str(ROOT) not in sys.path:
 from benchmarks import coldstart, contention, latency, locks, requests  # noqa: E402
 from benchmarks.requests import BackendResult, TxCount, target_total  # noqa: E402
 
+from ddbtx.instrumentation import count_requests  # noqa: E402
 from ddbtx.local import LocalDynamo  # noqa: E402
 from ddbtx.locks import create_lock_table  # noqa: E402
+from ddbtx.tables import create_data_table  # noqa: E402
 
 SIZES = (1, 3)
 #: Request kinds the issue names as cheaper than an update.
@@ -199,3 +201,53 @@ def test_given_the_whole_lambda_layer_when_imported_then_nothing_beyond_boto3_is
     assert coldstart.layer_beyond_boto3() == set()
     assert "ddbtx.transaction" in coldstart.layer_modules()
     assert "ddbtx.local" not in coldstart.layer_modules()
+
+
+def test_given_reads_of_every_kind_when_counted_then_items_read_follow_what_each_call_examined(
+    ddb: Any, table_name: Callable[[str], str]
+) -> None:
+    # Given a table of three items
+    table = table_name("items")
+    create_data_table(ddb, table)
+    for pk in ("a", "b", "c"):
+        ddb.put_item(TableName=table, Item={"pk": {"S": pk}, "n": {"N": "1"}})
+    absent = {"pk": {"S": "absent"}}
+    none = {":none": {"N": "0"}}
+
+    # When every kind of read runs, plus a write whose condition fails
+    with count_requests(ddb) as counts:
+        ddb.get_item(TableName=table, Key={"pk": {"S": "a"}})
+        ddb.get_item(TableName=table, Key=absent)
+        ddb.query(
+            TableName=table,
+            KeyConditionExpression="pk = :a",
+            FilterExpression="n = :none",
+            ExpressionAttributeValues={":a": {"S": "a"}, **none},
+        )
+        ddb.scan(TableName=table, FilterExpression="n = :none", ExpressionAttributeValues=none)
+        ddb.batch_get_item(
+            RequestItems={table: {"Keys": [{"pk": {"S": "b"}}, {"pk": {"S": "c"}}, absent]}}
+        )
+        with pytest.raises(ddb.exceptions.ConditionalCheckFailedException):
+            ddb.put_item(
+                TableName=table,
+                Item={"pk": {"S": "a"}},
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+
+    # Then a found item counts one, a missing one none, a query or scan every item
+    # it examined (filtered out or not), a batch every item it returned
+    assert dict(counts.items_read_by_operation) == {
+        "GetItem": 1,
+        "Query": 1,
+        "Scan": 3,
+        "BatchGetItem": 2,
+    }
+    assert counts.items_read == 7
+    # And the request counts are as before
+    assert (counts.reads, counts.writes, counts.total) == (5, 1, 6)
+
+    # When the counts are reset
+    counts.reset()
+    # Then the items read start again from zero
+    assert (counts.items_read, counts.total) == (0, 0)
