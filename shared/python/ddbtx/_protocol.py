@@ -245,12 +245,22 @@ class Protocol:
     # -- decide ----------------------------------------------------------------
 
     def decide(
-        self, tx_id: str, to_state: str, *, expect_version: int | None = None
+        self,
+        tx_id: str,
+        to_state: str,
+        *,
+        expect_version: int | None = None,
+        expect_updated_ms: int | None = None,
     ) -> Header | None:
         """Move a pending transaction to committed or rolled back; return the header after.
 
         Returns the header as read when the condition fails (so the caller sees
         who decided first), or None when the record is gone.
+
+        ``expect_version`` decides only at that version; ``expect_updated_ms``
+        only while the record's last change (``ts``) is still the one the caller
+        saw, which lets a sweeper that found a stale record through the sweep
+        index (keys only, no version) roll it back without reading it first.
         """
         names = {"#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED, "#sw": s.TX_SWEEP_KEY}
         values: dict[str, Any] = {
@@ -266,6 +276,10 @@ class Protocol:
         if expect_version is not None:
             condition += " AND #v = :v"
             values[":v"] = {"N": str(expect_version)}
+        if expect_updated_ms is not None:
+            # decide (sweep): roll back only a record unchanged since it was seen stale.
+            condition += " AND #ts = :seen"
+            values[":seen"] = {"N": str(expect_updated_ms)}
         try:
             resp = call(
                 self.client,

@@ -7,8 +7,11 @@ One :meth:`Sweeper.run` does two passes:
     exactly the records that need work (pending ones older than the rollback
     age, decided but unfinished ones older than a short grace, finished ones
     older than the delete age) and moves each along with
-    :meth:`TransactionManager.sweep`. Its cost is proportional to the stuck
-    work, not to the size of the transactions table.
+    :meth:`TransactionManager.sweep`. A stale pending record is rolled back
+    by a decision conditioned on the age the index showed, which returns the
+    record, so it is not read first: the pass reads the index entry and the
+    items to undo, nothing else. Its cost is proportional to the stuck work,
+    not to the size of the transactions table.
 *scan pass*
     Pages through the images table (orphaned images), every data table (locks
     whose TX record is gone or finished) and the locks table (expired mutex and
@@ -38,7 +41,7 @@ from typing import Any, Final
 
 from . import schema as s
 from ._dynamo import call
-from ._items import Item, is_locked_by, key_of, lock_owner, request_id
+from ._items import Item, flag, is_locked_by, key_of, lock_owner, request_id
 from ._protocol import Header
 from .errors import ConditionFailed
 from .recovery import key_from_json, key_to_json
@@ -465,7 +468,9 @@ class Sweeper:
         """Sweep every TX record by a parallel scan of the transactions table, then every scan task.
 
         For recovery and ``ddbtx sweep --full``: costs a read of the whole table,
-        ignores and keeps the stored cursor, and has no page budget.
+        ignores and keeps the stored cursor, and has no page budget. Records the
+        scan shows need no work (pending and young, finished and not yet old
+        enough to delete) are not read again; every other one is moved along.
         """
         _check_positive("segments", segments)
         run = _Run(deadline, self.safety_margin, None)
@@ -584,7 +589,9 @@ class Sweeper:
                     run.stop_cursor = replace(cursor, partition=number, index_key=key)
                     run.check_time()
                     if hit[s.TX_SK]["S"] == s.TX_HEADER_SK:
-                        self._sweep_record(run, hit[s.TX_PK]["S"], stuck=tag == s.STATE_PENDING)
+                        # The index keeps ts (its range key): the age a rollback is conditioned on.
+                        seen = int(hit[s.TX_UPDATED]["N"]) if tag == s.STATE_PENDING else None
+                        self._sweep_record(run, hit[s.TX_PK]["S"], stale_since=seen)
                     key = {n: hit[n] for n in (s.TX_SWEEP_KEY, s.TX_UPDATED, s.TX_PK, s.TX_SK)}
                 self._progress(f"index {tag}#{shard}", len(page.get("Items", [])))
                 key = page.get("LastEvaluatedKey")
@@ -592,8 +599,10 @@ class Sweeper:
                     break
         return Cursor(task=cursor.task, scan_key=cursor.scan_key)
 
-    def _sweep_record(self, run: _Run, tx_id: str, *, stuck: bool) -> None:
+    def _sweep_record(self, run: _Run, tx_id: str, *, stale_since: int | None) -> None:
+        """Move one record along; ``stale_since`` is the ``ts`` of a pending record seen stale."""
         run.count("scanned")
+        stuck = stale_since is not None
         if stuck:
             run.count("stuck")
             with run.lock:
@@ -601,9 +610,10 @@ class Sweeper:
                 if len(run.report.stuck_ids) < MAX_STUCK_IDS:
                     run.report.stuck_ids.append(tx_id)
         try:
-            outcome = self.tm.sweep(
-                tx_id, rollback_after=self.rollback_after, delete_after=self.delete_after
-            )
+            if stale_since is None:
+                outcome = self._sweep_general(tx_id)
+            else:
+                outcome = self._roll_back_stale(tx_id, stale_since)
         except Exception:
             # One bad record must not stop the sweep; it stays in the index for the next run.
             run.count("errors")
@@ -615,8 +625,33 @@ class Sweeper:
         if counter:
             run.count(counter)
 
+    def _sweep_general(self, tx_id: str) -> SweepOutcome:
+        return self.tm.sweep(
+            tx_id, rollback_after=self.rollback_after, delete_after=self.delete_after
+        )
+
+    def _roll_back_stale(self, tx_id: str, seen_ms: int) -> SweepOutcome:
+        """Roll back a pending record seen unchanged since ``seen_ms`` (older than the rollback
+        age), without reading it first.
+
+        The decision is conditioned on the record's ``ts`` still being the one
+        seen, and returns the record as decided, whose requests say what to
+        undo. Whenever it does not apply (the record changed, or someone else
+        settled it meanwhile), the general step decides from a fresh read.
+        """
+        header = self.tm.protocol.decide(tx_id, s.STATE_ROLLED_BACK, expect_updated_ms=seen_ms)
+        if header is None:
+            return SweepOutcome.MISSING
+        if header.state == s.STATE_PENDING or header.finished:
+            return self._sweep_general(tx_id)
+        self.tm.protocol.finish(header)
+        if header.state == s.STATE_COMMITTED:
+            return SweepOutcome.ROLLED_FORWARD  # its coordinator decided first
+        return SweepOutcome.ROLLED_BACK
+
     def _scan_segment(self, run: _Run, segment: int, total: int) -> None:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
+        delete_cutoff = self._cutoff_ms(s.STATE_FINISHED_TAG)
         for page in self._pages(
             run,
             self.tm.transactions_table,
@@ -637,11 +672,18 @@ class Sweeper:
         ):
             for record in page[0]:
                 run.check_time()
-                stuck = (
-                    record[s.TX_STATE]["S"] == s.STATE_PENDING
-                    and int(record[s.TX_UPDATED]["N"]) < rollback_cutoff
-                )
-                self._sweep_record(run, record[s.TX_PK]["S"], stuck=stuck)
+                updated = int(record[s.TX_UPDATED]["N"])
+                if flag(record, s.TX_FINISHED):
+                    if updated >= delete_cutoff:
+                        continue  # kept: reading it again would change nothing
+                    self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
+                elif record[s.TX_STATE]["S"] == s.STATE_PENDING:
+                    if updated >= rollback_cutoff:
+                        continue  # active: reading it again would change nothing
+                    self._sweep_record(run, record[s.TX_PK]["S"], stale_since=updated)
+                else:
+                    # Decided but unfinished: a full sweep finishes it whatever its age.
+                    self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
 
     # -- scan pass -----------------------------------------------------------------
 
