@@ -155,3 +155,30 @@ def test_given_a_bad_batch_when_written_then_nothing_is_written_and_the_transact
     tx.commit()
     assert list(data_state(ddb, tables.data)) == ["ok"]
     assert_clean(ddb, tables)
+
+
+def test_given_a_client_pool_smaller_than_the_workers_when_a_manager_is_made_then_it_warns(
+    backend: Any, tables: Tables, caplog: pytest.LogCaptureFixture
+) -> None:
+    import boto3
+    from botocore.config import Config
+
+    from ddbtx.local import LOCAL_CREDENTIALS
+
+    # Given a client keeping botocore's default 10 connections
+    small = boto3.client(
+        "dynamodb",
+        endpoint_url=backend.endpoint_url,
+        config=Config(max_pool_connections=10),
+        **LOCAL_CREDENTIALS,
+    )
+    # When a manager runs up to 32 steps at once on it
+    with caplog.at_level("WARNING", logger="ddbtx.transaction"):
+        TransactionManager(small, tables.tx, tables.images, max_workers=32)
+    # Then it says how to size the pool
+    assert "max_pool_connections=32" in caplog.text
+    # And the emulator's own clients are sized for the default pool
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ddbtx.transaction"):
+        TransactionManager(backend.client(), tables.tx, tables.images)
+    assert caplog.text == ""

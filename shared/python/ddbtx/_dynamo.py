@@ -12,6 +12,20 @@ from botocore.exceptions import ClientError
 
 from .errors import translate
 
+#: HTTP connections a client keeps: at least the manager's default pool of
+#: concurrent per-item steps (32), so no step waits for or reopens a connection.
+POOL_CONNECTIONS = 50
+
+
+def client_config(max_attempts: int) -> Any:
+    """botocore ``Config`` for the clients ddbtx makes: standard retries, a pool that fits."""
+    from botocore.config import Config
+
+    return Config(
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        max_pool_connections=POOL_CONNECTIONS,
+    )
+
 
 def call(client: Any, operation: str, **params: Any) -> dict[str, Any]:
     """Call ``client.<operation>(**params)``; raise a :class:`DynamoDBError` on failure."""

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from . import schema as s
 from ._dynamo import call
 from ._items import Item, flag, is_locked_by, request_id, strip
-from .errors import ConditionFailed
+from .errors import ConditionFailed, TransactionError
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +213,15 @@ class Protocol:
     def header_key(self, tx_id: str) -> Item:
         return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}}
 
+    def spill_key(self, tx_id: str, entry: Entry) -> Item:
+        """Key of a request body kept in its own row.
+
+        The nonce is part of it: two coordinators adding the same item to one
+        transaction write different rows, so the loser cannot overwrite the
+        body the record names.
+        """
+        return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": f"r#{entry.rid}#{entry.nonce}"}}
+
     def read_header(self, tx_id: str) -> Header | None:
         resp = call(
             self.client,
@@ -236,9 +245,13 @@ class Protocol:
             self.client,
             "get_item",
             TableName=self.tx_table,
-            Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": f"r#{entry.rid}"}},
+            Key=self.spill_key(tx_id, entry),
             ConsistentRead=True,
         )
+        if "Item" not in resp:
+            raise TransactionError(
+                f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
+            )
         entry.params = params_from_av(resp["Item"]["p"])
         return entry.params
 
@@ -510,14 +523,15 @@ class Protocol:
 
     def delete_record(self, tx_id: str, header: Header) -> None:
         """delete: remove a finished TX record and its spilled request rows."""
-        for entry in header.entries.values():
-            if entry.spilled:
-                call(
-                    self.client,
-                    "delete_item",
-                    TableName=self.tx_table,
-                    Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": f"r#{entry.rid}"}},
-                )
+        self.parallel(
+            lambda entry: call(
+                self.client,
+                "delete_item",
+                TableName=self.tx_table,
+                Key=self.spill_key(tx_id, entry),
+            ),
+            [entry for entry in header.entries.values() if entry.spilled],
+        )
         try:
             call(
                 self.client,

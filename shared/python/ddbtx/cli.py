@@ -65,9 +65,10 @@ class Options:
 
     def client(self) -> Any:
         import boto3
-        from botocore.config import Config
 
-        config = Config(retries={"max_attempts": 5, "mode": "standard"})
+        from ._dynamo import client_config
+
+        config = client_config(5)
         region = self.region
         if region is None and self.endpoint_url and not boto3.Session().region_name:
             region = "us-east-1"  # a local endpoint ignores the region, but boto3 needs one

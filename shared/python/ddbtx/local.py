@@ -144,13 +144,13 @@ class LocalDynamo:
     def client(self, max_attempts: int = 3) -> Any:
         """A boto3 DynamoDB client for this emulator (standard retry mode)."""
         import boto3
-        from botocore.config import Config
 
-        cfg = Config(retries={"max_attempts": max_attempts, "mode": "standard"})
+        from ._dynamo import client_config
+
         return boto3.client(
             "dynamodb",
             endpoint_url=self.endpoint_url,
-            config=cfg,
+            config=client_config(max_attempts),
             region_name=LOCAL_CREDENTIALS["region_name"],
             aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
             aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],

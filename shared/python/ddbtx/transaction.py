@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -61,8 +61,15 @@ logger = logging.getLogger(__name__)
 
 #: Request bodies larger than this go to their own row instead of the header.
 SPILL_BYTES = 16 * 1024
-#: The header spills every body once it reaches this size.
-HEADER_SOFT_LIMIT = 200 * 1024
+#: The header spills every body once it reaches this size. Every change to the
+#: header (each add, the decision, the finish) is billed for its whole size, so
+#: it stays small: a large transaction pays one extra put per spilled body
+#: instead of rewriting hundreds of KB per request.
+HEADER_SOFT_LIMIT = 32 * 1024
+#: Spilled request rows expire after this long even if their record never
+#: named them (the coordinator died between spilling and adding). A pending
+#: record is rolled back by the sweeper long before; only its resume needs them.
+SPILLED_ROW_TTL = timedelta(days=7)
 #: Images larger than this live in the images table instead of the item.
 INLINE_IMAGE_LIMIT = 64 * 1024
 
@@ -176,6 +183,18 @@ class TransactionManager:
     ) -> None:
         if lock_wait < 0 or stale_after <= 0 or max_workers < 1:
             raise ValueError("lock_wait >= 0, stale_after > 0 and max_workers >= 1 are required")
+        pool = getattr(
+            getattr(getattr(client, "meta", None), "config", None), "max_pool_connections", None
+        )
+        if isinstance(pool, int) and pool < max_workers:
+            # Steps beyond the pool open and drop a connection each: slower, and noisy in logs.
+            logger.warning(
+                "the client keeps %d HTTP connections but max_workers is %d; create it with "
+                "botocore Config(max_pool_connections=%d)",
+                pool,
+                max_workers,
+                max_workers,
+            )
         self.client = client
         self.transactions_table = transactions_table
         self.images_table = images_table
@@ -637,20 +656,23 @@ class Transaction:
             )
         return _wrap(user_view(item))
 
-    def _entry_body(self, local: _Local) -> tuple[dict[str, Any], int]:
-        """A request as stored in the header; large bodies go to their own row first."""
-        req = local.request
-        entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
-        body = entry_to_av(entry)
-        size = item_size({"x": body})
-        if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
-            self._spill(entry)
-            self._spilled.add(entry.rid)
-            entry.spilled, entry.params = True, None
+    def _entry_bodies(self, locals_: list[_Local]) -> tuple[dict[str, dict[str, Any]], list[Entry]]:
+        """Requests as stored in the header, and the entries whose bodies need their own row."""
+        bodies: dict[str, dict[str, Any]] = {}
+        spills: list[Entry] = []
+        for local in locals_:
+            req = local.request
+            entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
             body = entry_to_av(entry)
             size = item_size({"x": body})
-        self._header_bytes += size
-        return body, size
+            if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
+                spills.append(replace(entry))
+                entry.spilled, entry.params = True, None
+                body = entry_to_av(entry)
+                size = item_size({"x": body})
+            self._header_bytes += size
+            bodies[req.rid] = body
+        return bodies, spills
 
     def _add_all(self, locals_: list[_Local], *, previous: dict[str, _Local | None]) -> None:
         """add: record requests and their lock nonces in the TX record before touching items.
@@ -658,8 +680,12 @@ class Transaction:
         A request rejected here wrote nothing: its local state is dropped (or the
         read lock it upgraded restored), so the transaction stays usable.
         """
+        header_bytes, spilled = self._header_bytes, set(self._spilled)
+        bodies, spills = self._entry_bodies(locals_)
         try:
-            bodies = {local.request.rid: self._entry_body(local)[0] for local in locals_}
+            # Bodies are in place before the record names them (resume reads them).
+            self.p.parallel(self._spill, spills)
+            self._spilled.update(entry.rid for entry in spills)
             if not self._created:
                 # A PutItem has no expression to outgrow: the record starts with them all.
                 self._create(locals_, bodies, {"N": str(self.p.now_ms())})
@@ -677,7 +703,34 @@ class Transaction:
                     self._requests.pop(rid, None)
                 else:
                     self._requests[rid] = before
+            self._header_bytes, self._spilled = header_bytes, spilled
+            self._drop_spills(spills, previous)
             raise
+
+    def _drop_spills(self, spills: list[Entry], previous: dict[str, _Local | None]) -> None:
+        """Undo the body rows of rejected requests: the record never names them.
+
+        A rejected upgrade wrote over its read's row (same item, same nonce):
+        that row gets the read's body back if the record says it is spilled.
+        """
+
+        def undo(entry: Entry) -> None:
+            before = previous.get(entry.rid)
+            if before is None:
+                call(
+                    self.p.client,
+                    "delete_item",
+                    TableName=self.p.tx_table,
+                    Key=self.p.spill_key(self.id, entry),
+                )
+            elif entry.rid in self._spilled:
+                old = before.request
+                self._spill(Entry(old.rid, old.op, old.table, old.key, before.nonce, old.params))
+
+        try:
+            self.p.parallel(undo, spills)
+        except Exception:  # rows the record never names expire by their TTL
+            logger.warning("could not undo rejected request bodies of %s", self.id, exc_info=True)
 
     def _add_chunk(self, chunk: list[_Local], bodies: dict[str, dict[str, Any]]) -> int:
         """One conditional update of the record adding ``chunk``; returns the version after."""
@@ -764,15 +817,16 @@ class Transaction:
         """Keep a large request body in its own row so the header stays small."""
         from ._protocol import params_to_av
 
+        expires = int(self.p.clock() + SPILLED_ROW_TTL.total_seconds())
         call(
             self.p.client,
             "put_item",
             TableName=self.p.tx_table,
             Item={
-                s.TX_PK: {"S": self.id},
-                s.TX_SK: {"S": f"r#{entry.rid}"},
+                **self.p.spill_key(self.id, entry),
                 "p": params_to_av(entry.params or {}),
                 "n": {"S": entry.nonce},
+                s.TX_TTL: {"N": str(expires)},
             },
         )
 
@@ -1254,8 +1308,10 @@ class Transaction:
         self._version = header.version
         self._header_bytes = header.raw_size
         self._finished = header.finished
-        for entry in header.entries.values():
-            params = self.p.load_params(self.id, entry)
+        entries = list(header.entries.values())
+        for entry, params in zip(
+            entries, self.p.parallel(lambda e: self.p.load_params(self.id, e), entries), strict=True
+        ):
             req = build(entry.op, params, self.manager.key_names(entry.table))  # type: ignore[arg-type]
             self._requests[entry.rid] = _Local(request=req, nonce=entry.nonce)
             if entry.spilled:

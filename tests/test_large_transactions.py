@@ -1,0 +1,130 @@
+"""Transactions whose requests outgrow one item: bodies in their own rows, a small header."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddbtx import DuplicateRequestError, TransactionManager
+from ddbtx import schema as s
+from ddbtx._items import item_size
+from ddbtx.transaction import HEADER_SOFT_LIMIT, SPILL_BYTES
+from helpers import Tables, assert_clean, data_state, scan
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # benchmarks/ is a top-level package, not installed
+
+from benchmarks import large  # noqa: E402
+
+S = lambda v: {"S": v}  # noqa: E731
+
+#: A request body too large for the header.
+BIG = "z" * (SPILL_BYTES + 1024)
+
+
+def big_put(tables: Tables, pk: str, tag: str) -> dict[str, Any]:
+    return {"TableName": tables.data, "Item": {"pk": S(pk), "v": S(tag + BIG)}}
+
+
+def record_rows(ddb: Any, tables: Tables) -> list[dict[str, Any]]:
+    return [row for row in scan(ddb, tables.tx) if row[s.TX_SK]["S"] != "cursor"]
+
+
+def test_given_many_large_requests_when_added_then_the_header_stays_small(
+    tm: TransactionManager, ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction of 30 requests of 17 KB each (over 500 KB in all)
+    tx = tm.begin()
+    tx.write_all([{"Put": big_put(tables, f"k{i:02d}", "new")} for i in range(30)])
+    # Then each body has its own row, and the header holds only keys and nonces
+    rows = record_rows(ddb, tables)
+    header = next(row for row in rows if row[s.TX_SK]["S"] == s.TX_HEADER_SK)
+    assert len(rows) == 31
+    assert item_size(header) < HEADER_SOFT_LIMIT
+    # And every body row expires by TTL even if the record never named it
+    bodies = [row for row in rows if row is not header]
+    assert all(int(row[s.TX_TTL]["N"]) > tm.clock() for row in bodies)
+    # When it commits and its record is deleted, nothing of it is left
+    tx.commit()
+    tx.delete()
+    assert len(data_state(ddb, tables.data)) == 30
+    assert_clean(ddb, tables)
+
+
+def test_given_a_large_request_added_twice_when_the_second_is_rejected_then_its_body_goes(
+    tm: TransactionManager, ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction that recorded a large put of "a"
+    first = tm.begin()
+    first.put_item(**big_put(tables, "a", "first"))
+    # When a second coordinator of the same transaction adds "a" with another large body
+    second = tm.resume(first.id)
+    with pytest.raises(DuplicateRequestError):
+        second.put_item(**big_put(tables, "a", "second"))
+    # Then the rejected body is gone and the recorded one is intact: a resume reads it back
+    rows = record_rows(ddb, tables)
+    assert len(rows) == 2  # header + the first body
+    body = next(row for row in rows if row[s.TX_SK]["S"] != s.TX_HEADER_SK)
+    assert body["p"]["M"]["Item"]["M"]["v"] == S("first" + BIG)
+    third = tm.resume(first.id)
+    third.commit()
+    third.delete()
+    assert data_state(ddb, tables.data)["a"]["v"] == S("first" + BIG)
+    assert_clean(ddb, tables)
+
+
+def test_given_a_large_request_body_when_a_resume_finds_it_gone_then_it_says_so(
+    tm: TransactionManager, ddb: Any, tables: Tables
+) -> None:
+    # Given a pending transaction whose large body row was removed (e.g. expired by TTL)
+    tx = tm.begin()
+    tx.put_item(**big_put(tables, "a", "x"))
+    body = next(row for row in record_rows(ddb, tables) if row[s.TX_SK]["S"] != "#")
+    ddb.delete_item(TableName=tables.tx, Key={k: body[k] for k in (s.TX_PK, s.TX_SK)})
+    # When another coordinator resumes it, then the error names the missing body
+    with pytest.raises(Exception, match="gone from the TX record"):
+        tm.resume(tx.id)
+    # And the transaction can still be rolled back and cleaned up
+    tx.rollback()
+    tx.delete()
+    assert data_state(ddb, tables.data) == {}
+    assert_clean(ddb, tables)
+
+
+def test_given_the_large_benchmark_at_small_size_then_every_run_ends_right(
+    ddb: Any, table_name: Callable[[str], str]
+) -> None:
+    # Given 12 items of 17 KB each (every body in its own row)
+    # When committed, rolled back, killed while locking, killed while completing
+    fresh = itertools.count()
+    runs = large.measure(
+        ddb,
+        12,
+        SPILL_BYTES + 1024,
+        conversational=True,
+        name=lambda role: table_name(f"{role}{next(fresh)}"),
+    )
+    # Then every run left each item whole with the right value and no record behind
+    assert [run.name for run in runs] == [
+        "commit",
+        "commit, one by one",
+        "rollback",
+        "crash, locking",
+        "crash, completing",
+    ]
+    assert all(run.ok for run in runs)
+    # And the record spread over the header plus one row per body
+    assert all(run.record_rows == 13 for run in runs if not run.name.startswith("crash"))
+    # And the sweeper touched items only after a crash (beyond its scan for stray locks)
+    scan_only = runs[0].sweeper.requests["data"]
+    for run in runs:
+        touched = run.sweeper.requests["data"] - scan_only
+        assert touched >= 6 if run.name.startswith("crash") else touched == 0
+    text = large.table(ddb.meta.region_name, runs)
+    assert "crash, completing" in text
