@@ -31,6 +31,7 @@ TRANSACTIONS_ACTIONS: Final = (
     "dynamodb:Scan",
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",  # a deleted record's request-body rows, 25 per call
 )
 SWEEP_INDEX_ACTIONS: Final = ("dynamodb:Query",)
 IMAGES_ACTIONS: Final = (

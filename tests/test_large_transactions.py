@@ -13,6 +13,7 @@ import pytest
 from ddbtx import DuplicateRequestError, TransactionManager
 from ddbtx import schema as s
 from ddbtx._items import item_size
+from ddbtx.errors import Throttled
 from ddbtx.transaction import HEADER_SOFT_LIMIT, SPILL_BYTES
 from helpers import Tables, assert_clean, data_state, scan
 
@@ -128,3 +129,59 @@ def test_given_the_large_benchmark_at_small_size_then_every_run_ends_right(
         assert touched >= 6 if run.name.startswith("crash") else touched == 0
     text = large.table(ddb.meta.region_name, runs)
     assert "crash, completing" in text
+
+
+class LeftOut:
+    """Report the rows of the next ``times`` BatchWriteItem calls as unprocessed.
+
+    The rows were written all the same; DynamoDB may leave any of them out under
+    load, and resending a body row is harmless.
+    """
+
+    def __init__(self, client: Any, times: int) -> None:
+        self.client, self.times, self.calls = client, times, 0
+        client.meta.events.register("after-call.dynamodb.BatchWriteItem", self._after)
+        client.meta.events.register("before-parameter-build.dynamodb.BatchWriteItem", self._keep)
+
+    def _keep(self, params: dict[str, Any], **_: Any) -> None:
+        self.sent = params["RequestItems"]
+
+    def _after(self, parsed: dict[str, Any], **_: Any) -> None:
+        self.calls += 1
+        if self.times > 0:
+            self.times -= 1
+            parsed["UnprocessedItems"] = self.sent
+
+
+def test_given_rows_left_unprocessed_when_bodies_are_written_then_they_are_resent(
+    make_tm: Any, ddb: Any, tables: Tables, clock: Any
+) -> None:
+    # Given a coordinator whose first two batches come back unprocessed
+    tm = make_tm()
+    left_out = LeftOut(tm.client, times=2)
+    started = clock.time()
+    # When it records two large requests
+    tx = tm.begin()
+    tx.write_all([{"Put": big_put(tables, pk, "v")} for pk in ("a", "b")])
+    # Then the batch was resent until processed, after backing off
+    assert left_out.calls == 3
+    assert clock.time() > started
+    tx.commit()
+    tx.delete()
+    assert len(data_state(ddb, tables.data)) == 2
+    assert_clean(ddb, tables)
+
+
+def test_given_rows_never_processed_when_bodies_are_written_then_throttling_is_reported(
+    make_tm: Any, ddb: Any, tables: Tables
+) -> None:
+    # Given a coordinator whose batches always come back unprocessed
+    tm = make_tm()
+    LeftOut(tm.client, times=1000)
+    # When it records a large request, then it gives up with a throttling error
+    tx = tm.begin()
+    with pytest.raises(Throttled, match="unprocessed"):
+        tx.put_item(**big_put(tables, "a", "v"))
+    # And no item was touched and no record was created (the orphan row carries a TTL)
+    assert data_state(ddb, tables.data) == {}
+    assert all(s.TX_TTL in row for row in record_rows(ddb, tables))

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from . import schema as s
 from ._dynamo import call
 from ._items import Item, flag, is_locked_by, request_id, strip
-from .errors import ConditionFailed, TransactionError
+from .errors import ConditionFailed, Throttled, TransactionError
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +162,12 @@ def header_from_item(item: Item) -> Header:
 # --- the protocol engine ------------------------------------------------------
 
 
+#: Rows per ``BatchWriteItem`` (DynamoDB's limit).
+BATCH_ROWS = 25
+#: Times a batch's unprocessed rows are resent before giving up.
+BATCH_ATTEMPTS = 8
+
+
 class Protocol:
     """Stateless protocol steps bound to one client, table pair and clock."""
 
@@ -174,11 +180,13 @@ class Protocol:
         clock: Callable[[], float],
         max_workers: int,
         finished_ttl_seconds: int,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
         self.tx_table = transactions_table
         self.images_table = images_table
         self.clock = clock
+        self.sleep = sleep
         self.max_workers = max_workers
         self.finished_ttl_seconds = finished_ttl_seconds
         self._pool: ThreadPoolExecutor | None = None
@@ -204,6 +212,30 @@ class Protocol:
         futures = [self._pool.submit(fn, w) for w in work]
         wait(futures)
         return [future.result() for future in futures]
+
+    def batch_write(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Put or delete ``rows`` (``PutRequest``/``DeleteRequest``s) in batches sent together.
+
+        Only for rows no one else writes (request bodies of one transaction):
+        a batch has no conditions, and resending one is harmless.
+        """
+        chunks = [rows[i : i + BATCH_ROWS] for i in range(0, len(rows), BATCH_ROWS)]
+        self.parallel(lambda chunk: self._batch_chunk(table, chunk), chunks)
+
+    def _batch_chunk(self, table: str, chunk: list[dict[str, Any]]) -> None:
+        pending: dict[str, Any] = {table: chunk}
+        for attempt in range(BATCH_ATTEMPTS):
+            resp = call(self.client, "batch_write_item", RequestItems=pending)
+            pending = resp.get("UnprocessedItems") or {}
+            if not pending:
+                return
+            # DynamoDB left rows out (throughput): back off before resending only those.
+            self.sleep(min(0.05 * 2**attempt, 2.0))
+        raise Throttled(
+            f"{len(pending.get(table, []))} rows stayed unprocessed after {BATCH_ATTEMPTS} batches",
+            code="UnprocessedItems",
+            operation="BatchWriteItem",
+        )
 
     def close(self) -> None:
         if self._pool is not None:
@@ -523,14 +555,9 @@ class Protocol:
 
     def delete_record(self, tx_id: str, header: Header) -> None:
         """delete: remove a finished TX record and its spilled request rows."""
-        self.parallel(
-            lambda entry: call(
-                self.client,
-                "delete_item",
-                TableName=self.tx_table,
-                Key=self.spill_key(tx_id, entry),
-            ),
-            [entry for entry in header.entries.values() if entry.spilled],
+        spilled = [entry for entry in header.entries.values() if entry.spilled]
+        self.batch_write(
+            self.tx_table, [{"DeleteRequest": {"Key": self.spill_key(tx_id, e)}} for e in spilled]
         )
         try:
             call(

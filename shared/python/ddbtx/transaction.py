@@ -12,7 +12,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -214,6 +214,7 @@ class TransactionManager:
             clock=clock,
             max_workers=max_workers,
             finished_ttl_seconds=int(finished_ttl.total_seconds()),
+            sleep=sleep,
         )
 
     # -- tables ----------------------------------------------------------------
@@ -684,7 +685,7 @@ class Transaction:
         bodies, spills = self._entry_bodies(locals_)
         try:
             # Bodies are in place before the record names them (resume reads them).
-            self.p.parallel(self._spill, spills)
+            self._spill(spills)
             self._spilled.update(entry.rid for entry in spills)
             if not self._created:
                 # A PutItem has no expression to outgrow: the record starts with them all.
@@ -714,21 +715,17 @@ class Transaction:
         that row gets the read's body back if the record says it is spilled.
         """
 
-        def undo(entry: Entry) -> None:
+        rows: list[dict[str, Any]] = []
+        for entry in spills:
             before = previous.get(entry.rid)
             if before is None:
-                call(
-                    self.p.client,
-                    "delete_item",
-                    TableName=self.p.tx_table,
-                    Key=self.p.spill_key(self.id, entry),
-                )
+                rows.append({"DeleteRequest": {"Key": self.p.spill_key(self.id, entry)}})
             elif entry.rid in self._spilled:
                 old = before.request
-                self._spill(Entry(old.rid, old.op, old.table, old.key, before.nonce, old.params))
-
+                restored = Entry(old.rid, old.op, old.table, old.key, before.nonce, old.params)
+                rows.append({"PutRequest": {"Item": self._spill_row(restored)}})
         try:
-            self.p.parallel(undo, spills)
+            self.p.batch_write(self.p.tx_table, rows)
         except Exception:  # rows the record never names expire by their TTL
             logger.warning("could not undo rejected request bodies of %s", self.id, exc_info=True)
 
@@ -768,7 +765,7 @@ class Transaction:
         except ValidationFailed as exc:
             raise self._rejected([local.request for local in chunk], exc) from exc
 
-    def _rejected(self, requests: list[Request], exc: Exception) -> InvalidRequestError:
+    def _rejected(self, requests: Sequence[Request | Entry], exc: Exception) -> InvalidRequestError:
         """DynamoDB refused before writing anything: name the item when there is one."""
         one = requests[0] if len(requests) == 1 else None
         return InvalidRequestError(
@@ -813,22 +810,25 @@ class Transaction:
             raise self._rejected([local.request for local in chunk], exc) from exc
         self._created = True
 
-    def _spill(self, entry: Entry) -> None:
-        """Keep a large request body in its own row so the header stays small."""
+    def _spill(self, entries: list[Entry]) -> None:
+        """Keep large request bodies in their own rows so the header stays small."""
+        try:
+            self.p.batch_write(
+                self.p.tx_table, [{"PutRequest": {"Item": self._spill_row(e)}} for e in entries]
+            )
+        except ValidationFailed as exc:
+            raise self._rejected(entries, exc) from exc
+
+    def _spill_row(self, entry: Entry) -> Item:
         from ._protocol import params_to_av
 
         expires = int(self.p.clock() + SPILLED_ROW_TTL.total_seconds())
-        call(
-            self.p.client,
-            "put_item",
-            TableName=self.p.tx_table,
-            Item={
-                **self.p.spill_key(self.id, entry),
-                "p": params_to_av(entry.params or {}),
-                "n": {"S": entry.nonce},
-                s.TX_TTL: {"N": str(expires)},
-            },
-        )
+        return {
+            **self.p.spill_key(self.id, entry),
+            "p": params_to_av(entry.params or {}),
+            "n": {"S": entry.nonce},
+            s.TX_TTL: {"N": str(expires)},
+        }
 
     def _settle_add(self, chunk: list[_Local]) -> int:
         """The add's condition failed: find out whether it was ours, a duplicate or a decision."""

@@ -1,0 +1,138 @@
+"""The janitors' IAM grants cover every call they really make (on both emulators).
+
+The grants are exact (action, table) pairs, so a protocol step that starts
+using a new API call would fail in AWS with AccessDenied while every emulator
+test passed. Here the sweeper settles the worst mess it meets (a large
+crashed transaction with request-body rows, a decided one, a stray lock, an
+orphaned image, an expired lock row) while a hook records what it calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import cdk_support  # noqa: F401  (puts the repository root on sys.path for ``infra``)
+import pytest
+from infra.tables import (
+    DATA_ACTIONS,
+    IMAGES_ACTIONS,
+    LOCKS_ACTIONS,
+    SWEEP_INDEX_ACTIONS,
+    TRANSACTIONS_ACTIONS,
+)
+
+from ddbtx import schema as s
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.locks import Mutex, create_lock_table
+from ddbtx.sweeper import Sweeper
+from ddbtx.transaction import SPILL_BYTES
+from helpers import Tables, assert_clean
+
+S = lambda v: {"S": v}  # noqa: E731
+
+
+@contextmanager
+def recorded(client: Any) -> Iterator[set[tuple[str, str, str | None]]]:
+    """(operation, table, index) of every call ``client`` makes; batch calls name each table."""
+    seen: set[tuple[str, str, str | None]] = set()
+    lock = threading.Lock()
+
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        tables = [params["TableName"]] if "TableName" in params else list(params["RequestItems"])
+        with lock:
+            seen.update((model.name, t, params.get("IndexName")) for t in tables)
+
+    client.meta.events.register("before-parameter-build.dynamodb", record)
+    try:
+        yield seen
+    finally:
+        client.meta.events.unregister("before-parameter-build.dynamodb", record)
+
+
+def granted(tables: Tables, locks_table: str) -> set[tuple[str, str, str | None]]:
+    def pairs(actions: tuple[str, ...], table: str, index: str | None = None) -> set[Any]:
+        return {(a.removeprefix("dynamodb:"), table, index) for a in actions}
+
+    return (
+        pairs(TRANSACTIONS_ACTIONS, tables.tx)
+        | pairs(SWEEP_INDEX_ACTIONS, tables.tx, s.SWEEP_INDEX)
+        | pairs(IMAGES_ACTIONS, tables.images)
+        | pairs(LOCKS_ACTIONS, locks_table)
+        | pairs(DATA_ACTIONS, tables.data)
+    )
+
+
+def test_given_every_kind_of_leftover_when_swept_then_each_call_is_granted(
+    make_tm: Any, ddb: Any, tables: Tables, clock: Any, table_name: Any
+) -> None:
+    # Given a large transaction that died while locking (bodies in their own rows)
+    big = "b" * (SPILL_BYTES + 1024)
+    for pk in ("a", "b", "c"):
+        ddb.put_item(TableName=tables.data, Item={"pk": S(pk), "v": S(big)})
+    victim = make_tm()
+    chaos = Chaos(victim.client)
+    chaos.arm("before", at=3)
+    tx = victim.begin()
+    with pytest.raises(Crash):
+        tx.write_all(
+            [
+                {"Put": {"TableName": tables.data, "Item": {"pk": S(pk), "v": S(pk + big)}}}
+                for pk in ("a", "b", "c")
+            ]
+        )
+    chaos.close()
+    # And one that committed but never unlocked, and an expired mutex in the locks table
+    other = make_tm()
+    committed = other.begin()
+    committed.update_item(
+        TableName=tables.data,
+        Key={"pk": S("d")},
+        UpdateExpression="SET n = :n",
+        ExpressionAttributeValues={":n": {"N": "1"}},
+    )
+    other.protocol.decide(committed.id, s.STATE_COMMITTED)
+    # And a lock whose record is gone, and an image whose transaction never existed
+    lost = other.begin()
+    lost.update_item(
+        TableName=tables.data,
+        Key={"pk": S("e")},
+        UpdateExpression="SET n = :n",
+        ExpressionAttributeValues={":n": {"N": "2"}},
+    )
+    ddb.delete_item(TableName=tables.tx, Key=other.protocol.header_key(lost.id))
+    ddb.put_item(
+        TableName=tables.images,
+        Item={s.IMAGE_PK: S("0-no-such-tx"), s.IMAGE_SK: S("r"), s.IMAGE_ITEM: {"M": {}}},
+    )
+    locks = table_name("locks")
+    create_lock_table(ddb, locks)
+    dead = Mutex(ddb, locks, owner="dead", expire_after=60, wall_clock=clock.time)
+    assert dead.acquire("job")
+    clock.advance(7200)
+    # When the sweeper runs (twice: settle, then delete) while every call is recorded
+    janitor = make_tm()
+    sweeper = Sweeper(
+        janitor,
+        rollback_after=timedelta(minutes=5),
+        delete_after=timedelta(0),
+        locks_table=locks,
+        data_tables=[tables.data],
+        lock_grace=0,
+        persist_cursor=True,
+    )
+    with recorded(janitor.client) as calls:
+        sweeper.run()
+        clock.advance(1)  # finished records are deleted once older than delete_after
+        sweeper.run()
+        sweeper.run_full(segments=2)
+    # Then it did the work, and every call it made is one the CDK app grants
+    assert_clean(ddb, tables)
+    rows = ddb.scan(TableName=tables.tx)["Items"]
+    assert [row[s.TX_PK]["S"] for row in rows] == ["#sweeper"]  # only its cursor is left
+    assert ddb.scan(TableName=locks)["Items"] == []
+    assert ("BatchWriteItem", tables.tx, None) in calls  # the body rows went
+    assert calls <= granted(tables, locks), calls - granted(tables, locks)
