@@ -166,3 +166,77 @@ def test_given_an_item_created_while_a_lock_was_being_taken_then_a_rollback_neve
     assert fired
     assert data_state(ddb, tables.data) == {"x": {"pk": {"S": "x"}, "v": {"S": "theirs"}}}
     assert_clean(ddb, tables)
+
+
+def requests_seen(tm: TransactionManager) -> list[tuple[str, str, str]]:
+    """(operation, table, hash key) of every request ``tm`` sends from now on."""
+    seen: list[tuple[str, str, str]] = []
+
+    def note(params: dict[str, Any], model: Any, **_: Any) -> None:
+        key = params.get("Key") or params.get("Item") or {}
+        first = next(iter(key.values()), {}) if key else {}
+        seen.append((model.name, params.get("TableName", ""), str(first.get("S", ""))))
+
+    tm.client.meta.events.register("provide-client-params.dynamodb", note)
+    return seen
+
+
+def test_given_an_older_holder_when_a_younger_one_waits_then_each_poll_is_one_item_read(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given an older holder that commits during the younger's third pause
+    seed(x=0, y=0)
+    older = make_tm().begin()
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            older.commit()
+
+    younger = make_tm(sleep=sleep).begin()
+    bump(older, tables.data, "x", 2)
+    bump(younger, tables.data, "y")
+    seen = requests_seen(younger.manager)
+    # When the younger needs x
+    bump(younger, tables.data, "x", 1)
+    younger.commit()
+    # Then it read the holder's record once, and polled with item reads alone
+    header_reads = [r for r in seen if r[:2] == ("GetItem", tables.tx) and r[2] == older.id]
+    item_reads = [r for r in seen if r[:2] == ("GetItem", tables.data)]
+    x_writes = [r for r in seen if r == ("UpdateItem", tables.data, "x")]
+    assert len(sleeps) == 3 and len(header_reads) == 1
+    assert len(item_reads) == 1 + 3  # after the failed lock, then once per pause
+    assert len(x_writes) == 4  # the failed lock, the lock, the write, the commit's release
+    assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("3", "1")
+    assert_clean(ddb, tables)
+
+
+def test_given_a_decided_holder_still_releasing_when_its_item_is_needed_then_it_is_left_to_it(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a holder decided committed, whose live coordinator releases during our first pause
+    seed(x=0)
+    holder = make_tm().begin()
+    bump(holder, tables.data, "x", 7)
+    holder.p.decide(holder.id, s.STATE_COMMITTED)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 1:
+            holder.commit()
+
+    for policy in Contention:
+        tm = make_tm(sleep=sleep, contention=policy)
+        seen = requests_seen(tm)
+        # When another transaction needs x
+        with tm.transaction() as tx:
+            bump(tx, tables.data, "x", 1)
+        sleeps.clear()
+        # Then it waited and never wrote to the holder's record or items on its behalf
+        assert not [
+            r for r in seen if r[1] == tables.tx and r[2] == holder.id and r[0] != "GetItem"
+        ]
+    assert balance(ddb, tables, "x") == "9"
+    assert_clean(ddb, tables)

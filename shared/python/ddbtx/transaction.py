@@ -899,27 +899,30 @@ class Transaction:
         guessing = True
         misses = 0
         waiter = _Waiter(self.manager)
+        polling = False  # waiting on a holder: read the item, write only once it is free
         while True:
-            try:
-                if path == "existing":
-                    result = self._lock_existing(local)
-                else:
-                    result = self._lock_insert(local)
-                if req.op == "put":
-                    self.manager._put_paths[req.table] = path
-                return result
-            except ConditionFailed:
-                if guessing and path == "insert":
-                    guessing, path = False, "existing"
-                    continue
-                guessing = False
-            except ValidationFailed as exc:
-                raise self._rejected([req], exc) from exc
+            if not polling:
+                try:
+                    if path == "existing":
+                        result = self._lock_existing(local)
+                    else:
+                        result = self._lock_insert(local)
+                    if req.op == "put":
+                        self.manager._put_paths[req.table] = path
+                    return result
+                except ConditionFailed:
+                    if guessing and path == "insert":
+                        guessing, path = False, "existing"
+                        continue
+                    guessing = False
+                except ValidationFailed as exc:
+                    raise self._rejected([req], exc) from exc
             item = self.p.read_item(req.table, req.key)
             owner = lock_owner(item)
             if item is None or owner is None:
                 observed = "insert" if item is None else "existing"
-                if observed == path and req.condition:
+                # Only a failed write can tell that the request's own condition is false.
+                if observed == path and req.condition and not polling:
                     misses += 1
                     if misses >= 2:
                         raise ConditionalCheckFailedError(
@@ -928,8 +931,9 @@ class Transaction:
                             table=req.table,
                             key=req.key,
                         )
-                path = observed
+                path, polling = observed, False
                 continue
+            polling = False
             if owner == self.id:
                 assert item is not None
                 if item[s.ATTR_LOCK]["S"] == new_lock_value(self.id, local.nonce):
@@ -937,7 +941,7 @@ class Transaction:
                 self.p.undo(self.id, req.table, req.key, item)  # our own stray lock
                 continue
             assert item is not None
-            self._contend(owner, waiter, req)
+            polling = self._contend(owner, waiter, req)
 
     def _lock_names(self, local: _Local) -> tuple[dict[str, str], dict[str, Any]]:
         req = local.request
@@ -1260,38 +1264,58 @@ class Transaction:
 
     # -- contention ------------------------------------------------------------
 
-    def _contend(self, owner: str, waiter: _Waiter, req: Request) -> None:
-        """The item is locked by another transaction: help it finish, wound it, or wait."""
+    def _contend(self, owner: str, waiter: _Waiter, req: Request) -> bool:
+        """The item is locked by another transaction: wound it, wait, or help it finish.
+
+        Returns True after a wait, so the caller next reads the item (one request)
+        instead of retrying its lock (a failed write and then that read anyway).
+        """
         p = self.p
+        if waiter.watching(owner):
+            # A holder already judged worth waiting for: its record is read again
+            # only once it may have gone stale or the wait is over, not on every poll.
+            if not waiter.expired():
+                waiter.pause()
+                return True
+            if not waiter.decided:
+                raise self._waited_too_long(owner, req)
         header = p.read_header(owner)
         if header is None:
             item = p.read_item(req.table, req.key)
             if item is not None and lock_owner(item) == owner:
                 p.release_orphan(req.table, req.key, item)
-            return
-        if header.state != s.STATE_PENDING or header.finished:
-            if not header.finished:
-                p.finish(header)
-            else:
-                item = p.read_item(req.table, req.key)
-                if item is not None and lock_owner(item) == owner:
-                    p.undo(owner, req.table, req.key, item)  # stray lock of a finished tx
-            return
-        older = self.id < owner
-        if self.manager.contention is Contention.ROLLBACK_HOLDER or older:
+            return False
+        if header.finished:
+            item = p.read_item(req.table, req.key)
+            if item is not None and lock_owner(item) == owner:
+                p.undo(owner, req.table, req.key, item)  # stray lock of a finished tx
+            return False
+        pending = header.state == s.STATE_PENDING
+        if pending and (self.manager.contention is Contention.ROLLBACK_HOLDER or self.id < owner):
             self._break(owner, None)
-            return
-        if waiter.holder_is_stale(owner, header.version):
+            return False
+        # Wait: for an older pending holder (wound-wait), or for a decided one whose
+        # coordinator is releasing its items right now; helping it would only repeat
+        # that work. A decided holder is finished here once the wait shows it is not.
+        stale = waiter.holder_is_stale(owner, header.version, decided=not pending)
+        if pending and stale:
             self._break(owner, header.version)
-            return
+            return False
+        if not pending and (stale or waiter.expired() or waiter.grace_over()):
+            p.finish(header)
+            return False
         if waiter.expired():
-            raise TransactionConflictError(
-                f"item stayed locked by older transaction {owner}",
-                tx_id=self.id,
-                table=req.table,
-                key=req.key,
-            )
+            raise self._waited_too_long(owner, req)
         waiter.pause()
+        return True
+
+    def _waited_too_long(self, owner: str, req: Request) -> TransactionConflictError:
+        return TransactionConflictError(
+            f"item stayed locked by older transaction {owner}",
+            tx_id=self.id,
+            table=req.table,
+            key=req.key,
+        )
 
     def _break(self, owner: str, version: int | None) -> None:
         """decide + complete another transaction: roll it back (or finish it if it committed)."""
@@ -1513,19 +1537,42 @@ class Transaction:
 class _Waiter:
     """Backoff and staleness judgement for one contended lock, on the monotonic clock."""
 
+    #: Seconds a decided holder gets to release its items before a waiter finishes it.
+    DECIDED_GRACE = 0.25
+
     def __init__(self, manager: TransactionManager) -> None:
         self.m = manager
         self.start = manager.monotonic()
         self.delay = 0.01
         self.seen: tuple[str, int] | None = None
         self.seen_at = self.start
+        self.decided = False  # the holder in ``seen`` was decided when last read
+        self.decided_at = self.start
 
-    def holder_is_stale(self, owner: str, version: int) -> bool:
+    def holder_is_stale(self, owner: str, version: int, *, decided: bool = False) -> bool:
         now = self.m.monotonic()
+        if decided and not (self.decided and self.seen is not None and self.seen[0] == owner):
+            self.decided_at = now
+        self.decided = decided
         if self.seen != (owner, version):
             self.seen, self.seen_at = (owner, version), now
             return False
         return now - self.seen_at >= self.m.stale_after
+
+    def watching(self, owner: str) -> bool:
+        """Waiting on ``owner``, and nothing a new read of its record could change yet."""
+        if self.seen is None or self.seen[0] != owner:
+            return False
+        now = self.m.monotonic()
+        if self.decided and now - self.decided_at >= self.grace():
+            return False
+        return now - self.seen_at < self.m.stale_after
+
+    def grace(self) -> float:
+        return min(self.DECIDED_GRACE, self.m.lock_wait)
+
+    def grace_over(self) -> bool:
+        return self.decided and self.m.monotonic() - self.decided_at >= self.grace()
 
     def expired(self) -> bool:
         return self.m.monotonic() - self.start >= self.m.lock_wait
