@@ -240,3 +240,103 @@ def test_given_a_decided_holder_still_releasing_when_its_item_is_needed_then_it_
         ]
     assert balance(ddb, tables, "x") == "9"
     assert_clean(ddb, tables)
+
+
+def test_given_an_earlier_attempts_priority_when_a_retry_begins_then_it_is_that_old_and_unique(
+    tm: TransactionManager,
+) -> None:
+    first = tm.begin()
+    younger = tm.begin()
+    retry = tm.begin(priority=first.id)
+    assert retry.id < younger.id and retry.id != first.id and retry.id[:16] == first.id[:16]
+    assert tm.begin(priority=retry.id).id[:16] == first.id[:16]
+    with pytest.raises(ValueError, match="priority"):
+        tm.begin(priority="not-an-id")
+
+
+def test_given_a_retry_with_its_first_attempts_priority_when_a_younger_holds_then_it_wounds(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a first attempt that was rolled back, and a transaction begun after it holding x
+    seed(x=0, y=0)
+    first = make_tm().begin()
+    bump(first, tables.data, "y", 100)
+    first.rollback()
+    younger = make_tm().begin()
+    bump(younger, tables.data, "x", 10)
+    # A retry with a fresh priority is the younger one: it gives up (lock_wait 0)
+    with pytest.raises(TransactionConflictError):
+        bump(make_tm(lock_wait=0.0).begin(), tables.data, "x", 1)
+    # When the retry instead keeps the first attempt's priority
+    retry = make_tm(lock_wait=0.0).begin(priority=first.id)
+    bump(retry, tables.data, "x", 1)
+    retry.commit()
+    # Then it is the older one: it wounded the holder
+    with pytest.raises(TransactionRolledBackError):
+        younger.commit()
+    assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("1", "0")
+    assert_clean(ddb, tables)
+
+
+def test_given_work_wounded_on_its_first_attempt_when_run_then_it_retries_as_old_and_commits(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(x=0, y=0)
+    tm = make_tm()
+    older = make_tm().begin()
+    ids: list[str] = []
+
+    def work(tx: Any) -> str:
+        ids.append(tx.id)
+        bump(tx, tables.data, "y", 1)
+        if len(ids) == 1:
+            bump(older, tables.data, "y", 10)  # the older transaction wounds this attempt
+            older.commit()
+        bump(tx, tables.data, "x", 1)
+        return "done"
+
+    # When the work runs under tm.run
+    assert tm.run(work, attempts=3) == "done"
+    # Then the second attempt kept the first one's priority, and only it committed
+    assert len(ids) == 2 and ids[0] != ids[1] and ids[0][:16] == ids[1][:16]
+    assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("1", "11")
+    assert_clean(ddb, tables)
+
+
+def test_given_run_when_attempts_run_out_or_another_error_occurs_then_it_raises(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(x=0)
+    tm = make_tm(lock_wait=0.0)
+    holder = make_tm().begin()  # older, so every attempt of the work waits and gives up
+    bump(holder, tables.data, "x", 5)
+    calls: list[str] = []
+
+    def blocked(tx: Any) -> None:
+        calls.append(tx.id)
+        bump(tx, tables.data, "x", 1)
+
+    with pytest.raises(TransactionConflictError):
+        tm.run(blocked, attempts=2)
+    assert len(calls) == 2
+    holder.commit()
+
+    def overdraw(tx: Any) -> None:
+        calls.append(tx.id)
+        tx.update_item(
+            TableName=tables.data,
+            Key={"pk": {"S": "x"}},
+            UpdateExpression="ADD balance :n",
+            ConditionExpression="balance >= :big",
+            ExpressionAttributeValues={":n": {"N": "-100"}, ":big": {"N": "100"}},
+        )
+
+    from ddbtx import ConditionalCheckFailedError
+
+    with pytest.raises(ConditionalCheckFailedError):
+        tm.run(overdraw, attempts=5)
+    assert len(calls) == 3  # the user's own condition is not retried
+    with pytest.raises(ValueError):
+        tm.run(overdraw, attempts=0)
+    assert balance(ddb, tables, "x") == "5"
+    assert_clean(ddb, tables)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import secrets
 import threading
 import time
@@ -38,12 +39,18 @@ _id_lock = threading.Lock()
 _last_ns = 0
 
 
-def new_tx_id(clock_ns: Callable[[], int] = time.time_ns) -> str:
+def new_tx_id(clock_ns: Callable[[], int] = time.time_ns, *, priority: str | None = None) -> str:
     """A transaction id that sorts by start time, strictly increasing within a process.
 
-    Wound-wait compares ids: the smaller id is the older transaction.
+    Wound-wait compares ids: the smaller id is the older transaction. With
+    ``priority`` (an earlier transaction's id) the new id keeps that one's start
+    time, so a retry is as old as its first attempt; the random part keeps it unique.
     """
     global _last_ns
+    if priority is not None:
+        if not re.fullmatch(r"[0-9a-f]{16}(-[0-9a-f]+)?", priority):
+            raise ValueError(f"priority must be a transaction id, not {priority!r:.40}")
+        return f"{priority[:16]}-{secrets.token_hex(6)}"
     with _id_lock:
         now = max(clock_ns(), _last_ns + 1)
         _last_ns = now

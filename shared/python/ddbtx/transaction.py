@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from . import schema as s
 from ._dynamo import call
@@ -58,6 +58,8 @@ from .errors import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Request bodies larger than this go to their own row instead of the header.
 SPILL_BYTES = 16 * 1024
@@ -245,18 +247,27 @@ class TransactionManager:
 
     # -- transactions ----------------------------------------------------------
 
-    def begin(self) -> Transaction:
-        """Start a transaction. Nothing is written until its first request."""
-        return Transaction(self, new_tx_id(lambda: int(self.clock() * 1e9)))
+    def begin(self, *, priority: str | None = None) -> Transaction:
+        """Start a transaction. Nothing is written until its first request.
+
+        ``priority``: the id of an earlier attempt of the same work. The new
+        transaction is then as old as that attempt under wound-wait, so a retry
+        after being wounded moves up instead of starting last again, and cannot
+        starve. Its id is new and unique.
+        """
+        clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
+        return Transaction(self, new_tx_id(clock_ns, priority=priority))
 
     @contextmanager
-    def transaction(self, *, delete: bool = True) -> Iterator[Transaction]:
+    def transaction(
+        self, *, delete: bool = True, priority: str | None = None
+    ) -> Iterator[Transaction]:
         """Commit on normal exit; roll back and re-raise on an exception.
 
         With ``delete`` (the default) the finished TX record is deleted on exit,
-        since the caller has seen the outcome.
+        since the caller has seen the outcome. ``priority`` is as for :meth:`begin`.
         """
-        tx = self.begin()
+        tx = self.begin(priority=priority)
         try:
             yield tx
         except BaseException:
@@ -271,6 +282,38 @@ class TransactionManager:
         tx.commit()
         if delete:
             tx.delete()
+
+    def run(self, work: Callable[[Transaction], T], *, attempts: int = 10) -> T:
+        """Run ``work(tx)`` in a transaction and commit, retrying when contention aborts it.
+
+        A retry follows a :class:`TransactionRolledBackError` (another
+        transaction rolled this one back) or a :class:`TransactionConflictError`
+        (an older one kept the item locked), and begins with the first
+        attempt's priority, so under wound-wait it only gets older. ``work``
+        must be safe to run again. Any other error, or the last attempt's,
+        propagates.
+
+        Examples
+        --------
+        >>> def pay(tx):                                            # doctest: +SKIP
+        ...     tx.update_item(TableName="Accounts", Key={"id": {"S": "a"}},
+        ...                    UpdateExpression="ADD balance :n",
+        ...                    ExpressionAttributeValues={":n": {"N": "-10"}})
+        >>> tm.run(pay, attempts=5)                                 # doctest: +SKIP
+        """
+        if attempts < 1:
+            raise ValueError("attempts >= 1 is required")
+        priority: str | None = None
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.transaction(priority=priority) as tx:
+                    priority = priority or tx.id
+                    result = work(tx)
+                return result
+            except (TransactionRolledBackError, TransactionConflictError):
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
 
     def resume(self, tx_id: str) -> Transaction:
         """Take over a transaction started elsewhere (any process may).
