@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import pytest
 from ddbtx import DuplicateRequestError, TransactionManager
 from ddbtx import schema as s
 from ddbtx._items import item_size
-from ddbtx.errors import Throttled
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.errors import DdbtxError, Throttled
+from ddbtx.sweeper import Sweeper
 from ddbtx.transaction import HEADER_SOFT_LIMIT, SPILL_BYTES
 from helpers import Tables, assert_clean, data_state, scan
 
@@ -185,3 +189,53 @@ def test_given_rows_never_processed_when_bodies_are_written_then_throttling_is_r
     # And no item was touched and no record was created (the orphan row carries a TTL)
     assert data_state(ddb, tables.data) == {}
     assert all(s.TX_TTL in row for row in record_rows(ddb, tables))
+
+
+@pytest.mark.parametrize("kind", ["before", "after", "throttle", "lost"])
+def test_given_a_fault_at_any_call_of_a_large_transaction_when_swept_then_all_or_nothing(
+    make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
+) -> None:
+    old = {pk: S("old" + BIG) for pk in ("a", "b", "c")}
+    new = {pk: S("new" + BIG) for pk in ("a", "b", "c")}
+    schedules = 0
+    for index in range(40):
+        # Given three items and a coordinator that meets a fault at call `index`
+        for row in record_rows(ddb, tables):
+            ddb.delete_item(TableName=tables.tx, Key={k: row[k] for k in (s.TX_PK, s.TX_SK)})
+        for pk, value in old.items():
+            ddb.put_item(TableName=tables.data, Item={"pk": S(pk), "v": value})
+        victim = make_tm(max_attempts=1 if kind == "throttle" else 3)
+        chaos = Chaos(victim.client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        tx = victim.begin()
+        done = False
+        with contextlib.suppress(Crash, DdbtxError):
+            tx.write_all(
+                [
+                    {"Put": {"TableName": tables.data, "Item": {"pk": S(pk), "v": v}}}
+                    for pk, v in new.items()
+                ]
+            )
+            tx.commit()
+            tx.delete()
+            done = True
+        chaos.close()
+        if not chaos.fired:
+            break
+        schedules += 1
+        # When a sweeper settles whatever is left, then deletes it
+        rescuer = make_tm()
+        sweeper = Sweeper(rescuer, rollback_after=timedelta(0), delete_after=timedelta(0))
+        clock.advance(1)
+        sweeper.run()
+        clock.advance(1)
+        sweeper.run()
+        # Then the items are all old or all new (new whenever the coordinator finished)
+        values = {pk: item["v"] for pk, item in data_state(ddb, tables.data).items()}
+        assert values in (old, new), f"{kind} fault at call {index}"
+        assert values == new if done or kind == "lost" else True, f"lost response at {index}"
+        assert_clean(ddb, tables)
+        # And only body rows its record never named may be left, to expire by TTL
+        left = record_rows(ddb, tables)
+        assert all(row[s.TX_SK]["S"] != s.TX_HEADER_SK and s.TX_TTL in row for row in left)
+    assert schedules >= 8, "the transaction should make at least 8 DynamoDB calls"
