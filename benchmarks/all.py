@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from . import coldstart, contention, latency, locks, requests
+from . import coldstart, contention, latency, locks, requests, sweep
 from ._common import backend_argument
 
 #: Every benchmark taking ``--backend``, in the order they run.
@@ -20,6 +20,7 @@ ON_EMULATORS: tuple[tuple[str, Callable[..., object]], ...] = (
     ("latency", latency.main),
     ("locks", locks.main),
     ("contention", contention.main),
+    ("sweep", sweep.main),
 )
 
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # benchmarks/ is a top-level package, not installed
 
-from benchmarks import coldstart, contention, latency, locks, requests  # noqa: E402
+from benchmarks import coldstart, contention, latency, locks, requests, sweep  # noqa: E402
 from benchmarks.requests import BackendResult, TxCount, target_total  # noqa: E402
 
 from ddbtx.instrumentation import count_requests  # noqa: E402
@@ -251,3 +251,39 @@ def test_given_reads_of_every_kind_when_counted_then_items_read_follow_what_each
     counts.reset()
     # Then the items read start again from zero
     assert (counts.items_read, counts.total) == (0, 0)
+
+
+def test_given_stale_records_among_many_that_need_no_work_when_swept_then_reads_follow_the_stale(
+    ddb: Any, backend: LocalDynamo, table_name: Callable[[str], str]
+) -> None:
+    # Given 200 records that need no work, then 5 transfers abandoned an hour before the sweep
+    result = sweep.measure(ddb, backend.kind, 200, 5, 0.002, table_name)
+
+    # Then the sweep rolled every stale one back and left no lock on their accounts
+    assert (result.rolled_back, result.stuck, result.locks_left) == (5, 5, 0)
+    # And it read at most 3 items per stale record on top of the idle sweep's
+    assert result.swept.items_read <= 3 * 5 + result.idle.items_read
+    assert result.meets_target
+    # And the idle sweep's index pass read none of the 200 records
+    assert result.idle.items.get("Query", 0) == 0
+    # And a plain scan, the baseline, reads every row: the records, the stale ones, the cursor
+    assert result.baseline.items_read == result.table_rows == 200 + 5 + 1
+
+    # When the full sweep runs in one segment, then in four
+    one, four = result.full
+    # Then the four scan segments of the table were sent, reading what one segment reads
+    assert one.scan_segments == {(0, 1)}
+    assert four.scan_segments == {(i, 4) for i in range(4)}
+    assert four.counted.items_read == one.counted.items_read
+    # And they overlap: the critical path is never longer than the single segment's
+    assert four.chain <= one.chain
+    text = sweep.report(result)
+    assert "items read per stale record" in text and "run_full(segments=k)" in text
+
+
+def test_given_the_sweep_script_when_run_on_a_tiny_size_then_it_prints_its_tables() -> None:
+    lines: list[str] = []
+    args = ["--records", "6", "--stale", "1", "--delay", "0.001", "--backend", "moto"]
+    results = sweep.main(args, lines.append)
+    assert [(r.kind, r.rolled_back, r.meets_target) for r in results] == [("moto", 1, True)]
+    assert "One Sweeper.run() on 6 records" in "\n".join(lines)
