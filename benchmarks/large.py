@@ -95,7 +95,8 @@ def metered(client: Any, tables: Tables) -> Iterator[Usage]:
     local = threading.local()
 
     def ask(params: dict[str, Any], model: Any, **_: Any) -> None:
-        local.table = params.get("TableName")
+        # Batch calls name their tables in the request items (one table each here).
+        local.table = params.get("TableName") or next(iter(params.get("RequestItems", {})), None)
         if model.name in CAPACITY_OPERATIONS:
             params["ReturnConsumedCapacity"] = "TOTAL"
 
@@ -104,10 +105,7 @@ def metered(client: Any, tables: Tables) -> Iterator[Usage]:
         if isinstance(reported, dict):
             reported = [reported]
         with lock:
-            if getattr(local, "table", None) is not None:
-                usage.requests[roles.get(local.table, "other")] += 1
-            else:  # batch calls name their tables in the request items
-                usage.requests["batch"] += 1
+            usage.requests[roles.get(getattr(local, "table", None) or "", "other")] += 1
             for part in reported:
                 usage.capacity[roles.get(part["TableName"], "other")] += part["CapacityUnits"]
 

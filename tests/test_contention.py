@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from ddbtx import (
+    ConditionalCheckFailedError,
     Contention,
     TransactionConflictError,
     TransactionManager,
@@ -339,4 +340,76 @@ def test_given_run_when_attempts_run_out_or_another_error_occurs_then_it_raises(
     with pytest.raises(ValueError):
         tm.run(overdraw, attempts=0)
     assert balance(ddb, tables, "x") == "5"
+    assert_clean(ddb, tables)
+
+
+class ReleasedInBetween:
+    """Each time ``client`` writes ``pk``, another transaction has just locked it; each
+    time it reads ``pk`` next, that transaction has just committed (``rounds`` times)."""
+
+    def __init__(self, client: Any, other: TransactionManager, table: str, pk: str, rounds: int):
+        self.other, self.table, self.pk, self.rounds = other, table, pk, rounds
+        self.holder: Any = None
+        self.conflicts = 0
+        client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", self._lock)
+        client.meta.events.register("before-parameter-build.dynamodb.GetItem", self._release)
+
+    def _mine(self, params: dict[str, Any]) -> bool:
+        return params.get("TableName") == self.table and params["Key"]["pk"]["S"] == self.pk
+
+    def _lock(self, params: dict[str, Any], **_: Any) -> None:
+        if self._mine(params) and self.rounds > 0 and self.holder is None:
+            self.rounds -= 1
+            self.holder = self.other.begin()
+            bump(self.holder, self.table, self.pk)
+
+    def _release(self, params: dict[str, Any], **_: Any) -> None:
+        if self._mine(params) and self.holder is not None:
+            self.holder.commit()
+            self.holder = None
+            self.conflicts += 1
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+def test_given_a_holder_released_between_a_failed_write_and_its_read_then_no_condition_is_blamed(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, rounds: int
+) -> None:
+    # Given an item whose lock is taken and released around each write and read of ours
+    seed(a=100)
+    tm = make_tm()
+    race = ReleasedInBetween(tm.client, make_tm(), tables.data, "a", rounds)
+    # When a request whose condition holds throughout meets that race
+    tx = tm.begin()
+    tx.update_item(
+        TableName=tables.data,
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET balance = balance - :n",
+        ConditionExpression="balance >= :n",
+        ExpressionAttributeValues={":n": {"N": "10"}},
+    )
+    tx.commit()
+    # Then it was not refused: it saw every race and still applied after the others
+    assert race.conflicts == rounds
+    assert balance(ddb, tables, "a") == str(100 + rounds - 10)
+    assert_clean(ddb, tables)
+
+
+def test_given_a_false_condition_on_a_contended_item_then_it_is_still_refused(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given the same race on an item whose balance can never cover the request
+    seed(a=5)
+    tm = make_tm()
+    ReleasedInBetween(tm.client, make_tm(), tables.data, "a", 2)
+    # When the request is made, then its condition is reported false, and nothing changed
+    tx = tm.begin()
+    with pytest.raises(ConditionalCheckFailedError, match="condition is false"):
+        tx.update_item(
+            TableName=tables.data,
+            Key={"pk": {"S": "a"}},
+            UpdateExpression="SET balance = balance - :n",
+            ConditionExpression="balance >= :n",
+            ExpressionAttributeValues={":n": {"N": "10"}},
+        )
+    assert int(balance(ddb, tables, "a")) in (5, 6, 7)
     assert_clean(ddb, tables)

@@ -19,6 +19,8 @@ ATTR_APPLIED: Final = "_tx:ap"  #: request id whose write has been applied to th
 ATTR_IMAGE: Final = "_tx:img"  #: M, the item as it was before the write (in-item image)
 ATTR_IMAGE_EXTERNAL: Final = "_tx:ext"  #: BOOL, the image lives in the images table
 ATTR_DELETED: Final = "_tx:del"  #: BOOL, an applied delete: the item goes on commit
+#: Never written: a no-op ``REMOVE`` of it lets a conditional write test a condition.
+ATTR_VERDICT: Final = "_tx:chk"
 
 ITEM_ATTRIBUTES: Final = (
     ATTR_LOCK,

@@ -940,7 +940,6 @@ class Transaction:
         # conditional write; after a missed insert the item most likely exists.
         path = self.manager._put_paths.get(req.table, "insert") if req.op == "put" else "existing"
         guessing = True
-        misses = 0
         waiter = _Waiter(self.manager)
         polling = False  # waiting on a holder: read the item, write only once it is free
         while True:
@@ -964,16 +963,11 @@ class Transaction:
             owner = lock_owner(item)
             if item is None or owner is None:
                 observed = "insert" if item is None else "existing"
-                # Only a failed write can tell that the request's own condition is false.
+                # The write failed on a free item: either the request's own condition
+                # is false, or a holder released the item between the write and the
+                # read. Only a verdict on the item as it is now tells them apart.
                 if observed == path and req.condition and not polling:
-                    misses += 1
-                    if misses >= 2:
-                        raise ConditionalCheckFailedError(
-                            "the request's condition is false",
-                            tx_id=self.id,
-                            table=req.table,
-                            key=req.key,
-                        )
+                    self._check_condition_now(local, absent=item is None)
                 path, polling = observed, False
                 continue
             polling = False
@@ -1121,10 +1115,44 @@ class Transaction:
         local.confirmed = True
         return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
-    def _check_condition(self, local: _Local) -> None:
+    def _check_condition_now(self, local: _Local, *, absent: bool) -> None:
+        """Raise :class:`ConditionalCheckFailedError` if the request's condition is false now.
+
+        Returns when it holds, or when the item is locked again (the caller retries).
+        """
+        req = local.request
+        if absent:
+            self._check_condition(local, absent=True)
+            return
+        names, values = self._lock_names(local)
+        names["#ddbtxv"] = s.ATTR_VERDICT
+        # verdict: a write that changes nothing and succeeds only while the item
+        # exists, nobody holds it and the request's own condition is false.
+        condition = (
+            f"attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl) AND NOT ({req.condition})"
+        )
+        used = _used(values, condition)
+        try:
+            call(
+                self.p.client,
+                "update_item",
+                TableName=req.table,
+                Key=req.key,
+                UpdateExpression="REMOVE #ddbtxv",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=_used(names, "#ddbtxv", condition),
+                **({"ExpressionAttributeValues": used} if used else {}),
+            )
+        except ConditionFailed:
+            return
+        raise ConditionalCheckFailedError(
+            "the request's condition is false", tx_id=self.id, table=req.table, key=req.key
+        )
+
+    def _check_condition(self, local: _Local, *, absent: bool = False) -> None:
         """Evaluate the user's condition on the item's logical state (absent if transient)."""
         req = local.request
-        if not local.transient:
+        if not (local.transient or absent):
             return  # checked in the guarded write itself
         probe = {name: _probe_value(value) for name, value in req.key.items()}
         try:
