@@ -191,10 +191,13 @@ def test_given_a_bank_workload_on_both_policies_then_money_is_conserved_and_ever
     outcomes, invariants = contention.measure(backend, work, 1, table_name)
     # Then every attempt ended as a commit or a counted abort
     assert [o.committed + sum(o.aborts.values()) for o in outcomes] == [9, 9]
+    # And every request was counted: at least a whole transfer's per commit
+    assert all(o.requests >= 11 * o.committed for o in outcomes)
     # And the committed balances still add up
     assert invariants.total == invariants.expected
     text = contention.report(backend.kind, work, outcomes, invariants)
     assert "wound-wait / rollback-holder throughput" in text
+    assert "requests per commit" in text
 
 
 def test_given_the_whole_lambda_layer_when_imported_then_nothing_beyond_boto3_is_loaded() -> None:
