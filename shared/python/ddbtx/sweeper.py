@@ -870,7 +870,7 @@ def janitor_client(max_attempts: int = 5) -> Any:
     environment, so the same code runs in Lambda and against a local emulator.
     """
     import boto3
-    from botocore.config import Config
 
-    config = Config(retries={"max_attempts": max_attempts, "mode": "standard"})
-    return boto3.client("dynamodb", config=config)
+    from ._dynamo import client_config
+
+    return boto3.client("dynamodb", config=client_config(max_attempts))

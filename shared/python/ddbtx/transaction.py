@@ -185,9 +185,10 @@ class TransactionManager:
     ) -> None:
         if lock_wait < 0 or stale_after <= 0 or max_workers < 1:
             raise ValueError("lock_wait >= 0, stale_after > 0 and max_workers >= 1 are required")
-        pool = getattr(
-            getattr(getattr(client, "meta", None), "config", None), "max_pool_connections", None
-        )
+        try:
+            pool = client.meta.config.max_pool_connections
+        except Exception:  # not a botocore client (e.g. a test double): nothing to size
+            pool = None
         if isinstance(pool, int) and pool < max_workers:
             # Steps beyond the pool open and drop a connection each: slower, and noisy in logs.
             logger.warning(
