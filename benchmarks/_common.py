@@ -58,6 +58,18 @@ def emulators(kinds: Sequence[Kind]) -> Iterator[dict[Kind, LocalDynamo]]:
         yield {kind: stack.enter_context(LocalDynamo(kind)) for kind in kinds}
 
 
+def scan_all(client: Any, table: str, **params: Any) -> list[dict[str, Any]]:
+    """Every item of ``table`` (consistent, all pages); ``params`` are passed to each Scan."""
+    items: list[dict[str, Any]] = []
+    params = {"TableName": table, "ConsistentRead": True, **params}
+    while True:
+        page = client.scan(**params)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
 def backend_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",

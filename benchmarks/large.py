@@ -53,6 +53,7 @@ from ._common import (
     emulators,
     key,
     render,
+    scan_all,
     unique_name,
 )
 
@@ -182,18 +183,13 @@ def seed_items(client: Any, table: str, items: int, size: int) -> None:
 def state_of(client: Any, table: str, size: int) -> dict[str, str]:
     """pk -> tag of every item whose value is whole; fails loudly on leftover protocol data."""
     out: dict[str, str] = {}
-    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
-    while True:
-        page = client.scan(**kwargs)
-        for item in page["Items"]:
-            leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
-            if leftover:
-                raise AssertionError(f"{item['pk']['S']} still carries {leftover}")
-            tag = item["tag"]["S"]
-            out[item["pk"]["S"]] = tag if item["blob"]["S"] == tag[0] * size else "torn"
-        if "LastEvaluatedKey" not in page:
-            return out
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    for item in scan_all(client, table):
+        leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
+        if leftover:
+            raise AssertionError(f"{item['pk']['S']} still carries {leftover}")
+        tag = item["tag"]["S"]
+        out[item["pk"]["S"]] = tag if item["blob"]["S"] == tag[0] * size else "torn"
+    return out
 
 
 def record_shape(client: Any, table: str, tx_id: str) -> tuple[int, int]:

@@ -85,6 +85,7 @@ from ._common import (
     emulators,
     key,
     render,
+    scan_all,
     seed,
     unique_name,
 )
@@ -274,17 +275,6 @@ def abandon_stale(client: Any, tables: Tables, stale: int) -> list[str]:
 
 def stale_accounts(stale: int) -> list[str]:
     return [f"stale-{i}-{side}" for i in range(stale) for side in "ab"]
-
-
-def scan_all(client: Any, table: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
-    while True:
-        page = client.scan(**params)
-        items.extend(page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 def check_settled(client: Any, tables: Tables, ids: Sequence[str], stale: int) -> int:
