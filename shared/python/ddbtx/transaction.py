@@ -150,6 +150,8 @@ class TransactionManager:
         before it rolls the holder back (wound-wait). A holder that is itself
         waiting for an older transaction's lock is rolled back at once, since
         waiting for it could deadlock. 0 wounds every younger holder at once.
+        The default is a few round trips of a saturated table: a younger holder
+        that is running usually commits within it (0.2 s showed no gain).
     contention
         :class:`Contention` policy, wound-wait by default.
     max_workers
@@ -182,7 +184,7 @@ class TransactionManager:
         sleep: Callable[[float], None] = time.sleep,
         lock_wait: float = 10.0,
         stale_after: float = 30.0,
-        wound_patience: float = 0.2,
+        wound_patience: float = 0.5,
         contention: Contention = Contention.WOUND_WAIT,
         max_workers: int = 32,
         finished_ttl: timedelta = timedelta(days=1),
