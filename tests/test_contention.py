@@ -413,3 +413,159 @@ def test_given_a_false_condition_on_a_contended_item_then_it_is_still_refused(
         )
     assert int(balance(ddb, tables, "a")) in (5, 6, 7)
     assert_clean(ddb, tables)
+
+
+def raw_header(ddb: Any, tables: Tables, tx_id: str) -> dict[str, Any]:
+    item: dict[str, Any] = ddb.get_item(
+        TableName=tables.tx,
+        Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}},
+        ConsistentRead=True,
+    )["Item"]
+    return item
+
+
+def test_given_a_running_younger_holder_when_an_older_one_needs_its_item_then_it_waits_for_it(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a younger holder of x that is running (not waiting), and commits during
+    # the older one's second pause
+    seed(x=0, y=0)
+    older = make_tm().begin()
+    younger = make_tm().begin()
+    bump(older, tables.data, "y", 1)
+    bump(younger, tables.data, "x", 10)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            younger.commit()
+
+    older.manager.sleep = sleep
+    seen = requests_seen(older.manager)
+    # When the older one needs x
+    bump(older, tables.data, "x", 1)
+    older.commit()
+    # Then it waited for the holder instead of rolling it back: both writes stand,
+    # and it never wrote to the younger one's record
+    assert len(sleeps) == 2
+    assert not [r for r in seen if r[1] == tables.tx and r[2] == younger.id and r[0] != "GetItem"]
+    assert younger.state == s.STATE_COMMITTED
+    assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("11", "1")
+    assert_clean(ddb, tables)
+
+
+def test_given_a_younger_holder_that_stays_idle_when_patience_runs_out_then_it_is_wounded(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any
+) -> None:
+    # Given a younger holder of x whose coordinator does nothing more (user think time)
+    seed(x=0)
+    older = make_tm(wound_patience=0.5).begin()
+    younger = make_tm().begin()
+    bump(younger, tables.data, "x", 10)
+    start = clock.now
+    # When the older one needs x
+    bump(older, tables.data, "x", 1)
+    older.commit()
+    # Then it waited its patience (on the injected clock) and then rolled the holder back
+    assert 0.5 <= clock.now - start < 0.5 + 1.0
+    with pytest.raises(TransactionRolledBackError):
+        younger.commit()
+    assert balance(ddb, tables, "x") == "1"
+    # And with no patience at all it wounds at once, without a pause
+    idle = make_tm().begin()
+    bump(idle, tables.data, "x", 10)
+    start = clock.now
+    impatient = make_tm(wound_patience=0.0)
+    with impatient.transaction(priority=older.id) as tx:
+        bump(tx, tables.data, "x", 1)
+    assert clock.now == start
+    with pytest.raises(TransactionRolledBackError):
+        idle.commit()
+    assert balance(ddb, tables, "x") == "2"
+    assert_clean(ddb, tables)
+
+
+def test_given_a_waiting_transaction_then_its_record_is_marked_once_and_the_next_add_clears_it(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any
+) -> None:
+    # Given a younger transaction holding y, which will wait for x held by an older one
+    seed(x=0, y=0, z=0)
+    older = make_tm().begin()
+    bump(older, tables.data, "x", 2)
+    younger_tm = make_tm()
+    younger = younger_tm.begin()
+    bump(younger, tables.data, "y", 1)
+    during: list[dict[str, Any]] = []
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        during.append(raw_header(ddb, tables, younger.id))
+        if len(sleeps) == 3:
+            older.commit()
+
+    younger_tm.sleep = sleep
+    seen = requests_seen(younger_tm)
+    # Time moves on with each of its writes, so a write that stamped the record would show
+    younger_tm.client.meta.events.register(
+        "before-parameter-build.dynamodb.UpdateItem", lambda **_: clock.advance(1.0)
+    )
+    added_x_at = {"N": str(int(clock.now * 1000))}
+    # When it waits three pauses for x, gets it, and then adds z
+    bump(younger, tables.data, "x", 1)
+    after_wait = raw_header(ddb, tables, younger.id)
+    bump(younger, tables.data, "z", 1)
+    after_add = raw_header(ddb, tables, younger.id)
+    header_writes = [r for r in seen if r[:2] == ("UpdateItem", tables.tx)]
+    younger.commit()
+    # Then the record named the holder from the first pause on, with one write, and
+    # neither its version nor its timestamp moved (staleness and sweeps go by them)
+    assert len(sleeps) == 3
+    assert all(h.get(s.TX_WAITING) == {"S": older.id} for h in during)
+    assert len(header_writes) == 3  # the add of x, the mark (once for three pauses), the add of z
+    for h in [*during, after_wait]:
+        assert h[s.TX_VERSION] == {"N": "2"}  # the create with y, the add of x
+        assert h[s.TX_UPDATED] == added_x_at
+    # And the add of z took the mark away in its own write
+    assert s.TX_WAITING in after_wait and s.TX_WAITING not in after_add
+    assert after_add[s.TX_VERSION] == {"N": "3"}
+    assert [balance(ddb, tables, k) for k in "xyz"] == ["3", "1", "1"]
+    assert_clean(ddb, tables)
+
+
+def test_given_a_deadlock_when_the_older_finds_the_younger_marked_then_it_wounds_it_at_once(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given A (older) holding x and B (younger) holding y: A moves 3 from x to y,
+    # B moves 1 from y to x. A's patience is far longer than the test could wait.
+    seed(x=10, y=10)
+    a_sleeps: list[float] = []
+    a_tm = make_tm(wound_patience=3600.0, sleep=a_sleeps.append)
+    b_tm = make_tm()
+    a, b = a_tm.begin(), b_tm.begin()
+    bump(a, tables.data, "x", -3)
+    bump(b, tables.data, "y", -1)
+    b_sleeps: list[float] = []
+
+    def b_sleep(seconds: float) -> None:
+        # While B waits for x (held by the older A), A asks for y (held by B): a cycle.
+        b_sleeps.append(seconds)
+        if len(b_sleeps) == 1:
+            bump(a, tables.data, "y", 3)
+            a.commit()
+
+    b_tm.sleep = b_sleep
+    # When B asks for x: B waits for the older A (and marks itself waiting); during
+    # its first pause A asks for y, finds B marked, and rolls it back without a pause
+    with pytest.raises(TransactionRolledBackError):
+        bump(b, tables.data, "x", 1)
+        b.commit()
+    assert a.state == s.STATE_COMMITTED and a_sleeps == []
+    # Then B, retried with its first attempt's priority, commits too, and money is conserved
+    b_tm.sleep = lambda seconds: None
+    with b_tm.transaction(priority=b.id) as retry:
+        bump(retry, tables.data, "y", -1)
+        bump(retry, tables.data, "x", 1)
+    assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("8", "12")
+    assert_clean(ddb, tables)

@@ -89,6 +89,7 @@ class Header:
     finished: bool
     entries: dict[str, Entry] = field(default_factory=dict)
     raw_size: int = 0
+    waiting: bool = False  # its coordinator is blocked on an older transaction's lock
 
 
 # --- (de)serialisation of requests into the TX record -------------------------
@@ -163,6 +164,7 @@ def header_from_item(item: Item) -> Header:
         finished=flag(item, s.TX_FINISHED),
         entries=entries,
         raw_size=item_size(item),
+        waiting=s.TX_WAITING in item,
     )
 
 

@@ -43,6 +43,9 @@ TX_REQUESTS: Final = "rq"  #: M, request id -> request descriptor
 TX_FINISHED: Final = "fin"  #: BOOL, every item is unlocked and every image gone
 TX_TTL: Final = "ttl"  #: N, epoch seconds after which DynamoDB TTL may delete the record
 TX_SWEEP_KEY: Final = "sw"  #: S, "<state>#<shard>" hash key of the sparse sweep index
+#: S, id of the older transaction whose lock this pending one waits for. Set without
+#: touching ``v`` or ``ts`` (staleness and the sweeper ignore it), cleared by the next add.
+TX_WAITING: Final = "wt"
 
 #: Sparse index the sweeper queries: hash ``sw`` = "<P|C|R|F>#<shard>", range ``ts``.
 SWEEP_INDEX: Final = "sweep-by-age"
