@@ -52,10 +52,14 @@ def seed(client: Any, table: str, keys: Sequence[str], balance: int = 100) -> No
 
 
 @contextmanager
-def emulators(kinds: Sequence[Kind]) -> Iterator[dict[Kind, LocalDynamo]]:
-    """Start the requested emulators; stop them on exit."""
+def emulators(
+    kinds: Sequence[Kind], *, own_process: bool = False
+) -> Iterator[dict[Kind, LocalDynamo]]:
+    """Start the requested emulators; stop them on exit (``own_process``: see LocalDynamo)."""
     with ExitStack() as stack:
-        yield {kind: stack.enter_context(LocalDynamo(kind)) for kind in kinds}
+        yield {
+            kind: stack.enter_context(LocalDynamo(kind, own_process=own_process)) for kind in kinds
+        }
 
 
 def scan_all(client: Any, table: str, **params: Any) -> list[dict[str, Any]]:

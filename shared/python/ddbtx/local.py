@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -108,10 +109,13 @@ class LocalDynamo:
     []
     """
 
-    def __init__(self, kind: Kind = "moto") -> None:
+    def __init__(self, kind: Kind = "moto", *, own_process: bool = False) -> None:
+        """``own_process``: serve moto from a child interpreter instead of a thread of
+        this one, so that a benchmark's worker threads do not share its GIL."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.kind: Kind = kind
+        self.own_process = own_process
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._moto: Any = None
@@ -122,7 +126,13 @@ class LocalDynamo:
 
     def start(self) -> LocalDynamo:
         self.port = free_port()
-        if self.kind == "moto":
+        if self.kind == "moto" and self.own_process:
+            args = [sys.executable, "-m", "ddbtx.local", "serve-moto", str(self.port)]
+            self._proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            _wait_for_port(self.port, 20.0, self._proc)
+        elif self.kind == "moto":
             logging.getLogger("werkzeug").setLevel(logging.ERROR)
             self._moto = _linearizable_moto_server(self.port)
             threading.Thread(target=self._moto.serve_forever, daemon=True).start()
@@ -179,3 +189,9 @@ class LocalDynamo:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["serve-moto"]:
+    # The child of LocalDynamo("moto", own_process=True): serve until terminated.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    _linearizable_moto_server(int(sys.argv[2])).serve_forever()
