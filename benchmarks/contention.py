@@ -278,11 +278,21 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     parser.add_argument("--accounts", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=4.0, help="per round and policy")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--lock-wait", type=float, default=Workload.lock_wait, help="seconds")
+    parser.add_argument("--stale-after", type=float, default=Workload.stale_after, help="seconds")
     backend_argument(parser)
     args = parser.parse_args(argv)
     if args.workers < 1 or args.accounts < 2 or args.seconds <= 0 or args.rounds < 1:
         parser.error("--workers >= 1, --accounts >= 2, --seconds > 0, --rounds >= 1")
-    work = Workload(workers=args.workers, accounts=args.accounts, seconds=args.seconds)
+    if args.lock_wait < 0 or args.stale_after <= 0:
+        parser.error("--lock-wait >= 0 and --stale-after > 0")
+    work = Workload(
+        workers=args.workers,
+        accounts=args.accounts,
+        seconds=args.seconds,
+        lock_wait=args.lock_wait,
+        stale_after=args.stale_after,
+    )
     kinds = chosen_kinds(args)
     # moto runs in its own interpreter: in a thread of this one it would share
     # the GIL with the eight workers and measure that instead of the policies.
