@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from . import coldstart, contention, latency, locks, requests, sweep
+from . import coldstart, contention, large, latency, locks, requests, sweep
 from ._common import backend_argument
 
 #: Every benchmark taking ``--backend``, in the order they run.
@@ -21,6 +21,7 @@ ON_EMULATORS: tuple[tuple[str, Callable[..., object]], ...] = (
     ("locks", locks.main),
     ("contention", contention.main),
     ("sweep", sweep.main),
+    ("large", large.main),
 )
 
 
