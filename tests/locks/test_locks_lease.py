@@ -309,3 +309,34 @@ def test_given_a_lost_release_response_when_the_sdk_retries_then_release_succeed
     assert chaos.fired
     assert lock.released
     assert lease_row(ddb, locks)["state"] == "free"
+
+
+def test_given_a_lost_release_response_and_a_new_grant_before_the_retry_then_the_grant_stays(
+    make_lock: MakeLock, ddb: Any, locks: str
+) -> None:
+    from botocore.exceptions import ReadTimeoutError
+    from botocore.httpsession import URLLib3Session
+
+    # Given: A's release is applied, B is granted the free lease, then A's answer is lost
+    a = make_lock(LeaseLockClient, "host-a")
+    b = make_lock(LeaseLockClient, "host-b")
+    lock_a = a.acquire("Moe")
+    granted: list[Any] = []
+
+    def lose_after_b_acquires(request: Any, **_: Any) -> None:
+        if granted:
+            return None  # the SDK's retry goes through
+        URLLib3Session().send(request)  # applied by DynamoDB...
+        granted.append(b.acquire("Moe", wait=0))
+        raise ReadTimeoutError(endpoint_url=request.url)  # ...but the answer never arrives
+
+    a.client.meta.events.register("before-send.dynamodb.UpdateItem", lose_after_b_acquires)
+    # When the SDK retries A's release
+    released = lock_a.release()
+    a.client.meta.events.unregister("before-send.dynamodb.UpdateItem", lose_after_b_acquires)
+    # Then A's release counts as done, and B's grant was not removed by the replay
+    assert released is True
+    (lock_b,) = granted
+    assert lease_row(ddb, locks)["owner"] == "host-b"
+    assert lock_b.heartbeat() is True
+    assert lock_b.release() is True

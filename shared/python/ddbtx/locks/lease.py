@@ -44,9 +44,12 @@ LEASE_RENEW = "#hold = :hold"
 # Release this grant; "#rel = :hold" accepts the replay of our own applied release.
 LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
 
+# A grant also clears the last release's mark: a release replayed after this
+# grant (its first attempt applied, its answer lost) must then fail its condition
+# instead of removing this grant.
 _GRANT = (
     "SET #owner = :owner, #hold = :hold, #rvn = :hold, #lease = :lease, #exp = :exp{data}"
-    " ADD #fence :one"
+    " ADD #fence :one REMOVE #rel{no_data}"
 )
 _RENEW = "SET #rvn = :rvn, #exp = :exp"
 _RELEASE = "SET #rel = :hold REMOVE #hold, #owner, #rvn, #exp, #data"
@@ -178,9 +181,10 @@ class LeaseLockClient(LockClient):
         }
         if data is not None:
             values[":data"] = data
-        update = _GRANT.format(data=", #data = :data" if data is not None else "")
-        if data is None:
-            update += " REMOVE #data"
+        with_data = data is not None
+        update = _GRANT.format(
+            data=", #data = :data" if with_data else "", no_data="" if with_data else ", #data"
+        )
         sent = self._clock()
         try:
             item = call(
