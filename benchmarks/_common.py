@@ -62,16 +62,20 @@ def emulators(
         }
 
 
-def scan_all(client: Any, table: str, **params: Any) -> list[dict[str, Any]]:
-    """Every item of ``table`` (consistent, all pages); ``params`` are passed to each Scan."""
+def all_pages(read: Callable[..., dict[str, Any]], **params: Any) -> list[dict[str, Any]]:
+    """Every item of a paged Scan or Query (``read``: ``client.scan`` or ``client.query``)."""
     items: list[dict[str, Any]] = []
-    params = {"TableName": table, "ConsistentRead": True, **params}
     while True:
-        page = client.scan(**params)
+        page = read(**params)
         items.extend(page["Items"])
         if "LastEvaluatedKey" not in page:
             return items
         params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def scan_all(client: Any, table: str, **params: Any) -> list[dict[str, Any]]:
+    """Every item of ``table`` (consistent, all pages); ``params`` are passed to each Scan."""
+    return all_pages(client.scan, TableName=table, ConsistentRead=True, **params)
 
 
 def backend_argument(parser: argparse.ArgumentParser) -> None:

@@ -47,6 +47,7 @@ from ddbtx.sweeper import Sweeper
 
 from ._common import (
     Tables,
+    all_pages,
     backend_argument,
     chosen_kinds,
     create_tables,
@@ -196,23 +197,16 @@ def record_shape(client: Any, table: str, tx_id: str) -> tuple[int, int]:
     """(rows, header bytes) of one TX record, read back unmetered."""
     from ddbtx._items import item_size
 
-    rows, header = 0, 0
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "KeyConditionExpression": "#id = :id",
-        "ExpressionAttributeNames": {"#id": s.TX_PK},
-        "ExpressionAttributeValues": {":id": {"S": tx_id}},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = client.query(**kwargs)
-        for item in page["Items"]:
-            rows += 1
-            if item[s.TX_SK]["S"] == s.TX_HEADER_SK:
-                header = item_size(item)
-        if "LastEvaluatedKey" not in page:
-            return rows, header
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    rows = all_pages(
+        client.query,
+        TableName=table,
+        KeyConditionExpression="#id = :id",
+        ExpressionAttributeNames={"#id": s.TX_PK},
+        ExpressionAttributeValues={":id": {"S": tx_id}},
+        ConsistentRead=True,
+    )
+    header = [item_size(row) for row in rows if row[s.TX_SK]["S"] == s.TX_HEADER_SK]
+    return len(rows), sum(header)
 
 
 def empty(client: Any, table: str) -> bool:
