@@ -113,6 +113,8 @@ def run_history(env: Env, report: Report, seed: int, txns: int, **sim_options: A
         report.anomaly(f"history seed {seed}: " + "; ".join(found[:5]), "--history-seed", str(seed))
 
 
-def run_list_append(env: Env, report: Report, *, histories: int, txns: int) -> None:
+def run_list_append(
+    env: Env, report: Report, *, histories: int, txns: int, **sim_options: Any
+) -> None:
     for h in range(histories):
-        run_history(env, report, report.seed * 10_000 + h, txns)
+        run_history(env, report, report.seed * 10_000 + h, txns, **sim_options)
