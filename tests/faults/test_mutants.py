@@ -41,7 +41,14 @@ def test_given_commits_that_restore_images_then_the_history_checker_reports_lost
     # When a list-append history runs under it
     with by_name("restore-after-commit").patch():
         run_list_append(
-            env, report, histories=1, txns=6, processes=1, crash_rate=0.0, pause_rate=0.0, skew=False
+            env,
+            report,
+            histories=1,
+            txns=6,
+            processes=1,
+            crash_rate=0.0,
+            pause_rate=0.0,
+            skew=False,
         )
     # Then the history checker itself sees the damage, not only the single-fault checker
     assert report.anomalies
