@@ -33,6 +33,8 @@ KEY_SWEEP_RATE: Final = "sweepRateMinutes"
 KEY_ROLLBACK_AFTER: Final = "rollbackAfterSeconds"
 KEY_DELETE_AFTER: Final = "deleteAfterSeconds"
 KEY_PAGE_BUDGET: Final = "sweepPageBudget"
+KEY_PAGE_SIZE: Final = "sweepPageSize"
+KEY_SAFETY_MARGIN: Final = "sweepSafetyMarginSeconds"
 KEY_LOG_LEVEL: Final = "logLevel"
 KEY_LOG_RETENTION: Final = "logRetentionDays"
 KEY_RESERVE_SWEEPER: Final = "reserveSweeperConcurrency"
@@ -52,6 +54,8 @@ CONTEXT_KEYS: Final = (
     KEY_ROLLBACK_AFTER,
     KEY_DELETE_AFTER,
     KEY_PAGE_BUDGET,
+    KEY_PAGE_SIZE,
+    KEY_SAFETY_MARGIN,
     KEY_LOG_LEVEL,
     KEY_LOG_RETENTION,
     KEY_RESERVE_SWEEPER,
@@ -99,6 +103,9 @@ class DeployConfig:
     rollback_after_seconds: int = 60
     delete_after_seconds: int = 86_400
     sweep_page_budget: int = 50
+    sweep_page_size: int = 100
+    #: Seconds before a janitor's timeout at which a sweep stops taking new work.
+    sweep_safety_margin_seconds: int = 20
     log_level: str = "INFO"
     log_retention_days: int = 30
     reserve_sweeper_concurrency: bool = True
@@ -182,6 +189,13 @@ class DeployConfig:
                 KEY_DELETE_AFTER, _int_between(60, 365 * 86_400), d.delete_after_seconds
             ),
             sweep_page_budget=get(KEY_PAGE_BUDGET, _int_between(1, 10_000), d.sweep_page_budget),
+            # A Query or Scan page holds at most 1 MB whatever its Limit; 1,000 keeps pages small.
+            sweep_page_size=get(KEY_PAGE_SIZE, _int_between(1, 1_000), d.sweep_page_size),
+            # Both janitors sweep, and the recovery function runs for at most 60 s:
+            # a larger margin would leave its sweeps no time at all.
+            sweep_safety_margin_seconds=get(
+                KEY_SAFETY_MARGIN, _int_between(1, 50), d.sweep_safety_margin_seconds
+            ),
             log_level=get(KEY_LOG_LEVEL, _parse_log_level, d.log_level),
             log_retention_days=get(KEY_LOG_RETENTION, _parse_retention, d.log_retention_days),
             reserve_sweeper_concurrency=get(

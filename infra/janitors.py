@@ -216,6 +216,8 @@ class Janitors(Construct):
             "ROLLBACK_AFTER_SECONDS": str(config.rollback_after_seconds),
             "DELETE_AFTER_SECONDS": str(config.delete_after_seconds),
             "SWEEP_PAGE_BUDGET": str(config.sweep_page_budget),
+            "SWEEP_PAGE_SIZE": str(config.sweep_page_size),
+            "SWEEP_SAFETY_MARGIN_SECONDS": str(config.sweep_safety_margin_seconds),
         }
         rate = Duration.minutes(config.sweep_rate_minutes)
         sweeper_shape = _Shape(

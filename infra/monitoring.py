@@ -24,6 +24,7 @@ SWEEP_OUTCOMES: Final = (
     "Deleted",
     "OrphanImagesDeleted",
     "LocksReleased",
+    "LockRowsDeleted",
 )
 _FIVE_MINUTES: Final = Duration.minutes(5)
 

@@ -39,6 +39,8 @@ def test_given_no_context_then_defaults_are_safe_for_production() -> None:
         ({"reserveSweeperConcurrency": "false"}, "reserve_sweeper_concurrency", False),
         ({"logRetentionDays": "90"}, "log_retention_days", 90),
         ({"stackName": "ddbtx-dev"}, "stack_name", "ddbtx-dev"),
+        ({"sweepPageSize": "1000"}, "sweep_page_size", 1000),
+        ({"sweepSafetyMarginSeconds": 50}, "sweep_safety_margin_seconds", 50),
     ],
 )
 def test_given_a_context_value_then_it_parses_from_string_or_json(
@@ -64,6 +66,8 @@ def test_given_a_context_value_then_it_parses_from_string_or_json(
         ({"powertoolsLayerArn": "arn:aws:lambda:eu-west-1:1:layer:x"}, "powertoolsLayerArn"),
         ({"stackName": "1st"}, "stackName"),
         ({"rollbackAfterSeconds": "-5"}, "rollbackAfterSeconds"),
+        ({"sweepPageSize": "1001"}, "sweepPageSize"),
+        ({"sweepSafetyMarginSeconds": "60"}, "sweepSafetyMarginSeconds"),
     ],
 )
 def test_given_an_unusable_value_then_the_error_names_its_key(

@@ -101,6 +101,8 @@ def test_given_default_app_then_environment_names_every_table_and_threshold(
         "ROLLBACK_AFTER_SECONDS": "60",
         "DELETE_AFTER_SECONDS": "86400",
         "SWEEP_PAGE_BUDGET": "50",
+        "SWEEP_PAGE_SIZE": "100",
+        "SWEEP_SAFETY_MARGIN_SECONDS": "20",
         "POWERTOOLS_SERVICE_NAME": f"ddbtx-{name}",
         "POWERTOOLS_METRICS_NAMESPACE": "ddbtx",
         "LOG_LEVEL": "INFO",
@@ -109,13 +111,19 @@ def test_given_default_app_then_environment_names_every_table_and_threshold(
 
 def test_given_context_thresholds_then_both_janitors_get_them(synth: SynthFactory) -> None:
     s = synth(
-        rollbackAfterSeconds="120", deleteAfterSeconds=3600, sweepPageBudget="7", logLevel="debug"
+        rollbackAfterSeconds="120",
+        deleteAfterSeconds=3600,
+        sweepPageBudget="7",
+        sweepPageSize=250,
+        sweepSafetyMarginSeconds="45",
+        logLevel="debug",
     )
     for name in ("sweeper", "recovery"):
         props = s.props(janitor(s, name).function)
         env = props["Environment"]["Variables"]
         assert (env["ROLLBACK_AFTER_SECONDS"], env["DELETE_AFTER_SECONDS"]) == ("120", "3600")
         assert (env["SWEEP_PAGE_BUDGET"], env["LOG_LEVEL"]) == ("7", "DEBUG")
+        assert (env["SWEEP_PAGE_SIZE"], env["SWEEP_SAFETY_MARGIN_SECONDS"]) == ("250", "45")
         assert props["LoggingConfig"]["ApplicationLogLevel"] == "DEBUG"
 
 

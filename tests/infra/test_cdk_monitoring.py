@@ -113,6 +113,19 @@ def test_given_default_app_then_the_dashboard_shows_sweep_metrics_and_alarms(
     props = render(default.props(default.stack.monitoring.dashboard))
     assert props["DashboardName"] == "ddbtx-janitors"
     body = props["DashboardBody"]
-    for metric in ("Scanned", "RolledBack", "RolledForward", "Finalised", "StuckTransactions"):
+    # Every metric the sweeper handler publishes (functions/sweeper/handler.py METRIC_NAMES)
+    published = (
+        "Scanned",
+        "RolledBack",
+        "RolledForward",
+        "Finalised",
+        "Deleted",
+        "OrphanImagesDeleted",
+        "LocksReleased",
+        "LockRowsDeleted",
+        "Errors",
+        "StuckTransactions",
+    )
+    for metric in published:
         assert f'"{metric}"' in body, metric
     assert '"alarms"' in body
