@@ -569,3 +569,77 @@ def test_given_a_deadlock_when_the_older_finds_the_younger_marked_then_it_wounds
         bump(retry, tables.data, "x", 1)
     assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("8", "12")
     assert_clean(ddb, tables)
+
+
+def sleeper(clock: Any, then: Any) -> Any:
+    """A sleep on the fake clock that calls ``then(seconds waited so far)`` after each pause."""
+    start = clock.now
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        then(clock.now - start)
+
+    return sleep
+
+
+def test_given_an_older_holder_that_moves_on_when_the_younger_wait_is_over_then_it_waits_on(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any
+) -> None:
+    # Given an older holder of x that adds z while a younger one waits for x, and
+    # commits only after the younger's first lock_wait (2 s) is over
+    seed(x=0, y=0, z=0)
+    older = make_tm().begin()
+    bump(older, tables.data, "x", 2)
+    moves: list[float] = []
+
+    def holder_moves_on(waited: float) -> None:
+        if not moves and waited >= 1.0:
+            moves.append(waited)
+            bump(older, tables.data, "z", 1)  # progress: its record changes
+        elif len(moves) == 1 and waited >= 3.0:
+            moves.append(waited)
+            older.commit()
+
+    younger = make_tm(lock_wait=2.0, stale_after=60.0).begin()
+    bump(younger, tables.data, "y")
+    younger.manager.sleep = sleeper(clock, holder_moves_on)
+    # When the younger needs x
+    bump(younger, tables.data, "x", 1)
+    younger.commit()
+    # Then it did not give up at the end of its first wait: the holder had moved on,
+    # so it waited another lock_wait, got x once the holder committed, and committed
+    assert len(moves) == 2 and moves[1] >= 3.0
+    assert older.state == s.STATE_COMMITTED and younger.state == s.STATE_COMMITTED
+    assert [balance(ddb, tables, k) for k in ("x", "y", "z")] == ["3", "1", "1"]
+    assert_clean(ddb, tables)
+
+
+def test_given_a_younger_holder_that_moves_on_when_patience_runs_out_then_it_is_not_wounded(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any
+) -> None:
+    # Given a younger holder of x that adds y during the older one's patience (0.5 s)
+    # and commits only after that patience is over
+    seed(x=0, y=0)
+    older = make_tm(wound_patience=0.5).begin()
+    younger = make_tm().begin()
+    bump(younger, tables.data, "x", 10)
+    moves: list[float] = []
+
+    def holder_moves_on(waited: float) -> None:
+        if not moves and waited >= 0.2:
+            moves.append(waited)
+            bump(younger, tables.data, "y", 10)
+        elif len(moves) == 1 and waited >= 0.8:
+            moves.append(waited)
+            younger.commit()
+
+    older.manager.sleep = sleeper(clock, holder_moves_on)
+    # When the older one needs x
+    bump(older, tables.data, "x", 1)
+    older.commit()
+    # Then it renewed its patience instead of rolling back a holder that was moving on:
+    # both transactions committed
+    assert len(moves) == 2 and moves[1] >= 0.8
+    assert younger.state == s.STATE_COMMITTED
+    assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("11", "10")
+    assert_clean(ddb, tables)
