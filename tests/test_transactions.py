@@ -459,6 +459,36 @@ def test_given_a_resumed_transaction_when_it_adds_more_requests_then_both_coordi
     assert_clean(ddb, tables)
 
 
+def test_given_a_request_added_elsewhere_when_one_commits_before_it_is_locked_then_it_counts(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a transaction that added a, and another coordinator of it that recorded b
+    # but pauses before locking it, while the first one adds c and commits
+    seed(a=100, b=0)
+    first = make_tm().begin()
+    add_to(first, tables.data, "a", -10)
+    other = make_tm().resume(first.id)
+    paused = []
+
+    def first_runs_meanwhile(params: dict[str, Any], **_: Any) -> None:
+        if params.get("Key") == key("b") and not paused:
+            paused.append(True)
+            add_to(first, tables.data, "c", 1)  # its add's answer counts b's add too
+            first.commit()
+
+    other.manager.client.meta.events.register(
+        "before-parameter-build.dynamodb.UpdateItem", first_runs_meanwhile
+    )
+    # When the paused coordinator goes on to lock and write b, then commits
+    add_to(other, tables.data, "b", 10)
+    other.commit()  # already committed: completes idempotently
+    # Then the commit included b: the first coordinator caught b up before deciding
+    assert paused
+    state = data_state(ddb, tables.data)
+    assert [state[pk]["balance"] for pk in "abc"] == [N(90), N(10), N(1)]
+    assert_clean(ddb, tables)
+
+
 def test_given_an_unknown_id_when_resumed_then_not_found(tm: TransactionManager) -> None:
     with pytest.raises(TransactionNotFoundError, match="nope"):
         tm.resume("nope")

@@ -752,7 +752,11 @@ class Transaction:
                 # chunks' conditional updates on the record, so they go out together.
                 chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
                 versions = self.p.parallel(lambda chunk: self._add_chunk(chunk, bodies), chunks)
-                self._version = max([self._version, *versions])
+                # Each chunk adds one to the version. More means another coordinator
+                # added requests in between, not seen applied here: the old version
+                # makes the commit's decision fail and catch them up first.
+                if max(versions) == self._version + len(chunks):
+                    self._version = max(versions)
                 self._marked = False
         except (InvalidRequestError, DuplicateRequestError):
             for local in locals_:
