@@ -774,15 +774,16 @@ class Transaction:
         """Undo the body rows of rejected requests: the record never names them.
 
         A rejected upgrade wrote over its read's row (same item, same nonce):
-        that row gets the read's body back if the record says it is spilled.
+        that row gets the read's body back if the record says it is spilled, and
+        is deleted if the read's body is in the header (the row is new).
         """
 
         rows: list[dict[str, Any]] = []
         for entry in spills:
             before = previous.get(entry.rid)
-            if before is None:
+            if before is None or entry.rid not in self._spilled:
                 rows.append({"DeleteRequest": {"Key": self.p.spill_key(self.id, entry)}})
-            elif entry.rid in self._spilled:
+            else:
                 old = before.request
                 restored = Entry(old.rid, old.op, old.table, old.key, before.nonce, old.params)
                 rows.append({"PutRequest": {"Item": self._spill_row(restored)}})
@@ -1586,6 +1587,8 @@ class Transaction:
                     params = self.p.load_params(self.id, entry)
                     req = build(entry.op, params, self.manager.key_names(entry.table))  # type: ignore[arg-type]
                     self._requests[entry.rid] = _Local(request=req, nonce=entry.nonce)
+                    if entry.spilled:
+                        self._spilled.add(entry.rid)  # its row goes with the record
         raise TransactionError(
             "commit did not settle after repeated concurrent changes", tx_id=self.id
         )
