@@ -736,10 +736,13 @@ class Transaction:
         """add: record requests and their lock nonces in the TX record before touching items.
 
         A request rejected here wrote nothing: its local state is dropped (or the
-        read lock it upgraded restored), so the transaction stays usable.
+        read lock it upgraded restored), so the transaction stays usable. A batch
+        refused after some of its chunks were recorded rolls the transaction back:
+        the record cannot take those back, and none of the batch may be applied.
         """
         header_bytes, spilled = self._header_bytes, set(self._spilled)
         bodies, spills = self._entry_bodies(locals_)
+        recorded: set[str] = set()  # requests of chunks added before another was refused
         try:
             # Bodies are in place before the record names them (resume reads them).
             self._spill(spills)
@@ -751,24 +754,51 @@ class Transaction:
                 # Expressions stay under 4 KB in chunks; DynamoDB serialises the
                 # chunks' conditional updates on the record, so they go out together.
                 chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
-                versions = self.p.parallel(lambda chunk: self._add_chunk(chunk, bodies), chunks)
+                outcomes = self.p.parallel(
+                    lambda chunk: self._add_chunk_or_refusal(chunk, bodies), chunks
+                )
+                versions = [v for v in outcomes if isinstance(v, int)]
+                if versions:
+                    self._marked = False
+                refusals = [e for e in outcomes if not isinstance(e, int)]
+                if refusals:
+                    recorded = {
+                        local.request.rid
+                        for chunk, outcome in zip(chunks, outcomes, strict=True)
+                        if isinstance(outcome, int)
+                        for local in chunk
+                    }
+                    raise refusals[0]
                 # Each chunk adds one to the version. More means another coordinator
                 # added requests in between, not seen applied here: the old version
                 # makes the commit's decision fail and catch them up first.
                 if max(versions) == self._version + len(chunks):
                     self._version = max(versions)
-                self._marked = False
         except (InvalidRequestError, DuplicateRequestError):
             for local in locals_:
                 rid = local.request.rid
+                if rid in recorded:
+                    continue
                 before = previous.get(rid)
                 if before is None:
                     self._requests.pop(rid, None)
                 else:
                     self._requests[rid] = before
-            self._header_bytes, self._spilled = header_bytes, spilled
-            self._drop_spills(spills, previous)
+            self._header_bytes = header_bytes
+            self._spilled = spilled | (recorded & self._spilled)
+            self._drop_spills([entry for entry in spills if entry.rid not in recorded], previous)
+            if recorded:
+                self._abort()
             raise
+
+    def _add_chunk_or_refusal(
+        self, chunk: list[_Local], bodies: dict[str, dict[str, Any]]
+    ) -> int | InvalidRequestError | DuplicateRequestError:
+        """:meth:`_add_chunk`, returning a refusal instead of raising it (other chunks may land)."""
+        try:
+            return self._add_chunk(chunk, bodies)
+        except (InvalidRequestError, DuplicateRequestError) as exc:
+            return exc
 
     def _drop_spills(self, spills: list[Entry], previous: dict[str, _Local | None]) -> None:
         """Undo the body rows of rejected requests: the record never names them.
