@@ -1557,7 +1557,11 @@ class Transaction:
                 },
                 ReturnValues="UPDATED_NEW",
             )
-            self._version = int(resp["Attributes"][s.TX_VERSION]["N"])
+            # As for an add: a version past this write's own step counts requests
+            # another coordinator added meanwhile, so the decision must see them first.
+            version = int(resp["Attributes"][s.TX_VERSION]["N"])
+            if version == self._version + 1:
+                self._version = version
         except ConditionFailed:
             header = self.p.read_header(self.id)
             if header is None:
