@@ -307,3 +307,38 @@ def test_given_a_read_lock_when_its_upgrade_is_rejected_at_the_add_then_its_body
     }
     assert_clean(ddb, tables)
     assert record_rows(ddb, tables) == []
+
+
+def test_given_a_large_request_taken_over_by_another_coordinator_then_its_body_row_follows(
+    make_tm: Any, ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction whose coordinator recorded a large put of "a" and died before
+    # locking it
+    first = make_tm()
+    first.key_names(tables.data)
+    crash = Chaos(first.client)
+    tx = first.begin()
+    crash.arm("before", at=2)  # the body's row, the record's creation, then the lock
+    with pytest.raises(Crash):
+        tx.put_item(**big_put(tables, "a", "v"))
+    # When another coordinator commits it, taking the request over under a new nonce, and
+    # a third one resumes it right before the decision
+    rescuer = make_tm().resume(tx.id)
+    resumed: list[Any] = []
+
+    def resume_before_the_decision(params: dict[str, Any], **_: Any) -> None:
+        deciding = ":to" in params.get("ExpressionAttributeValues", {})
+        if params.get("TableName") == tables.tx and deciding and not resumed:
+            resumed.append(make_tm().resume(tx.id))
+
+    rescuer.manager.client.meta.events.register(
+        "before-parameter-build.dynamodb.UpdateItem", resume_before_the_decision
+    )
+    rescuer.commit()
+    rescuer.delete()
+    # Then the third one found the body under the new nonce, the put committed, and the
+    # record left no row behind (the old nonce's row included)
+    assert resumed
+    assert data_state(ddb, tables.data)["a"]["v"] == S("v" + BIG)
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []

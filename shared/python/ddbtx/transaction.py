@@ -1534,6 +1534,10 @@ class Transaction:
             return
         # take over: a fresh nonce, so a late lock by the original coordinator is stray.
         new = new_nonce()
+        spilled = req.rid in self._spilled
+        if spilled:
+            # Body rows are keyed by nonce: the new one's is in place before the record names it.
+            self._spill([Entry(req.rid, req.op, req.table, req.key, new, dict(req.params))])
         try:
             resp = call(
                 self.p.client,
@@ -1569,12 +1573,24 @@ class Transaction:
             self._raise_if_decided(header)
             entry = header.entries.get(req.rid)
             if entry is None or entry.nonce != new:
+                if spilled:
+                    self._drop_body_row(req, new)
                 self._version = header.version
                 local.nonce = entry.nonce if entry else local.nonce
                 return self._catch_up(local)
             self._version = header.version
+        if spilled:
+            self._drop_body_row(req, local.nonce)  # the record names the new nonce's row now
         local.nonce = new
         self._lock_and_apply(local)
+
+    def _drop_body_row(self, req: Request, nonce: str) -> None:
+        """Delete a request body row no record names (if this fails, it expires by its TTL)."""
+        key = self.p.spill_key(self.id, Entry(req.rid, req.op, req.table, req.key, nonce))
+        try:
+            self.p.batch_write(self.p.tx_table, [{"DeleteRequest": {"Key": key}}])
+        except Exception:
+            logger.warning("could not delete an unnamed body row of %s", self.id, exc_info=True)
 
     def commit(self) -> None:
         """commit + complete: decide the transaction committed, then unlock every item.
