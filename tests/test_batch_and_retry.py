@@ -11,6 +11,8 @@ from ddbtx import (
     DuplicateRequestError,
     InvalidRequestError,
     TransactionManager,
+    TransactionRolledBackError,
+    transaction,
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos
@@ -154,6 +156,30 @@ def test_given_a_bad_batch_when_written_then_nothing_is_written_and_the_transact
     tx.write_all(updates(tables, ["ok"], 1))
     tx.commit()
     assert list(data_state(ddb, tables.data)) == ["ok"]
+    assert_clean(ddb, tables)
+
+
+def test_given_a_batch_whose_later_chunk_is_refused_after_an_earlier_one_was_added_then_rollback(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a transaction that adds a batch one request per record write (the writes go
+    # out together), and another coordinator of it that already added b
+    monkeypatch.setattr(transaction, "ADD_BATCH", 1)
+    seed(a=1, b=1, c=1)
+    before = data_state(ddb, tables.data)
+    tx = make_tm().begin()
+    tx.write_all(updates(tables, ["c"], 1))
+    other = make_tm().resume(tx.id)
+    other.write_all(updates(tables, ["b"], 100))
+    # When it writes a and b in one batch: a is added, b is refused
+    with pytest.raises(DuplicateRequestError):
+        tx.write_all(updates(tables, ["a", "b"], 10))
+    # Then the record cannot take a back, so the transaction was rolled back: nothing of
+    # the refused batch (or of the transaction) is ever applied, and nothing is left
+    assert tx.state == s.STATE_ROLLED_BACK
+    with pytest.raises(TransactionRolledBackError):
+        other.commit()
+    assert data_state(ddb, tables.data) == before
     assert_clean(ddb, tables)
 
 

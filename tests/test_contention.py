@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,7 +15,9 @@ from ddbtx import (
     TransactionRolledBackError,
 )
 from ddbtx import schema as s
-from helpers import Tables, assert_clean, data_state
+from ddbtx.chaos import Chaos, Crash, FaultKind
+from ddbtx.sweeper import CURSOR_SK, Sweeper
+from helpers import Tables, assert_clean, data_state, scan
 
 
 def bump(tx: Any, table: str, pk: str, amount: int = 1) -> None:
@@ -642,4 +645,109 @@ def test_given_a_younger_holder_that_moves_on_when_patience_runs_out_then_it_is_
     assert len(moves) == 2 and moves[1] >= 0.8
     assert younger.state == s.STATE_COMMITTED
     assert (balance(ddb, tables, "x"), balance(ddb, tables, "y")) == ("11", "10")
+
+
+class WaitMarkFault:
+    """A :class:`Chaos` fault armed at a client's first wait-mark write; counts those writes.
+
+    The wait mark is the UpdateItem that sets the TX record's waiting attribute
+    (an add also names it, to remove it).
+    """
+
+    def __init__(self, client: Any, kind: FaultKind) -> None:
+        self.chaos = Chaos(client)
+        self.kind = kind
+        self.marks = 0
+        client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", self._arm)
+
+    def _arm(self, params: dict[str, Any], **_: Any) -> None:
+        names = params.get("ExpressionAttributeNames") or {}
+        if s.TX_WAITING in names.values() and "REMOVE" not in params["UpdateExpression"]:
+            self.marks += 1
+            if self.marks == 1:
+                self.chaos.arm(self.kind, at=0)  # this very call: it is counted next
+
+
+def records_left(ddb: Any, tables: Tables) -> list[dict[str, Any]]:
+    """TX record rows (headers and request bodies), without the sweeper's cursor."""
+    return [row for row in scan(ddb, tables.tx) if row[s.TX_SK]["S"] != CURSOR_SK]
+
+
+@pytest.mark.parametrize("kind", ["before", "after"])
+def test_given_a_blocked_younger_one_when_it_crashes_at_its_wait_mark_then_a_sweep_undoes_it(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any, kind: FaultKind
+) -> None:
+    # Given an older transaction holding x, and a younger one holding y whose coordinator
+    # dies right before (or right after) writing its wait mark, on finding x locked
+    seed(x=0, y=0, z=0)
+    older = make_tm().begin()
+    bump(older, tables.data, "x", 2)
+    younger_tm = make_tm()
+    younger = younger_tm.begin()
+    bump(younger, tables.data, "y", 1)
+    fault = WaitMarkFault(younger_tm.client, kind)
+    with pytest.raises(Crash):
+        bump(younger, tables.data, "x", 1)
+    # Then its record names the older one only if the mark was written, and the mark
+    # moved neither its version nor its timestamp (the sweeper goes by them)
+    record = raw_header(ddb, tables, younger.id)
+    assert fault.chaos.fired and fault.marks == 1
+    assert record.get(s.TX_WAITING) == ({"S": older.id} if kind == "after" else None)
+    assert record[s.TX_VERSION] == {"N": "2"}  # the create with y, the add of x
+    assert record[s.TX_UPDATED] == {"N": str(int(clock.now * 1000))}
+    # When time passes, the older one goes on (z), a sweeper runs, and the older commits
+    clock.advance(31)
+    bump(older, tables.data, "z", 1)
+    sweeper = Sweeper(make_tm(), rollback_after=timedelta(seconds=30), delete_after=timedelta(0))
+    swept = sweeper.run()
+    older.commit()
+    older.delete()
+    clock.advance(1)
+    sweeper.run()
+    # Then the sweeper rolled the younger one back (y is as before, x is the older's) and
+    # deleted its record; no lock, image, protocol attribute or record is left
+    assert swept.rolled_back == 1
+    assert [balance(ddb, tables, k) for k in "xyz"] == ["2", "0", "1"]
+    assert_clean(ddb, tables)
+    assert records_left(ddb, tables) == []
+
+
+def test_given_a_blocked_younger_one_when_its_wait_mark_answer_is_lost_then_it_goes_on(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any
+) -> None:
+    # Given an older transaction holding x, and a younger one holding y that waits for x;
+    # the answer to its wait mark is lost and the SDK sends the mark again. The older one
+    # adds w during the first pause and commits once 4 s have passed, so the younger one
+    # reads its record again (after stale_after, 3 s) and finds it making progress.
+    seed(w=0, x=0, y=0, z=0)
+    older = make_tm().begin()
+    bump(older, tables.data, "x", 2)
+    younger_tm = make_tm(lock_wait=30.0)
+    younger = younger_tm.begin()
+    bump(younger, tables.data, "y", 1)
+    start = clock.now
+    during: list[dict[str, Any]] = []
+
+    def sleep(seconds: float) -> None:
+        during.append(raw_header(ddb, tables, younger.id))
+        if len(during) == 1:
+            bump(older, tables.data, "w", 1)
+        clock.advance(seconds)
+        if clock.now - start >= 4.0 and older.state == s.STATE_PENDING:
+            older.commit()
+
+    younger_tm.sleep = sleep
+    fault = WaitMarkFault(younger_tm.client, "lost")
+    # When it gets x after the wait, and then adds z
+    bump(younger, tables.data, "x", 1)
+    after_wait = raw_header(ddb, tables, younger.id)
+    bump(younger, tables.data, "z", 1)
+    after_add = raw_header(ddb, tables, younger.id)
+    younger.commit()
+    # Then the mark was written once (resent only by the SDK) and named the older one
+    # throughout the wait, and the add of z took it away in its own write
+    assert fault.chaos.fired and fault.marks == 1
+    assert during and all(h.get(s.TX_WAITING) == {"S": older.id} for h in [*during, after_wait])
+    assert s.TX_WAITING not in after_add
+    assert [balance(ddb, tables, k) for k in "wxyz"] == ["1", "3", "1", "1"]
     assert_clean(ddb, tables)

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from ddbtx import DuplicateRequestError, TransactionManager
+from ddbtx import DuplicateRequestError, TransactionManager, transaction
 from ddbtx import schema as s
-from ddbtx._items import item_size
+from ddbtx._items import item_size, request_id
+from ddbtx._protocol import params_from_av
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError, Throttled
 from ddbtx.sweeper import Sweeper
@@ -239,3 +240,105 @@ def test_given_a_fault_at_any_call_of_a_large_transaction_when_swept_then_all_or
         left = record_rows(ddb, tables)
         assert all(row[s.TX_SK]["S"] != s.TX_HEADER_SK and s.TX_TTL in row for row in left)
     assert schedules >= 8, "the transaction should make at least 8 DynamoDB calls"
+
+
+def sort_key(row: dict[str, Any]) -> str:
+    return str(row[s.TX_SK]["S"])
+
+
+def named_rows(tm: TransactionManager, tx_id: str) -> set[str]:
+    """Sort keys of the rows a transaction's record names: the header and its spilled bodies."""
+    header = tm.protocol.read_header(tx_id)
+    assert header is not None
+    spilled = [f"r#{entry.rid}#{entry.nonce}" for entry in header.entries.values() if entry.spilled]
+    return {s.TX_HEADER_SK, *spilled}
+
+
+@pytest.mark.parametrize("read_body", ["spilled", "inline"])
+def test_given_a_read_lock_when_its_upgrade_is_rejected_at_the_add_then_its_body_row_is_as_before(
+    tm: TransactionManager,
+    ddb: Any,
+    tables: Tables,
+    monkeypatch: pytest.MonkeyPatch,
+    read_body: str,
+) -> None:
+    # Given a transaction holding a read lock on "x" (its body in a row of its own, or
+    # in the header), and another coordinator of the same transaction that added "y"
+    ddb.put_item(TableName=tables.data, Item={"pk": S("x"), "v": S("old")})
+    if read_body == "spilled":
+        monkeypatch.setattr(transaction, "HEADER_SOFT_LIMIT", 0)  # every body gets a row
+    tx = tm.begin()
+    read = {"TableName": tables.data, "Key": {"pk": S("x")}}
+    assert tx.get_item(**read)["Item"]["v"] == S("old")
+    other = tm.resume(tx.id)
+    other.put_item(TableName=tables.data, Item={"pk": S("y"), "v": S("theirs")})
+    before = record_rows(ddb, tables)
+    # When it upgrades "x" to a large write (its body in the read's row: same item, same
+    # nonce) together with "y", and the add is refused because "y" is already recorded
+    upgrade = {
+        "TableName": tables.data,
+        "Key": {"pk": S("x")},
+        "UpdateExpression": "SET v = :v",
+        "ExpressionAttributeValues": {":v": S("new" + BIG)},
+    }
+    with pytest.raises(DuplicateRequestError):
+        tx.write_all([{"Update": upgrade}, {"Put": big_put(tables, "y", "ours")}])
+    # Then the rows are those before the upgrade: the read's row holds the read again
+    # (or, for a read in the header, is gone), the record names every row left, and
+    # the other coordinator's body is untouched
+    rows = record_rows(ddb, tables)
+    assert sorted(rows, key=sort_key) == sorted(before, key=sort_key)
+    assert {row[s.TX_SK]["S"] for row in rows} == named_rows(tm, tx.id)
+    x_body = f"r#{request_id(tables.data, read['Key'])}#"
+    x_rows = [row for row in rows if row[s.TX_SK]["S"].startswith(x_body)]
+    if read_body == "spilled":
+        assert [params_from_av(row["p"]) for row in x_rows] == [read]
+    else:
+        assert x_rows == []
+    # And the transaction is still usable: another coordinator can load every body,
+    # the upgrade goes through on a second try, and the commit leaves nothing behind
+    tm.resume(tx.id)  # builds each recorded request from its body
+    tx.update_item(**upgrade)
+    tx.commit()
+    tx.delete()
+    assert {pk: item["v"] for pk, item in data_state(ddb, tables.data).items()} == {
+        "x": S("new" + BIG),
+        "y": S("theirs"),
+    }
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []
+
+
+def test_given_a_large_request_taken_over_by_another_coordinator_then_its_body_row_follows(
+    make_tm: Any, ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction whose coordinator recorded a large put of "a" and died before
+    # locking it
+    first = make_tm()
+    first.key_names(tables.data)
+    crash = Chaos(first.client)
+    tx = first.begin()
+    crash.arm("before", at=2)  # the body's row, the record's creation, then the lock
+    with pytest.raises(Crash):
+        tx.put_item(**big_put(tables, "a", "v"))
+    # When another coordinator commits it, taking the request over under a new nonce, and
+    # a third one resumes it right before the decision
+    rescuer = make_tm().resume(tx.id)
+    resumed: list[Any] = []
+
+    def resume_before_the_decision(params: dict[str, Any], **_: Any) -> None:
+        deciding = ":to" in params.get("ExpressionAttributeValues", {})
+        if params.get("TableName") == tables.tx and deciding and not resumed:
+            resumed.append(make_tm().resume(tx.id))
+
+    rescuer.manager.client.meta.events.register(
+        "before-parameter-build.dynamodb.UpdateItem", resume_before_the_decision
+    )
+    rescuer.commit()
+    rescuer.delete()
+    # Then the third one found the body under the new nonce, the put committed, and the
+    # record left no row behind (the old nonce's row included)
+    assert resumed
+    assert data_state(ddb, tables.data)["a"]["v"] == S("v" + BIG)
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []

@@ -459,6 +459,74 @@ def test_given_a_resumed_transaction_when_it_adds_more_requests_then_both_coordi
     assert_clean(ddb, tables)
 
 
+def test_given_a_request_added_elsewhere_when_one_commits_before_it_is_locked_then_it_counts(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a transaction that added a, and another coordinator of it that recorded b
+    # but pauses before locking it, while the first one adds c and commits
+    seed(a=100, b=0)
+    first = make_tm().begin()
+    add_to(first, tables.data, "a", -10)
+    other = make_tm().resume(first.id)
+    paused = []
+
+    def first_runs_meanwhile(params: dict[str, Any], **_: Any) -> None:
+        if params.get("Key") == key("b") and not paused:
+            paused.append(True)
+            add_to(first, tables.data, "c", 1)  # its add's answer counts b's add too
+            first.commit()
+
+    other.manager.client.meta.events.register(
+        "before-parameter-build.dynamodb.UpdateItem", first_runs_meanwhile
+    )
+    # When the paused coordinator goes on to lock and write b, then commits
+    add_to(other, tables.data, "b", 10)
+    other.commit()  # already committed: completes idempotently
+    # Then the commit included b: the first coordinator caught b up before deciding
+    assert paused
+    state = data_state(ddb, tables.data)
+    assert [state[pk]["balance"] for pk in "abc"] == [N(90), N(10), N(1)]
+    assert_clean(ddb, tables)
+
+
+def test_given_a_request_added_elsewhere_while_one_takes_over_a_lock_then_the_commit_counts_it(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a transaction whose coordinator recorded a and died before locking it
+    seed(a=100, b=0)
+    first = make_tm()
+    first.key_names(tables.data)
+    crash = Chaos(first.client)
+    tx = first.begin()
+    crash.arm("before", at=1)  # the record's creation with a, then the lock of a
+    with pytest.raises(Crash):
+        add_to(tx, tables.data, "a", -10)
+    # And another coordinator of it that will record b and die before locking b, while
+    # a third one commits it, taking a over (a new nonce in the record) meanwhile
+    other = make_tm().resume(tx.id)
+    other_crash = Chaos(other.manager.client)
+    rescuer = make_tm().resume(tx.id)
+    added = []
+
+    def other_adds_meanwhile(params: dict[str, Any], **_: Any) -> None:
+        if ":new" in params.get("UpdateExpression", "") and not added:
+            added.append(True)
+            other_crash.arm("before", at=1)  # its add of b, then the lock of b
+            with pytest.raises(Crash):
+                add_to(other, tables.data, "b", 10)
+
+    rescuer.manager.client.meta.events.register(
+        "before-parameter-build.dynamodb.UpdateItem", other_adds_meanwhile
+    )
+    # When the third coordinator commits (the answer to its takeover counts b's add too)
+    rescuer.commit()
+    # Then the commit included b: it caught b up before deciding
+    assert added
+    state = data_state(ddb, tables.data)
+    assert [state[pk]["balance"] for pk in "ab"] == [N(90), N(10)]
+    assert_clean(ddb, tables)
+
+
 def test_given_an_unknown_id_when_resumed_then_not_found(tm: TransactionManager) -> None:
     with pytest.raises(TransactionNotFoundError, match="nope"):
         tm.resume("nope")

@@ -740,10 +740,13 @@ class Transaction:
         """add: record requests and their lock nonces in the TX record before touching items.
 
         A request rejected here wrote nothing: its local state is dropped (or the
-        read lock it upgraded restored), so the transaction stays usable.
+        read lock it upgraded restored), so the transaction stays usable. A batch
+        refused after some of its chunks were recorded rolls the transaction back:
+        the record cannot take those back, and none of the batch may be applied.
         """
         header_bytes, spilled = self._header_bytes, set(self._spilled)
         bodies, spills = self._entry_bodies(locals_)
+        recorded: set[str] = set()  # requests of chunks added before another was refused
         try:
             # Bodies are in place before the record names them (resume reads them).
             self._spill(spills)
@@ -755,34 +758,66 @@ class Transaction:
                 # Expressions stay under 4 KB in chunks; DynamoDB serialises the
                 # chunks' conditional updates on the record, so they go out together.
                 chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
-                versions = self.p.parallel(lambda chunk: self._add_chunk(chunk, bodies), chunks)
-                self._version = max([self._version, *versions])
-                self._marked = False
+                outcomes = self.p.parallel(
+                    lambda chunk: self._add_chunk_or_refusal(chunk, bodies), chunks
+                )
+                versions = [v for v in outcomes if isinstance(v, int)]
+                if versions:
+                    self._marked = False
+                refusals = [e for e in outcomes if not isinstance(e, int)]
+                if refusals:
+                    recorded = {
+                        local.request.rid
+                        for chunk, outcome in zip(chunks, outcomes, strict=True)
+                        if isinstance(outcome, int)
+                        for local in chunk
+                    }
+                    raise refusals[0]
+                # Each chunk adds one to the version. More means another coordinator
+                # added requests in between, not seen applied here: the old version
+                # makes the commit's decision fail and catch them up first.
+                if max(versions) == self._version + len(chunks):
+                    self._version = max(versions)
         except (InvalidRequestError, DuplicateRequestError):
             for local in locals_:
                 rid = local.request.rid
+                if rid in recorded:
+                    continue
                 before = previous.get(rid)
                 if before is None:
                     self._requests.pop(rid, None)
                 else:
                     self._requests[rid] = before
-            self._header_bytes, self._spilled = header_bytes, spilled
-            self._drop_spills(spills, previous)
+            self._header_bytes = header_bytes
+            self._spilled = spilled | (recorded & self._spilled)
+            self._drop_spills([entry for entry in spills if entry.rid not in recorded], previous)
+            if recorded:
+                self._abort()
             raise
+
+    def _add_chunk_or_refusal(
+        self, chunk: list[_Local], bodies: dict[str, dict[str, Any]]
+    ) -> int | InvalidRequestError | DuplicateRequestError:
+        """:meth:`_add_chunk`, returning a refusal instead of raising it (other chunks may land)."""
+        try:
+            return self._add_chunk(chunk, bodies)
+        except (InvalidRequestError, DuplicateRequestError) as exc:
+            return exc
 
     def _drop_spills(self, spills: list[Entry], previous: dict[str, _Local | None]) -> None:
         """Undo the body rows of rejected requests: the record never names them.
 
         A rejected upgrade wrote over its read's row (same item, same nonce):
-        that row gets the read's body back if the record says it is spilled.
+        that row gets the read's body back if the record says it is spilled, and
+        is deleted if the read's body is in the header (the row is new).
         """
 
         rows: list[dict[str, Any]] = []
         for entry in spills:
             before = previous.get(entry.rid)
-            if before is None:
+            if before is None or entry.rid not in self._spilled:
                 rows.append({"DeleteRequest": {"Key": self.p.spill_key(self.id, entry)}})
-            elif entry.rid in self._spilled:
+            else:
                 old = before.request
                 restored = Entry(old.rid, old.op, old.table, old.key, before.nonce, old.params)
                 rows.append({"PutRequest": {"Item": self._spill_row(restored)}})
@@ -1503,6 +1538,10 @@ class Transaction:
             return
         # take over: a fresh nonce, so a late lock by the original coordinator is stray.
         new = new_nonce()
+        spilled = req.rid in self._spilled
+        if spilled:
+            # Body rows are keyed by nonce: the new one's is in place before the record names it.
+            self._spill([Entry(req.rid, req.op, req.table, req.key, new, dict(req.params))])
         try:
             resp = call(
                 self.p.client,
@@ -1526,7 +1565,11 @@ class Transaction:
                 },
                 ReturnValues="UPDATED_NEW",
             )
-            self._version = int(resp["Attributes"][s.TX_VERSION]["N"])
+            # As for an add: a version past this write's own step counts requests
+            # another coordinator added meanwhile, so the decision must see them first.
+            version = int(resp["Attributes"][s.TX_VERSION]["N"])
+            if version == self._version + 1:
+                self._version = version
         except ConditionFailed:
             header = self.p.read_header(self.id)
             if header is None:
@@ -1534,12 +1577,24 @@ class Transaction:
             self._raise_if_decided(header)
             entry = header.entries.get(req.rid)
             if entry is None or entry.nonce != new:
+                if spilled:
+                    self._drop_body_row(req, new)
                 self._version = header.version
                 local.nonce = entry.nonce if entry else local.nonce
                 return self._catch_up(local)
             self._version = header.version
+        if spilled:
+            self._drop_body_row(req, local.nonce)  # the record names the new nonce's row now
         local.nonce = new
         self._lock_and_apply(local)
+
+    def _drop_body_row(self, req: Request, nonce: str) -> None:
+        """Delete a request body row no record names (if this fails, it expires by its TTL)."""
+        key = self.p.spill_key(self.id, Entry(req.rid, req.op, req.table, req.key, nonce))
+        try:
+            self.p.batch_write(self.p.tx_table, [{"DeleteRequest": {"Key": key}}])
+        except Exception:
+            logger.warning("could not delete an unnamed body row of %s", self.id, exc_info=True)
 
     def commit(self) -> None:
         """commit + complete: decide the transaction committed, then unlock every item.
@@ -1586,6 +1641,8 @@ class Transaction:
                     params = self.p.load_params(self.id, entry)
                     req = build(entry.op, params, self.manager.key_names(entry.table))  # type: ignore[arg-type]
                     self._requests[entry.rid] = _Local(request=req, nonce=entry.nonce)
+                    if entry.spilled:
+                        self._spilled.add(entry.rid)  # its row goes with the record
         raise TransactionError(
             "commit did not settle after repeated concurrent changes", tx_id=self.id
         )
