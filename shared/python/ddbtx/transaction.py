@@ -141,17 +141,13 @@ class TransactionManager:
         Used to judge how long a lock holder made no progress, and to wait.
     lock_wait
         Seconds a younger transaction waits for an older one's lock before it
-        rolls itself back and raises :class:`TransactionConflictError`. If the
-        holder's TX record changed meanwhile (it is moving on, and will release
-        the lock soon), the wait starts over instead: one read of the record
-        tells.
+        rolls itself back and raises :class:`TransactionConflictError`.
     stale_after
         Seconds without any change to a pending holder's TX record after which
         its lock is broken by rolling it back (judged on the monotonic clock).
     wound_patience
         Seconds an older transaction waits for a younger, running lock holder
-        before it rolls the holder back (wound-wait); the patience starts over
-        while the holder's TX record keeps changing. A holder that is itself
+        before it rolls the holder back (wound-wait). A holder that is itself
         waiting for an older transaction's lock is rolled back at once, since
         waiting for it could deadlock. 0 wounds every younger holder at once.
         The default is a few round trips of a saturated table: a younger holder
@@ -1404,12 +1400,14 @@ class Transaction:
         instead of retrying its lock (a failed write and then that read anyway).
         """
         p = self.p
-        if waiter.watching(owner) and not waiter.expired():
+        if waiter.watching(owner):
             # A holder already judged worth waiting for: its record is read again
             # only once it may have gone stale or the wait is over, not on every poll.
-            # Then one read tells whether it moved on meanwhile (the wait goes on).
-            waiter.pause()
-            return True
+            if not waiter.expired():
+                waiter.pause()
+                return True
+            if not waiter.decided:
+                raise self._waited_too_long(owner, req)
         header = p.read_header(owner)
         if header is None:
             item = p.read_item(req.table, req.key)
@@ -1437,7 +1435,7 @@ class Transaction:
         if not pending and (stale or waiter.expired() or waiter.grace_over()):
             p.finish(header)
             return False
-        if waiter.expired() and not (pending and waiter.renew_if_progressed()):
+        if waiter.expired():
             raise self._waited_too_long(owner, req)
         if pending and not self._marked:
             # Blocked on an older transaction for up to lock_wait: older contenders
@@ -1452,18 +1450,16 @@ class Transaction:
         A younger holder that is running will most likely commit soon, and rolling
         it back wastes its work and its retry. It is rolled back once it marks
         itself waiting (it is blocked on an older transaction: waiting for it could
-        be a deadlock) or ``wound_patience`` passed with no change to its record
-        (it may be idle, or blocked on a younger one of its own). While it is
-        pending its locks stay put, so each poll reads its TX record alone.
-        Returns True once it is no longer pending (the caller reads the item
-        next), False after rolling it back.
+        be a deadlock) or ``wound_patience`` is over (it may be idle, or blocked on
+        a younger one of its own). While it is pending its locks stay put, so each
+        poll reads its TX record alone. Returns True once it is no longer pending
+        (the caller reads the item next), False after rolling it back.
         """
         current: Header | None = header
         while current is not None and current.state == s.STATE_PENDING and not current.finished:
-            waiter.holder_is_stale(owner, current.version)  # notes its progress
             # wound: the older transaction rolls back a younger holder that is blocked,
-            # or that kept it waiting past its patience without moving on.
-            if current.waiting or (waiter.impatient() and not waiter.renew_if_progressed()):
+            # or that kept it waiting past its patience.
+            if current.waiting or waiter.impatient():
                 self._break(owner, None)
                 return False
             waiter.pause()
@@ -1751,7 +1747,6 @@ class _Waiter:
     def __init__(self, manager: TransactionManager) -> None:
         self.m = manager
         self.start = manager.monotonic()
-        self.progressed = False  # the holder's record changed since ``start``
         self.delay = 0.01
         self.seen: tuple[str, int] | None = None
         self.seen_at = self.start
@@ -1764,7 +1759,6 @@ class _Waiter:
             self.decided_at = now
         self.decided = decided
         if self.seen != (owner, version):
-            self.progressed = self.progressed or (self.seen is not None and self.seen[0] == owner)
             self.seen, self.seen_at = (owner, version), now
             return False
         return now - self.seen_at >= self.m.stale_after
@@ -1786,13 +1780,6 @@ class _Waiter:
 
     def expired(self) -> bool:
         return self.m.monotonic() - self.start >= self.m.lock_wait
-
-    def renew_if_progressed(self) -> bool:
-        """Start a new waiting period if the holder moved on during this one."""
-        if not self.progressed:
-            return False
-        self.start, self.progressed = self.m.monotonic(), False
-        return True
 
     def impatient(self) -> bool:
         """An older transaction has waited long enough for younger holders of this item."""
