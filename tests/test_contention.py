@@ -489,16 +489,24 @@ def test_given_a_younger_holder_that_stays_idle_when_patience_runs_out_then_it_i
     assert_clean(ddb, tables)
 
 
+def older_on_x_younger_on_y(
+    make_tm: Any, tables: Tables, seed: Any, *accounts: str, **younger_options: Any
+) -> tuple[Any, TransactionManager, Any]:
+    """An older transaction holding x, and a younger one (its own manager) holding y."""
+    seed(**{name: 0 for name in ("x", "y", *accounts)})
+    older = make_tm().begin()
+    bump(older, tables.data, "x", 2)
+    younger_tm = make_tm(**younger_options)
+    younger = younger_tm.begin()
+    bump(younger, tables.data, "y", 1)
+    return older, younger_tm, younger
+
+
 def test_given_a_waiting_transaction_then_its_record_is_marked_once_and_the_next_add_clears_it(
     make_tm: Any, ddb: Any, tables: Tables, seed: Any, clock: Any
 ) -> None:
     # Given a younger transaction holding y, which will wait for x held by an older one
-    seed(x=0, y=0, z=0)
-    older = make_tm().begin()
-    bump(older, tables.data, "x", 2)
-    younger_tm = make_tm()
-    younger = younger_tm.begin()
-    bump(younger, tables.data, "y", 1)
+    older, younger_tm, younger = older_on_x_younger_on_y(make_tm, tables, seed, "z")
     during: list[dict[str, Any]] = []
     sleeps: list[float] = []
 
@@ -606,12 +614,7 @@ def test_given_a_blocked_younger_one_when_it_crashes_at_its_wait_mark_then_a_swe
 ) -> None:
     # Given an older transaction holding x, and a younger one holding y whose coordinator
     # dies right before (or right after) writing its wait mark, on finding x locked
-    seed(x=0, y=0, z=0)
-    older = make_tm().begin()
-    bump(older, tables.data, "x", 2)
-    younger_tm = make_tm()
-    younger = younger_tm.begin()
-    bump(younger, tables.data, "y", 1)
+    older, younger_tm, younger = older_on_x_younger_on_y(make_tm, tables, seed, "z")
     fault = WaitMarkFault(younger_tm.client, kind)
     with pytest.raises(Crash):
         bump(younger, tables.data, "x", 1)
@@ -646,12 +649,9 @@ def test_given_a_blocked_younger_one_when_its_wait_mark_answer_is_lost_then_it_g
     # the answer to its wait mark is lost and the SDK sends the mark again. The older one
     # adds w during the first pause and commits once 4 s have passed, so the younger one
     # reads its record again (after stale_after, 3 s) and finds it making progress.
-    seed(w=0, x=0, y=0, z=0)
-    older = make_tm().begin()
-    bump(older, tables.data, "x", 2)
-    younger_tm = make_tm(lock_wait=30.0)
-    younger = younger_tm.begin()
-    bump(younger, tables.data, "y", 1)
+    older, younger_tm, younger = older_on_x_younger_on_y(
+        make_tm, tables, seed, "w", "z", lock_wait=30.0
+    )
     start = clock.now
     during: list[dict[str, Any]] = []
 

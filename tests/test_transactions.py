@@ -444,13 +444,18 @@ def test_given_a_coordinator_gone_mid_transaction_when_another_resumes_then_it_f
         add_to(first, tables.data, "c", 1)
 
 
-def test_given_a_resumed_transaction_when_it_adds_more_requests_then_both_coordinators_commit_once(
-    make_tm: Any, ddb: Any, tables: Tables, seed: Any
-) -> None:
+def a_taken_and_resumed(make_tm: Any, tables: Tables, seed: Any) -> tuple[Any, Any]:
+    """A transaction that took 10 from a (of 100; b holds 0), and a second coordinator of it."""
     seed(a=100, b=0)
     first = make_tm().begin()
     add_to(first, tables.data, "a", -10)
-    other = make_tm().resume(first.id)
+    return first, make_tm().resume(first.id)
+
+
+def test_given_a_resumed_transaction_when_it_adds_more_requests_then_both_coordinators_commit_once(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    first, other = a_taken_and_resumed(make_tm, tables, seed)
     add_to(other, tables.data, "b", 10)
     first.commit()  # sees b was added by someone else; includes it
     other.commit()  # already committed: completes idempotently
@@ -464,10 +469,7 @@ def test_given_a_request_added_elsewhere_when_one_commits_before_it_is_locked_th
 ) -> None:
     # Given a transaction that added a, and another coordinator of it that recorded b
     # but pauses before locking it, while the first one adds c and commits
-    seed(a=100, b=0)
-    first = make_tm().begin()
-    add_to(first, tables.data, "a", -10)
-    other = make_tm().resume(first.id)
+    first, other = a_taken_and_resumed(make_tm, tables, seed)
     paused = []
 
     def first_runs_meanwhile(params: dict[str, Any], **_: Any) -> None:
