@@ -201,10 +201,7 @@ def test_given_a_fault_at_any_call_of_a_large_transaction_when_swept_then_all_or
     schedules = 0
     for index in range(40):
         # Given three items and a coordinator that meets a fault at call `index`
-        for row in record_rows(ddb, tables):
-            ddb.delete_item(TableName=tables.tx, Key={k: row[k] for k in (s.TX_PK, s.TX_SK)})
-        for pk, value in old.items():
-            ddb.put_item(TableName=tables.data, Item={"pk": S(pk), "v": value})
+        reset(ddb, tables, old)
         victim = make_tm(max_attempts=1 if kind == "throttle" else 3)
         chaos = Chaos(victim.client)
         chaos.arm(kind, at=index)  # type: ignore[arg-type]
@@ -224,22 +221,42 @@ def test_given_a_fault_at_any_call_of_a_large_transaction_when_swept_then_all_or
         if not chaos.fired:
             break
         schedules += 1
-        # When a sweeper settles whatever is left, then deletes it
-        rescuer = make_tm()
-        sweeper = Sweeper(rescuer, rollback_after=timedelta(0), delete_after=timedelta(0))
-        clock.advance(1)
-        sweeper.run()
-        clock.advance(1)
-        sweeper.run()
-        # Then the items are all old or all new (new whenever the coordinator finished)
-        values = {pk: item["v"] for pk, item in data_state(ddb, tables.data).items()}
-        assert values in (old, new), f"{kind} fault at call {index}"
-        assert values == new if done or kind == "lost" else True, f"lost response at {index}"
-        assert_clean(ddb, tables)
-        # And only body rows its record never named may be left, to expire by TTL
-        left = record_rows(ddb, tables)
-        assert all(row[s.TX_SK]["S"] != s.TX_HEADER_SK and s.TX_TTL in row for row in left)
+        sweep_then_check(make_tm, ddb, tables, clock, (old, new), done or kind == "lost")
     assert schedules >= 8, "the transaction should make at least 8 DynamoDB calls"
+
+
+def reset(ddb: Any, tables: Tables, items: dict[str, Any]) -> None:
+    """No record rows; the data items hold ``items``' values."""
+    for row in record_rows(ddb, tables):
+        ddb.delete_item(TableName=tables.tx, Key={k: row[k] for k in (s.TX_PK, s.TX_SK)})
+    for pk, value in items.items():
+        ddb.put_item(TableName=tables.data, Item={"pk": S(pk), "v": value})
+
+
+def sweep_then_check(
+    make_tm: Any,
+    ddb: Any,
+    tables: Tables,
+    clock: Any,
+    outcomes: tuple[dict[str, Any], dict[str, Any]],
+    committed: bool,
+) -> None:
+    """A sweeper settles whatever a fault left, then deletes it; all or nothing must remain."""
+    old, new = outcomes
+    # When a sweeper settles whatever is left, then deletes it
+    sweeper = Sweeper(make_tm(), rollback_after=timedelta(0), delete_after=timedelta(0))
+    clock.advance(1)
+    sweeper.run()
+    clock.advance(1)
+    sweeper.run()
+    # Then the items are all old or all new (new whenever the coordinator finished)
+    values = {pk: item["v"] for pk, item in data_state(ddb, tables.data).items()}
+    assert values in (old, new)
+    assert values == new if committed else True, "the coordinator finished: it committed"
+    assert_clean(ddb, tables)
+    # And only body rows its record never named may be left, to expire by TTL
+    left = record_rows(ddb, tables)
+    assert all(row[s.TX_SK]["S"] != s.TX_HEADER_SK and s.TX_TTL in row for row in left)
 
 
 def sort_key(row: dict[str, Any]) -> str:
@@ -314,22 +331,16 @@ def test_given_a_large_request_taken_over_by_another_coordinator_then_its_body_r
 ) -> None:
     # Given a transaction whose coordinator recorded a large put of "a" and died before
     # locking it
-    first = make_tm()
-    first.key_names(tables.data)
-    crash = Chaos(first.client)
-    tx = first.begin()
-    crash.arm("before", at=2)  # the body's row, the record's creation, then the lock
-    with pytest.raises(Crash):
-        tx.put_item(**big_put(tables, "a", "v"))
+    tx_id = died_before_locking(make_tm, tables, "a", "v")
     # When another coordinator commits it, taking the request over under a new nonce, and
     # a third one resumes it right before the decision
-    rescuer = make_tm().resume(tx.id)
+    rescuer = make_tm().resume(tx_id)
     resumed: list[Any] = []
 
     def resume_before_the_decision(params: dict[str, Any], **_: Any) -> None:
         deciding = ":to" in params.get("ExpressionAttributeValues", {})
         if params.get("TableName") == tables.tx and deciding and not resumed:
-            resumed.append(make_tm().resume(tx.id))
+            resumed.append(make_tm().resume(tx_id))
 
     rescuer.manager.client.meta.events.register(
         "before-parameter-build.dynamodb.UpdateItem", resume_before_the_decision
@@ -342,3 +353,45 @@ def test_given_a_large_request_taken_over_by_another_coordinator_then_its_body_r
     assert data_state(ddb, tables.data)["a"]["v"] == S("v" + BIG)
     assert_clean(ddb, tables)
     assert record_rows(ddb, tables) == []
+
+
+def died_before_locking(make_tm: Any, tables: Tables, pk: str, tag: str) -> str:
+    """A transaction whose coordinator recorded a large put of ``pk`` and died before locking it."""
+    first = make_tm()
+    first.key_names(tables.data)
+    crash = Chaos(first.client)
+    tx = first.begin()
+    crash.arm("before", at=2)  # the body's row, the record's creation, then the lock
+    with pytest.raises(Crash):
+        tx.put_item(**big_put(tables, pk, tag))
+    crash.close()
+    return tx.id
+
+
+@pytest.mark.parametrize("kind", ["before", "after", "lost"])
+def test_given_a_fault_at_any_call_of_a_take_over_of_a_large_request_then_all_or_nothing(
+    make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
+) -> None:
+    old, new = {"a": S("old" + BIG)}, {"a": S("v" + BIG)}
+    schedules = 0
+    for index in range(30):
+        # Given a large put of "a" recorded by a coordinator that died before locking it
+        reset(ddb, tables, old)
+        tx_id = died_before_locking(make_tm, tables, "a", "v")
+        # When another coordinator takes the request over (its body row under a new
+        # nonce, the old row deleted) and commits, meeting a fault at call `index`
+        rescuer = make_tm()
+        resumed = rescuer.resume(tx_id)
+        chaos = Chaos(rescuer.client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        done = False
+        with contextlib.suppress(Crash, DdbtxError):
+            resumed.commit()
+            resumed.delete()
+            done = True
+        chaos.close()
+        if not chaos.fired:
+            break
+        schedules += 1
+        sweep_then_check(make_tm, ddb, tables, clock, (old, new), done or kind == "lost")
+    assert schedules >= 6, "the take-over and commit should make at least 6 DynamoDB calls"
