@@ -803,6 +803,9 @@ class Transaction:
     def _drop_spills(self, spills: list[Entry], previous: dict[str, _Local | None]) -> None:
         """Undo the body rows of rejected requests: the record never names them.
 
+        With no ``previous`` request for an entry, its row is simply deleted (also
+        used for a taken-over request's row under a nonce the record no longer names).
+
         A rejected upgrade wrote over its read's row (same item, same nonce):
         that row gets the read's body back if the record says it is spilled, and
         is deleted if the read's body is in the header (the row is new).
@@ -820,7 +823,7 @@ class Transaction:
         try:
             self.p.batch_write(self.p.tx_table, rows)
         except Exception:  # rows the record never names expire by their TTL
-            logger.warning("could not undo rejected request bodies of %s", self.id, exc_info=True)
+            logger.warning("could not undo unnamed body rows of %s", self.id, exc_info=True)
 
     def _add_chunk(self, chunk: list[_Local], bodies: dict[str, dict[str, Any]]) -> int:
         """One conditional update of the record adding ``chunk``; returns the version after."""
@@ -1573,24 +1576,16 @@ class Transaction:
             self._raise_if_decided(header)
             entry = header.entries.get(req.rid)
             if entry is None or entry.nonce != new:
-                if spilled:
-                    self._drop_body_row(req, new)
+                if spilled:  # another coordinator's nonce won: our new row is unnamed
+                    self._drop_spills([Entry(req.rid, req.op, req.table, req.key, new)], {})
                 self._version = header.version
                 local.nonce = entry.nonce if entry else local.nonce
                 return self._catch_up(local)
             self._version = header.version
-        if spilled:
-            self._drop_body_row(req, local.nonce)  # the record names the new nonce's row now
+        if spilled:  # the record names the new nonce's row now: the old one is unnamed
+            self._drop_spills([Entry(req.rid, req.op, req.table, req.key, local.nonce)], {})
         local.nonce = new
         self._lock_and_apply(local)
-
-    def _drop_body_row(self, req: Request, nonce: str) -> None:
-        """Delete a request body row no record names (if this fails, it expires by its TTL)."""
-        key = self.p.spill_key(self.id, Entry(req.rid, req.op, req.table, req.key, nonce))
-        try:
-            self.p.batch_write(self.p.tx_table, [{"DeleteRequest": {"Key": key}}])
-        except Exception:
-            logger.warning("could not delete an unnamed body row of %s", self.id, exc_info=True)
 
     def commit(self) -> None:
         """commit + complete: decide the transaction committed, then unlock every item.
