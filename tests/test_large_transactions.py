@@ -198,31 +198,55 @@ def test_given_a_fault_at_any_call_of_a_large_transaction_when_swept_then_all_or
 ) -> None:
     old = {pk: S("old" + BIG) for pk in ("a", "b", "c")}
     new = {pk: S("new" + BIG) for pk in ("a", "b", "c")}
-    schedules = 0
-    for index in range(40):
-        # Given three items and a coordinator that meets a fault at call `index`
-        reset(ddb, tables, old)
+    puts = [
+        {"Put": {"TableName": tables.data, "Item": {"pk": S(pk), "v": v}}} for pk, v in new.items()
+    ]
+
+    def coordinator() -> tuple[Any, Callable[[], None]]:
+        # Given three items and a coordinator of a large transaction writing them all
         victim = make_tm(max_attempts=1 if kind == "throttle" else 3)
-        chaos = Chaos(victim.client)
-        chaos.arm(kind, at=index)  # type: ignore[arg-type]
         tx = victim.begin()
-        done = False
-        with contextlib.suppress(Crash, DdbtxError):
-            tx.write_all(
-                [
-                    {"Put": {"TableName": tables.data, "Item": {"pk": S(pk), "v": v}}}
-                    for pk, v in new.items()
-                ]
-            )
+
+        def work() -> None:
+            tx.write_all(puts)
             tx.commit()
             tx.delete()
+
+        return victim.client, work
+
+    schedules = fault_at_every_call(make_tm, ddb, tables, clock, kind, (old, new), coordinator)
+    assert schedules >= 8, "the transaction should make at least 8 DynamoDB calls"
+
+
+def fault_at_every_call(
+    make_tm: Any,
+    ddb: Any,
+    tables: Tables,
+    clock: Any,
+    kind: str,
+    outcomes: tuple[dict[str, Any], dict[str, Any]],
+    coordinator: Callable[[], tuple[Any, Callable[[], None]]],
+) -> int:
+    """Run ``coordinator()``'s work with ``kind`` at call 0, 1, ... until no fault fires.
+
+    Each schedule starts from ``outcomes[0]`` with no record rows, and ends with a
+    sweep and its checks. Returns how many schedules met their fault.
+    """
+    for index in range(60):
+        reset(ddb, tables, outcomes[0])
+        client, work = coordinator()
+        # When the coordinator meets the fault at call `index`
+        chaos = Chaos(client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        done = False
+        with contextlib.suppress(Crash, DdbtxError):
+            work()
             done = True
         chaos.close()
         if not chaos.fired:
-            break
-        schedules += 1
-        sweep_then_check(make_tm, ddb, tables, clock, (old, new), done or kind == "lost")
-    assert schedules >= 8, "the transaction should make at least 8 DynamoDB calls"
+            return index
+        sweep_then_check(make_tm, ddb, tables, clock, outcomes, done or kind == "lost")
+    raise AssertionError("a fault still fired at call 60: the work does not end")
 
 
 def reset(ddb: Any, tables: Tables, items: dict[str, Any]) -> None:
@@ -373,25 +397,20 @@ def test_given_a_fault_at_any_call_of_a_take_over_of_a_large_request_then_all_or
     make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
 ) -> None:
     old, new = {"a": S("old" + BIG)}, {"a": S("v" + BIG)}
-    schedules = 0
-    for index in range(30):
-        # Given a large put of "a" recorded by a coordinator that died before locking it
-        reset(ddb, tables, old)
+
+    def coordinator() -> tuple[Any, Callable[[], None]]:
+        # Given a large put of "a" recorded by a coordinator that died before locking it,
+        # and another coordinator that takes the request over (its body row under a new
+        # nonce, the old row deleted) and commits
         tx_id = died_before_locking(make_tm, tables, "a", "v")
-        # When another coordinator takes the request over (its body row under a new
-        # nonce, the old row deleted) and commits, meeting a fault at call `index`
         rescuer = make_tm()
         resumed = rescuer.resume(tx_id)
-        chaos = Chaos(rescuer.client)
-        chaos.arm(kind, at=index)  # type: ignore[arg-type]
-        done = False
-        with contextlib.suppress(Crash, DdbtxError):
+
+        def work() -> None:
             resumed.commit()
             resumed.delete()
-            done = True
-        chaos.close()
-        if not chaos.fired:
-            break
-        schedules += 1
-        sweep_then_check(make_tm, ddb, tables, clock, (old, new), done or kind == "lost")
+
+        return rescuer.client, work
+
+    schedules = fault_at_every_call(make_tm, ddb, tables, clock, kind, (old, new), coordinator)
     assert schedules >= 6, "the take-over and commit should make at least 6 DynamoDB calls"
