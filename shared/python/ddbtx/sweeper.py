@@ -205,10 +205,10 @@ def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int) 
         return default
     try:
         value = int(raw)
-    except ValueError:
+    except ValueError as exc:
         raise ConfigError(
             f"environment variable {name} must be a whole number >= {minimum}, not {raw!r}"
-        ) from None
+        ) from exc
     if value < minimum:
         raise ConfigError(f"environment variable {name} must be >= {minimum}, not {value}")
     return value
@@ -639,15 +639,10 @@ class Sweeper:
         undo. Whenever it does not apply (the record changed, or someone else
         settled it meanwhile), the general step decides from a fresh read.
         """
-        header = self.tm.protocol.decide(tx_id, s.STATE_ROLLED_BACK, expect_updated_ms=seen_ms)
-        if header is None:
-            return SweepOutcome.MISSING
-        if header.state == s.STATE_PENDING or header.finished:
-            return self._sweep_general(tx_id)
-        self.tm.protocol.finish(header)
-        if header.state == s.STATE_COMMITTED:
-            return SweepOutcome.ROLLED_FORWARD  # its coordinator decided first
-        return SweepOutcome.ROLLED_BACK
+        outcome = self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms)
+        if outcome is SweepOutcome.ACTIVE:
+            return self._sweep_general(tx_id)  # it changed since it was seen: judge it afresh
+        return outcome
 
     def _scan_segment(self, run: _Run, segment: int, total: int) -> None:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
@@ -745,7 +740,7 @@ class Sweeper:
 
         def header(tx_id: str) -> Header | None:
             if tx_id not in seen:
-                seen[tx_id] = self.tm.protocol.read_header(tx_id)
+                seen[tx_id] = self.tm.protocol.records.read_header(tx_id)
             return seen[tx_id]
 
         return header
