@@ -16,10 +16,10 @@ import pytest
 from ddbtx import (
     ConditionalCheckFailedError,
     InvalidRequestError,
-    SweepOutcome,
     TransactionRolledBackError,
 )
 from ddbtx.chaos import Chaos, Crash
+from ddbtx.sweeper import Sweeper
 from ddbtx.tables import create_data_table
 from helpers import Tables, assert_clean, data_state
 
@@ -128,7 +128,7 @@ def test_given_a_read_lock_when_a_delete_condition_holds_then_it_deletes_on_comm
 
 
 def test_given_a_record_naming_an_item_of_a_deleted_table_then_rollback_and_sweep_complete_it(
-    make_tm: Any, ddb: Any, tables: Tables, table_name: Any, seed: Any
+    make_tm: Any, ddb: Any, tables: Tables, table_name: Any, seed: Any, clock: Any
 ) -> None:
     # Given a transaction that wrote to a and to an item of a second table, whose
     # coordinator died, and the second table deleted since (no call can reach that item)
@@ -143,15 +143,18 @@ def test_given_a_record_naming_an_item_of_a_deleted_table_then_rollback_and_swee
         UpdateExpression="SET balance = :n",
         ExpressionAttributeValues={":n": N(1)},
     )
+    coordinator.key_names(extra)
     crash = Chaos(coordinator.client)
     crash.arm("before", at=1)  # the add, then the lock of the item in the other table
     with pytest.raises(Crash):
         tx.put_item(TableName=extra, Item={"pk": S("x")})
     ddb.delete_table(TableName=extra)
-    # When a sweeper rolls it back
-    outcome = make_tm().sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(days=1))
-    # Then the record completes (the unreachable request skipped), and a is restored
-    assert outcome is SweepOutcome.ROLLED_BACK
+    clock.advance(1)
+    # When the sweeper rolls it back
+    sweeper = Sweeper(make_tm(), rollback_after=timedelta(0), delete_after=timedelta(days=1))
+    report = sweeper.run()
+    # Then the record completes, the unreachable request skipped and counted, and a restored
+    assert (report.rolled_back, report.skipped_requests, report.errors) == (1, 1, 0)
     assert data_state(ddb, tables.data)["a"]["balance"] == N(100)
     assert_clean(ddb, tables)
 

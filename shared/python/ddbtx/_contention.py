@@ -108,7 +108,7 @@ class ItemContention:
         Returns True after a wait, so the caller next reads the item (one request)
         instead of retrying its lock (a failed write and then that read anyway).
         """
-        p, req, waiter = self.p, self.req, self.waiter
+        waiter = self.waiter
         if waiter.watching(owner):
             # A holder already judged worth waiting for: its record is read again
             # only once it may have gone stale or the wait is over, not on every poll.
@@ -117,32 +117,46 @@ class ItemContention:
                 return True
             if not waiter.decided:
                 raise self._waited_too_long(owner)
-        header = p.records.read_header(owner)
+        header = self.p.records.read_header(owner)
         if header is None or header.finished:
-            # No record, or a completed one: any lock of it left on the item is stray.
-            item = p.read_item(req.table, req.key)
-            if item is not None and lock_owner(item) == owner:
-                p.undo(owner, req.table, req.key, item)
+            self._undo_stray(owner)
             return False
-        pending = header.state == s.STATE_PENDING
-        if pending and self.tx.manager.contention is Contention.ROLLBACK_HOLDER:
-            p.settle(owner, by=self.tx.id)
+        if header.state != s.STATE_PENDING:
+            return self._wait_for_decided(owner, header)
+        if self.tx.manager.contention is Contention.ROLLBACK_HOLDER:
+            self.p.settle(owner, by=self.tx.id)
             return False
-        if pending and self.tx.id < owner:
+        if self.tx.id < owner:
             return self._outwait_younger(owner, header)
-        # Wait: for an older pending holder (wound-wait), or for a decided one whose
-        # coordinator is releasing its items right now; helping it would only repeat
-        # that work. A decided holder is completed here once the wait shows it is not.
-        stale = waiter.holder_is_stale(owner, header.version, decided=not pending)
-        if pending and stale:
-            p.settle(owner, expect_version=header.version, by=self.tx.id)
+        return self._wait_for_older(owner, header)
+
+    def _undo_stray(self, owner: str) -> None:
+        """No record, or a completed one: any lock of it left on the item is stray."""
+        req = self.req
+        item = self.p.read_item(req.table, req.key)
+        if item is not None and lock_owner(item) == owner:
+            self.p.undo(owner, req.table, req.key, item)
+
+    def _wait_for_decided(self, owner: str, header: Header) -> bool:
+        """A decided holder's coordinator is releasing its items right now: helping would
+        only repeat that work. It is completed here once the wait shows it is not."""
+        waiter = self.waiter
+        stale = waiter.holder_is_stale(owner, header.version, decided=True)
+        if stale or waiter.expired() or waiter.grace_over():
+            self.p.complete(header)
             return False
-        if not pending and (stale or waiter.expired() or waiter.grace_over()):
-            p.complete(header)
+        waiter.pause()
+        return True
+
+    def _wait_for_older(self, owner: str, header: Header) -> bool:
+        """Wound-wait: a younger transaction waits for an older, pending holder."""
+        waiter = self.waiter
+        if waiter.holder_is_stale(owner, header.version):
+            self.p.settle(owner, expect_version=header.version, by=self.tx.id)
             return False
         if waiter.expired():
             raise self._waited_too_long(owner)
-        if pending and not self.tx.record.marked:
+        if not self.tx.record.marked:
             # Blocked on an older transaction for up to lock_wait: older contenders
             # must roll this one back rather than wait for it (they could deadlock).
             self.tx.record.mark_waiting(owner)

@@ -141,6 +141,9 @@ class Protocol:
         )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        #: Recorded requests skipped because no call can ever read or apply them (a
+        #: janitor reports the count as a metric).
+        self.skipped_requests = 0
 
     # -- helpers ---------------------------------------------------------------
 
@@ -352,6 +355,8 @@ class Protocol:
             self.complete_item(header, entry, known)
             return True
         except (ValidationFailed, TableNotFound) as exc:
+            with self._pool_lock:
+                self.skipped_requests += 1
             logger.error(
                 "skipped request %s of %s: it can never be read or applied (%s)",
                 entry.rid,

@@ -331,7 +331,6 @@ class ItemSteps:
         req = local.request
         if check_condition and req.condition and local.transient:
             self._check_on_absent(local)
-        image = local.pre
         names = dict(req.params.get("ExpressionAttributeNames") or {})
         values = dict(req.params.get("ExpressionAttributeValues") or {})
         names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
@@ -341,43 +340,11 @@ class ItemSteps:
         condition = APPLY
         if check_condition and not local.transient:
             condition = _with_user_condition(req, condition)
-        image_attrs: dict[str, Any] = {}
-        if image is not None:
-            incoming = item_size(req.params.get("Item") or {}) + item_size(values)
-            if item_size(image) > INLINE_IMAGE_LIMIT or (
-                item_size(image) * 2 + incoming + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES
-            ):
-                self.save_image(local, image)
-                image_attrs[s.ATTR_IMAGE_EXTERNAL] = {"BOOL": True}
-            else:
-                image_attrs[s.ATTR_IMAGE] = {"M": image}
-        rv = req.return_values
+        image_attrs = self._image_attrs(local, values)
         try:
             if req.op == "put":
-                item = {
-                    **req.params["Item"],
-                    s.ATTR_LOCK: values[":ddbtxl"],
-                    s.ATTR_LOCKED_AT: {"N": str(self.p.now_ms())},
-                    s.ATTR_APPLIED: {"BOOL": True},
-                    **image_attrs,
-                }
-                if local.transient:
-                    item[s.ATTR_TRANSIENT] = {"BOOL": True}
-                self._guarded_put(req, item, condition, names, values)
-                local.applied = local.confirmed = True
-                return _attributes(image) if rv == "ALL_OLD" else {}
-            sets = "#ddbtxp = :ddbtxt"
-            for i, (attr, value) in enumerate(image_attrs.items()):
-                names[f"#ddbtxi{i}"] = attr
-                values[f":ddbtxi{i}"] = value
-                sets += f", #ddbtxi{i} = :ddbtxi{i}"
-            resp = self._user_update(
-                req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
-            )
-            local.applied = local.confirmed = True
-            if rv == "ALL_OLD":
-                return _attributes(image)
-            return _attributes(strip(resp.get("Attributes")))
+                return self._apply_put(local, image_attrs, condition, names, values)
+            return self._apply_update(local, image_attrs, condition, names, values)
         except ValidationFailed as exc:
             raise InvalidRequestError(
                 f"DynamoDB rejected the write: {exc}",
@@ -386,15 +353,79 @@ class ItemSteps:
                 key=req.key,
             ) from exc
         except ConditionFailed as exc:
-            item_now = self.p.read_item(req.table, req.key)
-            lock = (item_now or {}).get(s.ATTR_LOCK, {}).get("S")
-            if lock == values[":ddbtxl"]["S"] and flag(item_now, s.ATTR_APPLIED):
-                local.applied = local.confirmed = True  # our own write, its response lost
-                assert item_now is not None
-                return _return_values(local, item_now)
-            if lock == values[":ddbtxl"]["S"]:
-                raise self._condition_false(req) from exc
-            return self.lost_lock(local)
+            return self._settle_apply(local, values[":ddbtxl"]["S"], exc)
+
+    def _image_attrs(self, local: Local, values: dict[str, Any]) -> dict[str, Any]:
+        """save image: in the item while both copies fit, else in the images table."""
+        image = local.pre
+        if image is None:
+            return {}
+        incoming = item_size(local.request.params.get("Item") or {}) + item_size(values)
+        if item_size(image) > INLINE_IMAGE_LIMIT or (
+            item_size(image) * 2 + incoming + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES
+        ):
+            self.save_image(local, image)
+            return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
+        return {s.ATTR_IMAGE: {"M": image}}
+
+    def _apply_put(
+        self,
+        local: Local,
+        image_attrs: dict[str, Any],
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> dict[str, Any]:
+        req = local.request
+        item = {
+            **req.params["Item"],
+            s.ATTR_LOCK: values[":ddbtxl"],
+            s.ATTR_LOCKED_AT: {"N": str(self.p.now_ms())},
+            s.ATTR_APPLIED: {"BOOL": True},
+            **image_attrs,
+        }
+        if local.transient:
+            item[s.ATTR_TRANSIENT] = {"BOOL": True}
+        self._guarded_put(req, item, condition, names, values)
+        local.applied = local.confirmed = True
+        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+
+    def _apply_update(
+        self,
+        local: Local,
+        image_attrs: dict[str, Any],
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> dict[str, Any]:
+        req = local.request
+        rv = req.return_values
+        sets = "#ddbtxp = :ddbtxt"
+        for i, (attr, value) in enumerate(image_attrs.items()):
+            names[f"#ddbtxi{i}"] = attr
+            values[f":ddbtxi{i}"] = value
+            sets += f", #ddbtxi{i} = :ddbtxi{i}"
+        resp = self._user_update(
+            req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
+        )
+        local.applied = local.confirmed = True
+        if rv == "ALL_OLD":
+            return _attributes(local.pre)
+        return _attributes(strip(resp.get("Attributes")))
+
+    def _settle_apply(self, local: Local, lock: str, exc: ConditionFailed) -> dict[str, Any]:
+        """The apply's condition failed: our write (response lost), a false condition, or
+        the lock is gone."""
+        req = local.request
+        item = self.p.read_item(req.table, req.key)
+        held = (item or {}).get(s.ATTR_LOCK, {}).get("S") == lock
+        if held and flag(item, s.ATTR_APPLIED):
+            local.applied = local.confirmed = True  # our own write, its response lost
+            assert item is not None
+            return _return_values(local, item)
+        if held:
+            raise self._condition_false(req) from exc
+        return self.lost_lock(local)
 
     def _guarded_put(
         self,

@@ -87,6 +87,9 @@ class RecordView:
         self.touched: dict[str, Request] = {}
         self._header_bytes = 0
         self._planned: dict[str, Local] = {}  # being added: not in the record yet
+        #: Adds whose outcome is unknown (throttled, a network error): a retry of the same
+        #: request re-adds it under the same nonce, and the record says if the first landed.
+        self.unrecorded: dict[str, Local] = {}
         self._lock = threading.RLock()
 
     # -- the one way the view moves on -------------------------------------------------
@@ -104,11 +107,11 @@ class RecordView:
         """
         with self._lock:
             self.created = True
-            self.finished = self.finished or header.finished
             newer = header.version > self.version
             for local in own:
                 rid = local.request.rid
                 self._planned.pop(rid, None)
+                self.unrecorded.pop(rid, None)
                 known = self.requests.get(rid)
                 if newer or known is None or known.nonce == local.nonce:
                     self.requests[rid] = local
@@ -121,7 +124,11 @@ class RecordView:
                 if entry.spilled:
                     self.spilled.add(entry.rid)
                 planned, known = self._planned.get(entry.rid), self.requests.get(entry.rid)
-                if not (self._matches(planned, entry) or self._matches(known, entry)):
+                lost = self.unrecorded.pop(entry.rid, None)
+                if self._matches(lost, entry):
+                    assert lost is not None
+                    self.requests[entry.rid] = lost  # an add whose answer was lost did land
+                elif not (self._matches(planned, entry) or self._matches(known, entry)):
                     self.requests[entry.rid] = Local(self._request_of(entry), entry.nonce)
 
     @staticmethod
@@ -200,6 +207,14 @@ class RecordView:
                 self._header_bytes = header_bytes
                 self.spilled = spilled | (named & self.spilled)
             self._drop_rows([e for e in rows if e.rid not in named], spilled)
+            raise
+        except _Decided:
+            raise
+        except Exception:
+            with self._lock:  # outcome unknown: a retry re-adds under the same nonces
+                for local in locals_:
+                    if self.requests.get(local.request.rid) is not local:
+                        self.unrecorded[local.request.rid] = local
             raise
         finally:
             with self._lock:

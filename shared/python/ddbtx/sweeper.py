@@ -155,6 +155,9 @@ class SweepReport:
         Expired mutex and queue rows of the locks table.
     errors
         Records or rows whose step failed (logged with their ids); retried next run.
+    skipped_requests
+        Recorded requests no call can ever read or apply (say, their table was
+        deleted): skipped so their records could complete; each is logged.
     stuck
         Pending records found older than the rollback age (the first
         :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).
@@ -179,6 +182,7 @@ class SweepReport:
     locks_released: int = 0
     lock_rows_deleted: int = 0
     errors: int = 0
+    skipped_requests: int = 0
     stuck: int = 0
     pages: int = 0
     complete: bool = False
@@ -445,6 +449,7 @@ class Sweeper:
         """
         _check_positive("page_budget", page_budget, allow_none=True)
         run = _Run(deadline, self.safety_margin, page_budget)
+        skipped_before = self.tm.protocol.skipped_requests
         generation, start = self.load_cursor() if self.persist_cursor else (0, Cursor())
         cursor = start if resume else Cursor()
         try:
@@ -454,6 +459,7 @@ class Sweeper:
         except _Stop:
             cursor = run.stop_cursor
         report = run.report
+        report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
         report.cursor = cursor.to_json()
         if self.persist_cursor:
             report.cursor_saved = self.save_cursor(generation, cursor)
@@ -474,6 +480,7 @@ class Sweeper:
         """
         _check_positive("segments", segments)
         run = _Run(deadline, self.safety_margin, None)
+        skipped_before = self.tm.protocol.skipped_requests
         try:
             with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
                 futures = [
@@ -485,6 +492,7 @@ class Sweeper:
             run.report.complete = True
         except _Stop:
             pass
+        run.report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
         run.report.cursor = Cursor().to_json()
         return run.report
 

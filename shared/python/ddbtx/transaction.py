@@ -287,6 +287,7 @@ class TransactionManager:
             self.key_names(table)  # further requests on these tables are validated without a call
         if header.state != s.STATE_PENDING:
             self.protocol.complete(header)
+            tx.record.finished = True
         return tx
 
     def sweep(
@@ -564,7 +565,7 @@ class Transaction:
 
     def _plan(self, req: Request) -> Local:
         """Local state for a request: fresh, the retry of an interrupted one, or an upgrade."""
-        known = self.record.requests.get(req.rid)
+        known = self.record.unrecorded.get(req.rid) or self.record.requests.get(req.rid)
         if known is None:
             return Local(request=req, nonce=new_nonce())
         if not known.confirmed:
@@ -796,7 +797,8 @@ class Transaction:
             return
         header = self.record.decide(s.STATE_ROLLED_BACK)
         if header is None:
-            raise self._gone()
+            self._gone()  # a janitor rolled it back and deleted it: as asked
+            return
         self.record.state = header.state
         self._complete(header)
         if header.state == s.STATE_COMMITTED:
