@@ -133,9 +133,7 @@ class ItemSteps:
         """lock: an existing, unlocked item; the user's condition is checked in the same write."""
         req = local.request
         names, values = self._lock_names(local)
-        names["#ddbtxa"] = s.ATTR_LOCKED_AT
-        values[":ddbtxa"] = {"N": str(self.p.now_ms())}
-        sets = "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa"
+        sets = "#ddbtxl = :ddbtxl"
         if req.op == "delete":
             names["#ddbtxd"] = s.ATTR_DELETED
             values[":ddbtxt"] = {"BOOL": True}
@@ -166,24 +164,17 @@ class ItemSteps:
         """lock (+apply): the item does not exist; insert it locked, with the write if any."""
         req = local.request
         names, values = self._lock_names(local)
-        now = {"N": str(self.p.now_ms())}
         true = {"BOOL": True}
         condition = _with_user_condition(req, LOCK_INSERT)
         local.pre, local.transient = None, True
-        protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_LOCKED_AT: now, s.ATTR_TRANSIENT: true}
+        protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_TRANSIENT: true}
         if req.op == "update":
-            names.update(
-                {
-                    "#ddbtxa": s.ATTR_LOCKED_AT,
-                    "#ddbtxn": s.ATTR_TRANSIENT,
-                    "#ddbtxp": s.ATTR_APPLIED,
-                }
-            )
-            values.update({":ddbtxa": now, ":ddbtxt": true})
+            names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
+            values[":ddbtxt"] = true
             rv = req.return_values
             resp = self._user_update(
                 req,
-                "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
+                "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
                 names,
                 values,
                 condition,
@@ -380,7 +371,6 @@ class ItemSteps:
         item = {
             **req.params["Item"],
             s.ATTR_LOCK: values[":ddbtxl"],
-            s.ATTR_LOCKED_AT: {"N": str(self.p.now_ms())},
             s.ATTR_APPLIED: {"BOOL": True},
             **image_attrs,
         }

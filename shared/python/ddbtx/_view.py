@@ -367,10 +367,13 @@ class RecordView:
             now = self.store.read_header(self.tx_id)
             if now is None or now.state != s.STATE_PENDING:
                 raise _Decided(now) from exc
-            if moved:  # another nonce won: our new row is unnamed
-                self._drop_rows([Entry(req.rid, req.op, req.table, req.key, new_nonce)])
-            self.adopt(now)
-            return self.current(local), False
+            recorded = now.entries.get(req.rid)
+            if recorded is None or recorded.nonce != new_nonce:
+                if moved:  # another nonce won: our new row is unnamed
+                    self._drop_rows([Entry(req.rid, req.op, req.table, req.key, new_nonce)])
+                self.adopt(now)
+                return self.current(local), False
+            header = now  # our own take-over, its answer lost and the SDK's retry refused
         self.adopt(header, own=[fresh])
         if moved:  # the record names the new nonce's row now: the old one is unnamed
             self._drop_rows([Entry(req.rid, req.op, req.table, req.key, local.nonce)])

@@ -13,7 +13,9 @@ RESERVED_PREFIX: Final = "_tx:"
 
 # --- attributes on data items while they take part in a transaction ---------
 ATTR_LOCK: Final = "_tx:id"  #: id of the transaction holding the item's lock
-ATTR_LOCKED_AT: Final = "_tx:at"  #: epoch ms when the lock was taken (diagnostics)
+#: epoch ms when the lock was taken: no longer written (every byte on an item counts
+#: toward its 400 KB), still removed on unlock from items locked by older versions.
+ATTR_LOCKED_AT: Final = "_tx:at"
 ATTR_TRANSIENT: Final = "_tx:new"  #: BOOL, the item did not exist and was inserted to lock it
 ATTR_APPLIED: Final = "_tx:ap"  #: request id whose write has been applied to the item
 ATTR_IMAGE: Final = "_tx:img"  #: M, the item as it was before the write (in-item image)
