@@ -40,7 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ddbtx import TransactionManager
@@ -175,17 +175,18 @@ def measure(
     items: int,
     stray: int,
     name: Callable[[str], str] = unique_name,
-    **janitor: int,
+    *,
+    page_budget: int | None = None,
+    page_size: int | None = None,
 ) -> StrayLockResult:
     """Load both tables, leave the stray locks, then count a sweep pass over each.
 
-    ``janitor``: ``page_budget`` and ``page_size`` instead of the janitor's defaults.
+    ``page_budget`` and ``page_size``: instead of the janitor's defaults.
     """
     started = time.perf_counter()
     accounts = stray_accounts(items, stray)
     passes: dict[bool, Pass] = {}
     load_seconds = 0.0
-    page_budget = page_size = 0
     for indexed in (True, False):
         tag = "idx" if indexed else "scan"
         tx, images, data = name(f"tx-{tag}"), name(f"img-{tag}"), name(f"data-{tag}")
@@ -196,8 +197,12 @@ def measure(
         load_seconds += time.perf_counter() - loading
         tm = TransactionManager(client, tx, images, clock=lambda: NOW)
         leave_stray_locks(tm, data, accounts)
-        settings = JanitorSettings(tx, images, data_tables=(data,), **janitor)  # type: ignore[arg-type]
-        page_budget, page_size = settings.page_budget, settings.page_size
+        settings = JanitorSettings(tx, images, data_tables=(data,))
+        settings = replace(
+            settings,
+            page_budget=page_budget or settings.page_budget,
+            page_size=page_size or settings.page_size,
+        )
         passes[indexed] = sweep_pass(settings, client, data, indexed)
         check_restored(client, data, accounts)
         if passes[indexed].released != stray:
@@ -206,8 +211,8 @@ def measure(
         kind,
         items,
         stray,
-        page_budget,
-        page_size,
+        settings.page_budget,
+        settings.page_size,
         passes[True],
         passes[False],
         load_seconds,
