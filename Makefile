@@ -40,3 +40,9 @@ synth: setup
 
 clean:
 	rm -rf .venv node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
+
+# Real DynamoDB in your account (needs credentials; prints the plan, runs with --yes):
+#   make test-aws AWS_ARGS=--yes     or     DDBTX_AWS_TESTS=1 make test-aws
+.PHONY: test-aws
+test-aws: setup
+	$(UV) run --frozen python -m tests.aws.run $(AWS_ARGS)

@@ -55,6 +55,7 @@ Usage::
 
     python -m benchmarks.sweep                      # 20,000 + 100 stale, both emulators
     python -m benchmarks.sweep --records 2000 --stale 20 --backend moto
+    python -m benchmarks.sweep --stray-locks        # the data table: see benchmarks.stray_locks
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from __future__ import annotations
 import argparse
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -77,6 +79,7 @@ from ddbtx.instrumentation import RequestCounts, count_requests
 from ddbtx.local import Kind
 from ddbtx.sweeper import JanitorSettings, Sweeper
 
+from . import stray_locks
 from ._common import (
     Tables,
     backend_argument,
@@ -532,4 +535,8 @@ def main(
 
 
 if __name__ == "__main__":
-    main()
+    # The data-table scenario has its own options (see benchmarks.stray_locks).
+    if "--stray-locks" in sys.argv[1:]:
+        stray_locks.main([a for a in sys.argv[1:] if a != "--stray-locks"])
+    else:
+        main()

@@ -34,6 +34,9 @@ TRANSACTIONS_ACTIONS: Final = (
     "dynamodb:BatchWriteItem",  # a deleted record's request-body rows, 25 per call
 )
 SWEEP_INDEX_ACTIONS: Final = ("dynamodb:Query",)
+#: On each data table's sparse lock index: the stray-lock pass scans it (a keys-only
+#: index of the locked items; the items themselves are read with the table's GetItem).
+LOCK_INDEX_ACTIONS: Final = ("dynamodb:Scan",)
 IMAGES_ACTIONS: Final = (
     "dynamodb:GetItem",
     "dynamodb:Query",
@@ -105,15 +108,7 @@ class Tables(Construct):
         self.data_tables: Sequence[dynamodb.ITable] = (
             self._imported_data_tables()
             if config.imports_data_tables
-            else [
-                self._owned_table(
-                    "Data",
-                    partition=config.data_partition_key,
-                    sort=config.data_sort_key,
-                    ttl=None,
-                    table_name=config.data_table_name,
-                )
-            ]
+            else [self._owned_data_table()]
         )
 
     def grant_janitor_access(self, grantee: iam.IGrantable) -> None:
@@ -135,6 +130,13 @@ class Tables(Construct):
         _grant(grantee, self.locks, LOCKS_ACTIONS)
         for table in self.data_tables:
             _grant(grantee, table, DATA_ACTIONS)
+            # Only the lock index: an imported table's other indexes stay out of reach.
+            # (On an imported table without it the grant is unused: the sweeper scans.)
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=list(LOCK_INDEX_ACTIONS),
+                resource_arns=[f"{table.table_arn}/index/{schema.LOCK_INDEX}"],
+            )
 
     def _table_key(self) -> kms.IKey | None:
         if self._config.create_key:
@@ -185,6 +187,23 @@ class Tables(Construct):
             encryption=encryption,
             encryption_key=self.key,
         )
+
+    def _owned_data_table(self) -> dynamodb.Table:
+        table = self._owned_table(
+            "Data",
+            partition=self._config.data_partition_key,
+            sort=self._config.data_sort_key,
+            ttl=None,
+            table_name=self._config.data_table_name,
+        )
+        # Sparse: only items carrying the lock attribute (locked by a transaction) appear,
+        # so the sweeper finds stray locks by reading the locked items, not the table.
+        table.add_global_secondary_index(
+            index_name=schema.LOCK_INDEX,
+            partition_key=_attribute(KeyAttribute(schema.ATTR_LOCK, "S")),
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
+        )
+        return table
 
     def _imported_data_tables(self) -> list[dynamodb.ITable]:
         key = (

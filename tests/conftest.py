@@ -13,14 +13,21 @@ from typing import Any
 
 import pytest
 
+from aws.backend import RemoteDynamo, remote_selected, table_prefix
 from ddbtx import TransactionManager
 from ddbtx.local import KINDS, LocalDynamo
 from ddbtx.tables import create_data_table
 from helpers import FakeClock, Tables
 
+#: moto and dynalite; or only real DynamoDB under ``python -m tests.aws.run`` (see tests/aws).
+BACKENDS = ("aws",) if remote_selected() else KINDS
+
 
 @pytest.fixture(scope="session")
 def emulators() -> Iterator[dict[str, LocalDynamo]]:
+    if remote_selected():
+        yield {"aws": RemoteDynamo()}  # type: ignore[dict-item]
+        return
     started: dict[str, LocalDynamo] = {}
     try:
         for kind in KINDS:
@@ -31,7 +38,7 @@ def emulators() -> Iterator[dict[str, LocalDynamo]]:
             emu.stop()
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, emulators: dict[str, LocalDynamo]) -> LocalDynamo:
     """The emulator this test instance runs against (``moto`` or ``dynalite``)."""
     emu: LocalDynamo = emulators[request.param]
@@ -51,7 +58,7 @@ def table_name(ddb: Any) -> Iterator[Callable[[str], str]]:
     run = uuid.uuid4().hex[:10]
 
     def make(role: str) -> str:
-        name = f"{role}-{run}"
+        name = f"{table_prefix()}{role}-{run}"
         made.append(name)
         return name
 

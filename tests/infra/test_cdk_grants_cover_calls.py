@@ -20,6 +20,7 @@ import pytest
 from infra.tables import (
     DATA_ACTIONS,
     IMAGES_ACTIONS,
+    LOCK_INDEX_ACTIONS,
     LOCKS_ACTIONS,
     SWEEP_INDEX_ACTIONS,
     TRANSACTIONS_ACTIONS,
@@ -63,6 +64,7 @@ def granted(tables: Tables, locks_table: str) -> set[tuple[str, str, str | None]
         | pairs(IMAGES_ACTIONS, tables.images)
         | pairs(LOCKS_ACTIONS, locks_table)
         | pairs(DATA_ACTIONS, tables.data)
+        | pairs(LOCK_INDEX_ACTIONS, tables.data, s.LOCK_INDEX)
     )
 
 
@@ -135,4 +137,5 @@ def test_given_every_kind_of_leftover_when_swept_then_each_call_is_granted(
     assert [row[s.TX_PK]["S"] for row in rows] == ["#sweeper"]  # only its cursor is left
     assert ddb.scan(TableName=locks)["Items"] == []
     assert ("BatchWriteItem", tables.tx, None) in calls  # the body rows went
+    assert ("Scan", tables.data, s.LOCK_INDEX) in calls  # stray locks came from the index
     assert calls <= granted(tables, locks), calls - granted(tables, locks)

@@ -40,6 +40,7 @@ def expected_permissions(
         | dynamodb(IMAGE_ACTIONS, f"{s.logical_id(t.images)}.Arn")
         | dynamodb(LOCK_ACTIONS, f"{s.logical_id(t.locks)}.Arn")
         | {pair for arn in data_arns for pair in dynamodb(DATA_ACTIONS, arn)}
+        | {pair for arn in data_arns for pair in dynamodb({"Scan"}, lock_index(arn))}
         | {
             (a, f"{s.logical_id(j.log_group)}.Arn")
             for a in ("logs:CreateLogStream", "logs:PutLogEvents")
@@ -51,6 +52,11 @@ def expected_permissions(
         | XRAY
     )
     return pairs
+
+
+def lock_index(table_arn: str) -> str:
+    """The ARN of a data table's sparse lock index, the only index of it a janitor reads."""
+    return f"{table_arn}/index/{schema.LOCK_INDEX}"
 
 
 def role_of(s: Synth, j: JanitorFunction) -> str:

@@ -88,6 +88,22 @@ def test_given_default_app_then_the_data_table_has_a_string_pk_and_no_ttl(
     assert "TableName" not in props  # CloudFormation names it; the outputs report it
 
 
+def test_given_default_app_then_the_data_table_has_the_sparse_lock_index(
+    default: Synth,
+) -> None:
+    # Given the default synth; When we read the data table's indexes
+    props = owned_tables(default)["data"]["Properties"]
+    types = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
+    (index,) = props["GlobalSecondaryIndexes"]
+    # Then it is the core's lock index: hash on the lock attribute (a string), keys only
+    assert index["IndexName"] == schema.LOCK_INDEX
+    assert [(k["AttributeName"], k["KeyType"]) for k in index["KeySchema"]] == [
+        (schema.ATTR_LOCK, "HASH")
+    ]
+    assert types[schema.ATTR_LOCK] == "S"
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
 def test_given_throwaway_then_tables_lose_deletion_protection_and_retention(
     synth: SynthFactory,
 ) -> None:

@@ -18,12 +18,14 @@ from .errors import (
     TransactionNotFoundError,
     TransactionRolledBackError,
 )
+from .guard import GuardError, guard, is_locked
 from .transaction import Contention, Isolation, SweepOutcome, Transaction, TransactionManager
 
 __all__ = [
     "ConditionalCheckFailedError",
     "Contention",
     "DuplicateRequestError",
+    "GuardError",
     "InvalidRequestError",
     "Isolation",
     "SweepOutcome",
@@ -34,5 +36,7 @@ __all__ = [
     "TransactionManager",
     "TransactionNotFoundError",
     "TransactionRolledBackError",
+    "guard",
+    "is_locked",
 ]
 __version__ = "0.1.0"

@@ -623,6 +623,24 @@ def run_demo(*, workers: int = 4, transfers: int = 8, accounts: int = 8, seed: i
     return clean
 
 
+def cmd_add_lock_index(opts: Options, table: str, *, wait: bool = True) -> int:
+    """Add the sparse lock index to a data table; one line of outcome, 0 when done."""
+    from .errors import TableNotFound
+    from .tables import LockIndexError, add_lock_index
+
+    where = opts.endpoint_url or opts.region or "the default region"
+    try:
+        status = add_lock_index(opts.client(), table, wait=wait)
+    except TableNotFound:
+        print(f"error: no table {table!r} at {where}")
+        return 1
+    except LockIndexError as exc:
+        print(f"error: {exc}")
+        return 1
+    print(f"{table}: index {s.LOCK_INDEX} on {s.ATTR_LOCK} is {status}")
+    return 0
+
+
 # --- entry point ------------------------------------------------------------------------
 
 
@@ -694,6 +712,15 @@ def _app() -> Any:
     def locks(ctx: typer.Context) -> None:
         """Who holds what: lock rows with queue positions, and transaction item locks."""
         raise typer.Exit(cmd_locks(ctx.obj))
+
+    @app.command("add-lock-index")
+    def add_lock_index(
+        ctx: typer.Context,
+        table: str,
+        wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until it is built"),
+    ) -> None:
+        """Add the sweeper's sparse lock index to a data table you brought (dataTables)."""
+        raise typer.Exit(cmd_add_lock_index(ctx.obj, table, wait=wait))
 
     @app.command()
     def demo(

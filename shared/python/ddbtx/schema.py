@@ -24,6 +24,10 @@ ATTR_DELETED: Final = "_tx:del"  #: BOOL, an applied delete: the item goes on co
 #: Never written: a no-op ``REMOVE`` of it lets a conditional write test a condition.
 ATTR_VERDICT: Final = "_tx:chk"
 
+#: Sparse index of every data table on ``ATTR_LOCK`` (hash only, keys only): exactly the
+#: locked items appear in it, so the sweeper finds stray locks without reading the table.
+LOCK_INDEX: Final = "ddbtx-locked"
+
 ITEM_ATTRIBUTES: Final = (
     ATTR_LOCK,
     ATTR_LOCKED_AT,

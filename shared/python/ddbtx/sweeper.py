@@ -13,9 +13,13 @@ One :meth:`Sweeper.run` does two passes:
     items to undo, nothing else. Its cost is proportional to the stuck work,
     not to the size of the transactions table.
 *scan pass*
-    Pages through the images table (orphaned images), every data table (locks
-    whose TX record is gone or finished) and the locks table (expired mutex and
-    queue rows TTL has not removed yet). Only this pass spends the page budget.
+    Pages through the images table (orphaned images), every data table's
+    sparse lock index ``schema.LOCK_INDEX`` (locks whose TX record is gone or
+    finished; only locked items are in it, so this reads the locked items, not
+    the table) and the locks table (expired mutex and queue rows TTL has not
+    removed yet). A data table without an active lock index is scanned whole
+    instead, with a warning naming the command that adds the index. Only this
+    pass spends the page budget.
 
 Both passes stop before a deadline and record where they stopped in a cursor
 row of the transactions table (``id="#sweeper"``, ``sk="cursor"``), written
@@ -45,6 +49,7 @@ from ._items import Item, flag, is_locked_by, key_of, lock_owner, request_id
 from ._protocol import Header
 from .errors import ConditionFailed
 from .recovery import key_from_json, key_to_json
+from .tables import lock_index_status
 from .transaction import SweepOutcome, TransactionManager
 
 logger = logging.getLogger(__name__)
@@ -712,11 +717,19 @@ class Sweeper:
         return Cursor()
 
     def _pages(
-        self, run: _Run, table: str, key: Key | None, *, budgeted: bool = True, **params: Any
+        self,
+        run: _Run,
+        table: str,
+        key: Key | None,
+        *,
+        budgeted: bool = True,
+        consistent: bool = True,
+        **params: Any,
     ) -> Iterator[tuple[list[Item], Key | None]]:
-        """Consistent scan pages of ``table`` from ``key`` with the key after each page.
+        """Scan pages of ``table`` from ``key`` with the key after each page.
 
-        Budgeted pages count against the page budget.
+        Budgeted pages count against the page budget. ``consistent`` (default)
+        reads strongly consistent pages; a global secondary index offers none.
         """
         while True:
             if budgeted:
@@ -728,7 +741,7 @@ class Sweeper:
                 self.client,
                 "scan",
                 TableName=table,
-                ConsistentRead=True,
+                ConsistentRead=consistent,
                 Limit=self.page_size,
                 **params,
                 **start,
@@ -810,6 +823,60 @@ class Sweeper:
     def _sweep_data(
         self, run: _Run, table: str, key: Key | None, here: Callable[[Key | None], None]
     ) -> None:
+        """Release the locks in ``table`` whose TX record is gone or finished."""
+        if self._lock_index_active(table):
+            if key is not None and s.ATTR_LOCK not in key:
+                key = None  # a table-scan cursor from before the index existed
+            self._sweep_data_index(run, table, key, here)
+        else:
+            if key is not None and s.ATTR_LOCK in key:
+                key = None  # an index cursor, and the index is gone
+            self._sweep_data_scan(run, table, key, here)
+
+    def _lock_index_active(self, table: str) -> bool:
+        """Whether ``table``'s sparse lock index is there and built; logs the fallback."""
+        status = lock_index_status(call(self.client, "describe_table", TableName=table)["Table"])
+        if status == "ACTIVE":
+            return True
+        logger.warning(
+            "data table %s: %s, so the stray-lock pass scans the whole table "
+            "(page-budgeted); add the index with `ddbtx add-lock-index %s`",
+            table,
+            f"no index {s.LOCK_INDEX!r}" if status is None else f"index {s.LOCK_INDEX} {status}",
+            table,
+        )
+        return False
+
+    def _sweep_data_index(
+        self, run: _Run, table: str, key: Key | None, here: Callable[[Key | None], None]
+    ) -> None:
+        """Stray locks from the sparse lock index: reads the locked items only.
+
+        The index is eventually consistent and keys only, so an entry is a
+        lead, not a fact: the item is read (consistently) and released only if
+        the record of the transaction locking it now is gone or finished. A
+        lock the index does not show yet is found by a later run.
+        """
+        names = self.tm.key_names(table)
+        pages = self._pages(run, table, key, consistent=False, IndexName=s.LOCK_INDEX)
+        for page, after in pages:
+            header = self._headers()
+            for entry in page:
+                run.check_time()
+                owner = lock_owner(entry) or ""
+                found = header(owner)
+                if found is None or found.finished:
+                    item_key = key_of(entry, names)
+                    item = self.tm.protocol.read_item(table, item_key)
+                    if item is not None and is_locked_by(item, owner):
+                        self._release(run, owner, table, item_key, item)
+                here({**key_of(entry, names), s.ATTR_LOCK: entry[s.ATTR_LOCK]})
+            here(after)
+
+    def _sweep_data_scan(
+        self, run: _Run, table: str, key: Key | None, here: Callable[[Key | None], None]
+    ) -> None:
+        """Stray locks by a scan of the whole table (a table without the lock index)."""
         names = self.tm.key_names(table)
         for page, after in self._pages(
             run,
@@ -827,14 +894,18 @@ class Sweeper:
                 # A lock outlives its record only when stray (records are deleted after
                 # every recorded item settled); a finished record's lock is stray too.
                 if found is None or found.finished:
-                    try:
-                        self.tm.protocol.undo(owner, table, item_key, item)
-                        run.count("locks_released")
-                    except Exception:
-                        run.count("errors")
-                        logger.exception("releasing %s's lock in %s failed", owner, table)
+                    self._release(run, owner, table, item_key, item)
                 here(item_key)
             here(after)
+
+    def _release(self, run: _Run, owner: str, table: str, item_key: Key, item: Item) -> None:
+        """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""
+        try:
+            self.tm.protocol.undo(owner, table, item_key, item)
+            run.count("locks_released")
+        except Exception:
+            run.count("errors")
+            logger.exception("releasing %s's lock in %s failed", owner, table)
 
     def _sweep_lock_rows(
         self, run: _Run, key: Key | None, here: Callable[[Key | None], None]

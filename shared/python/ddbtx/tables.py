@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Final
 
 from . import schema as s
 from ._dynamo import call
-from .errors import DynamoDBError, TableNotFound
+from .errors import DdbtxError, DynamoDBError, TableNotFound
 
 logger = logging.getLogger(__name__)
 
@@ -91,17 +92,159 @@ def create_images_table(client: Any, name: str) -> None:
     )
 
 
-def create_data_table(client: Any, name: str, partition_key: str = "pk") -> None:
+def _lock_index(throughput: dict[str, int] | None = None) -> dict[str, Any]:
+    """The sparse lock index: hash ``ATTR_LOCK`` only, keys only.
+
+    Only items carrying the lock attribute appear in it (a GSI omits items
+    without its key attribute), so its size is the number of locked items.
+    The lock value, "<tx id>/<nonce>", is a string: a valid GSI hash key whose
+    distinct values spread the index over partitions.
+    """
+    index: dict[str, Any] = {
+        "IndexName": s.LOCK_INDEX,
+        "KeySchema": [{"AttributeName": s.ATTR_LOCK, "KeyType": "HASH"}],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+    if throughput:
+        index["ProvisionedThroughput"] = throughput
+    return index
+
+
+_LOCK_ATTRIBUTE: Final = {"AttributeName": s.ATTR_LOCK, "AttributeType": "S"}
+
+
+def create_data_table(
+    client: Any, name: str, partition_key: str = "pk", *, lock_index: bool = True
+) -> None:
     """An application table with a string hash key, for local runs, tests and the demo.
+
+    ``lock_index`` (default) gives it the sparse index :data:`ddbtx.schema.LOCK_INDEX`
+    the sweeper reads stray locks from; without it the sweeper scans the whole table.
 
     Examples
     --------
     >>> create_data_table(client, "Accounts", partition_key="id")  # doctest: +SKIP
     """
+    attributes = [{"AttributeName": partition_key, "AttributeType": "S"}]
+    indexes: dict[str, Any] = {}
+    if lock_index:
+        attributes.append(_LOCK_ATTRIBUTE)
+        indexes["GlobalSecondaryIndexes"] = [_lock_index()]
     create_table_if_missing(
         client,
         name,
         None,
         KeySchema=[{"AttributeName": partition_key, "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": partition_key, "AttributeType": "S"}],
+        AttributeDefinitions=attributes,
+        **indexes,
     )
+
+
+def lock_index_status(description: dict[str, Any]) -> str | None:
+    """The lock index's ``IndexStatus`` in a DescribeTable ``Table``, None when it has none.
+
+    Only ``"ACTIVE"`` (and not backfilling) means the index lists every locked item.
+
+    Examples
+    --------
+    >>> lock_index_status({"TableName": "Accounts"}) is None
+    True
+    """
+    for index in description.get("GlobalSecondaryIndexes") or ():
+        if index.get("IndexName") == s.LOCK_INDEX:
+            if index.get("Backfilling"):
+                return "BACKFILLING"
+            status: str = index.get("IndexStatus", "ACTIVE")
+            return status
+    return None
+
+
+class LockIndexError(DdbtxError):
+    """The lock index cannot be added to this table; the message says why."""
+
+
+def add_lock_index(
+    client: Any, table: str, *, wait: bool = True, poll_seconds: float = 10.0
+) -> str:
+    """Add the sparse lock index to an existing data table (e.g. one of ``dataTables``).
+
+    Idempotent: a table that has it already is left alone. On a provisioned
+    table the index gets the table's own capacity (every lock and unlock
+    writes to it, as many writes as the table sees from transactions).
+    DynamoDB builds the index online; the sweeper keeps scanning the table
+    until it is ``ACTIVE``.
+
+    Parameters
+    ----------
+    client
+        A low-level boto3 DynamoDB client.
+    table
+        The data table's name.
+    wait
+        Wait until the index is ``ACTIVE`` (backfilled).
+    poll_seconds
+        Seconds between two DescribeTable calls while waiting.
+
+    Returns
+    -------
+    str
+        The index status when done: ``"ACTIVE"``, or ``"CREATING"`` without ``wait``.
+
+    Raises
+    ------
+    TableNotFound
+        No table of that name (in that region/account).
+    LockIndexError
+        The table already has a different index of that name, or the endpoint
+        accepted the change but lists no such index.
+
+    Examples
+    --------
+    >>> add_lock_index(boto3.client("dynamodb"), "Accounts")  # doctest: +SKIP
+    'ACTIVE'
+    """
+    desc = call(client, "describe_table", TableName=table)["Table"]
+    status = lock_index_status(desc)
+    if status is None:
+        throughput = None
+        if (desc.get("BillingModeSummary") or {}).get("BillingMode") != "PAY_PER_REQUEST":
+            table_throughput = desc.get("ProvisionedThroughput") or {}
+            throughput = {
+                "ReadCapacityUnits": max(1, int(table_throughput.get("ReadCapacityUnits", 1))),
+                "WriteCapacityUnits": max(1, int(table_throughput.get("WriteCapacityUnits", 1))),
+            }
+        call(
+            client,
+            "update_table",
+            TableName=table,
+            AttributeDefinitions=[_LOCK_ATTRIBUTE],
+            GlobalSecondaryIndexUpdates=[{"Create": _lock_index(throughput)}],
+        )
+        logger.info("adding index %s to %s", s.LOCK_INDEX, table)
+        desc = call(client, "describe_table", TableName=table)["Table"]
+        status = lock_index_status(desc)
+        if status is None:
+            raise LockIndexError(
+                f"{table}: UpdateTable was accepted but the table lists no index "
+                f"{s.LOCK_INDEX!r} (an endpoint that cannot add an index to an existing "
+                "table, such as dynalite)"
+            )
+    else:
+        _check_lock_index_shape(table, desc)
+    while wait and status != "ACTIVE":
+        time.sleep(poll_seconds)
+        status = lock_index_status(call(client, "describe_table", TableName=table)["Table"])
+        if status is None:
+            raise LockIndexError(f"{table}: index {s.LOCK_INDEX!r} vanished while being built")
+    assert status is not None
+    return status
+
+
+def _check_lock_index_shape(table: str, desc: dict[str, Any]) -> None:
+    index = next(i for i in desc["GlobalSecondaryIndexes"] if i["IndexName"] == s.LOCK_INDEX)
+    keys = [(k["AttributeName"], k["KeyType"]) for k in index["KeySchema"]]
+    if keys != [(s.ATTR_LOCK, "HASH")]:
+        raise LockIndexError(
+            f"{table} has an index named {s.LOCK_INDEX!r} keyed on {keys}, not on "
+            f"{s.ATTR_LOCK!r} alone: drop or rename it first"
+        )
