@@ -16,7 +16,7 @@ CDK := $(RUN) node_modules/.bin/cdk
 PYTEST_ARGS ?=
 CDK_ARGS ?=
 
-.PHONY: setup test faults demo lint bench synth diff deploy bootstrap destroy clean
+.PHONY: setup test faults demo wheel-demo lint bench synth diff deploy bootstrap destroy clean
 
 setup: .venv/.synced node_modules/.installed
 
@@ -43,6 +43,14 @@ faults: setup
 
 demo: setup
 	$(RUN) ddbtx demo
+
+# What `pip install 'ddbtx[demo]'` gives a user: the wheel, in a fresh venv, runs the demo.
+wheel-demo: setup
+	rm -rf dist $(TOOLS)/wheel-venv
+	$(UV) build --wheel --out-dir dist
+	$(UV) venv --quiet --python $(PYTHON) $(TOOLS)/wheel-venv
+	$(UV) pip install --quiet --python $(TOOLS)/wheel-venv/bin/python "$$(ls dist/ddbtx-*.whl)[demo]"
+	cd /tmp && $(CURDIR)/$(TOOLS)/wheel-venv/bin/ddbtx demo --workers 2 --transfers 3
 
 lint: setup
 	$(RUN) ruff check .
