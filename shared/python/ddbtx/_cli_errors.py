@@ -74,7 +74,7 @@ def explain(
         where = endpoint or "the region's DynamoDB endpoint"
         return f"cannot reach DynamoDB at {where}: check --endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
     error = translate(exc) if isinstance(exc, ClientError) else exc
-    if isinstance(error, TableNotFound):
+    if any(isinstance(e, TableNotFound) for e in _causes(error)):
         named = missing_tables(describe, tables) if describe is not None else []
         if named:
             return f"table not found: {', '.join(named)}; create it or name the right table"
@@ -82,3 +82,16 @@ def explain(
     if isinstance(error, DynamoDBError) and error.code in _REJECTED_CALLER:
         return f"AWS rejected the request ({error.code}): {error}; check the credentials and region"
     return None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from (a missing table often surfaces as
+    a ddbtx error whose cause is DynamoDB's ResourceNotFoundException)."""
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(translate(current) if isinstance(current, ClientError) else current)
+        current = current.__cause__
+    return chain

@@ -59,12 +59,13 @@ class Options:
 
         from ._dynamo import client_config
 
-        config = client_config(5)
+        # A session of its own: boto3's default one caches what it resolved first.
+        session = boto3.session.Session()
         region = self.region
-        if region is None and self.endpoint_url and not boto3.Session().region_name:
+        if region is None and self.endpoint_url and not session.region_name:
             region = "us-east-1"  # a local endpoint ignores the region, but boto3 needs one
-        return boto3.client(
-            "dynamodb", endpoint_url=self.endpoint_url, region_name=region, config=config
+        return session.client(
+            "dynamodb", endpoint_url=self.endpoint_url, region_name=region, config=client_config(5)
         )
 
     def manager(self) -> Any:
