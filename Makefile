@@ -38,7 +38,10 @@ node_modules/.installed: package.json package-lock.json
 test: setup
 	$(RUN) pytest -n 2 $(PYTEST_ARGS)
 
+# The slow tests (stress runs, every fault kind at every call), which `make test`
+# leaves out, then the fault harness's figures table.
 faults: setup
+	$(RUN) pytest -n 2 -m slow $(PYTEST_ARGS)
 	$(RUN) python -m tests.faults.run $(FAULT_ARGS)
 
 demo: setup
