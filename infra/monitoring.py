@@ -25,6 +25,7 @@ SWEEP_OUTCOMES: Final = (
     "OrphanImagesDeleted",
     "LocksReleased",
     "LockRowsDeleted",
+    "SkippedRequests",
 )
 _FIVE_MINUTES: Final = Duration.minutes(5)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ddbtx import DuplicateRequestError, TransactionManager, transaction
+from ddbtx import DuplicateRequestError, TransactionManager, _view
 from ddbtx import schema as s
 from ddbtx._items import item_size, request_id
 from ddbtx._protocol import params_from_av
@@ -298,7 +298,7 @@ def sort_key(row: dict[str, Any]) -> str:
 
 def named_rows(tm: TransactionManager, tx_id: str) -> set[str]:
     """Sort keys of the rows a transaction's record names: the header and its spilled bodies."""
-    header = tm.protocol.read_header(tx_id)
+    header = tm.protocol.records.read_header(tx_id)
     assert header is not None
     spilled = [f"r#{entry.rid}#{entry.nonce}" for entry in header.entries.values() if entry.spilled]
     return {s.TX_HEADER_SK, *spilled}
@@ -316,7 +316,7 @@ def test_given_a_read_lock_when_its_upgrade_is_rejected_at_the_add_then_its_body
     # in the header), and another coordinator of the same transaction that added "y"
     ddb.put_item(TableName=tables.data, Item={"pk": S("x"), "v": S("old")})
     if read_body == "spilled":
-        monkeypatch.setattr(transaction, "HEADER_SOFT_LIMIT", 0)  # every body gets a row
+        monkeypatch.setattr(_view, "HEADER_SOFT_LIMIT", 0)  # every body gets a row
     tx = tm.begin()
     read = {"TableName": tables.data, "Key": {"pk": S("x")}}
     assert tx.get_item(**read)["Item"]["v"] == S("old")

@@ -40,6 +40,7 @@ METRIC_NAMES: Final = {
     "locks_released": "LocksReleased",
     "lock_rows_deleted": "LockRowsDeleted",
     "errors": "Errors",
+    "skipped_requests": "SkippedRequests",
     "stuck": "StuckTransactions",
 }
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-import ddbtx.transaction as transaction_module
+import ddbtx._steps as steps_module
 from ddbtx import schema as s
 from ddbtx._dynamo import call as real_call
 from ddbtx._protocol import Entry, Header, Protocol
+from ddbtx._steps import APPLY, ItemSteps
 from ddbtx.errors import ConditionFailed
-from ddbtx.transaction import Transaction
 
 from .bank import run_bank
 from .env import Env
@@ -28,7 +28,7 @@ from .report import Report
 from .single import run_single
 
 #: The apply step's condition: the write lands only under this request's lock, once.
-APPLY_CONDITION = "#ddbtxl = :ddbtxl AND attribute_not_exists(#ddbtxp)"
+APPLY_CONDITION = APPLY
 
 
 def _prune(params: dict[str, Any]) -> dict[str, Any]:
@@ -51,16 +51,16 @@ def _prune(params: dict[str, Any]) -> dict[str, Any]:
 @contextmanager
 def skip_image_save() -> Iterator[None]:
     """save image: the write is applied with no pre-write image (in-item or external)."""
-    original = Transaction._apply
+    original = ItemSteps.apply
 
-    def apply(self: Transaction, local: Any, *, check_condition: bool) -> dict[str, Any]:
+    def apply(self: ItemSteps, local: Any, *, check_condition: bool) -> dict[str, Any]:
         kept, local.pre = local.pre, None
         try:
             return original(self, local, check_condition=check_condition)
         finally:
             local.pre = kept
 
-    with mock.patch.object(Transaction, "_apply", apply):
+    with mock.patch.object(ItemSteps, "apply", apply):
         yield
 
 
@@ -88,7 +88,7 @@ def drop_owner_condition() -> Iterator[None]:
             )
             _prune(params)
 
-    with mock.patch.object(transaction_module, "call", _patched_call(rewrite)):
+    with mock.patch.object(steps_module, "call", _patched_call(rewrite)):
         yield
 
 
@@ -106,26 +106,26 @@ def blind_retry() -> Iterator[None]:
                 return {}
             raise
 
-    with mock.patch.object(transaction_module, "call", call):
+    with mock.patch.object(steps_module, "call", call):
         yield
 
 
 @contextmanager
 def delete_record_first() -> Iterator[None]:
     """complete + clean: the TX record is deleted before the items are unlocked."""
-    original = Protocol.finish
+    original = Protocol.complete
 
-    def finish(self: Protocol, header: Header, *args: Any, **kwargs: Any) -> None:
+    def complete(self: Protocol, header: Header, *args: Any, **kwargs: Any) -> int:
         if not header.finished:
             real_call(
                 self.client,
                 "delete_item",
-                TableName=self.tx_table,
-                Key=self.header_key(header.tx_id),
+                TableName=self.records.table,
+                Key=self.records.header_key(header.tx_id),
             )
-        original(self, header, *args, **kwargs)
+        return original(self, header, *args, **kwargs)
 
-    with mock.patch.object(Protocol, "finish", finish):
+    with mock.patch.object(Protocol, "complete", complete):
         yield
 
 
@@ -133,12 +133,12 @@ def delete_record_first() -> Iterator[None]:
 def restore_after_commit() -> Iterator[None]:
     """complete: a committed transaction's items get their saved images back."""
 
-    def complete_entry(
+    def complete_item(
         self: Protocol, header: Header, entry: Entry, known: dict[str, Any] | None = None
     ) -> None:
         self.undo(header.tx_id, entry.table, entry.key, None)
 
-    with mock.patch.object(Protocol, "complete_entry", complete_entry):
+    with mock.patch.object(Protocol, "complete_item", complete_item):
         yield
 
 

@@ -100,9 +100,9 @@ def abandon(tm: TransactionManager, table: str, stage: str, pair: tuple[str, str
     """
     tx = transfer(tm, table, pair[0], pair[1], 10)
     if stage == "committed":
-        tm.protocol.decide(tx.id, schema.STATE_COMMITTED)
+        tm.protocol.records.decide(tx.id, schema.STATE_COMMITTED)
     elif stage == "rolled_back":
-        tm.protocol.decide(tx.id, schema.STATE_ROLLED_BACK)
+        tm.protocol.records.decide(tx.id, schema.STATE_ROLLED_BACK)
     elif stage == "finished":
         tx.commit()
     else:

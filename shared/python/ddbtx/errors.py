@@ -107,7 +107,10 @@ def describe_key(key: dict[str, Any] | None) -> str:
 
 
 class TransactionError(DdbtxError):
-    """A transaction operation failed. Names the transaction, and the item where relevant."""
+    """A transaction operation failed. Names the transaction, and the item where relevant.
+
+    ``tx_id``, ``table``, ``key`` and ``other_tx_id`` are fields, not only text.
+    """
 
     def __init__(
         self,
@@ -116,6 +119,7 @@ class TransactionError(DdbtxError):
         tx_id: str | None = None,
         table: str | None = None,
         key: dict[str, Any] | None = None,
+        other_tx_id: str | None = None,
     ) -> None:
         where = f" [tx={tx_id}"
         if table is not None:
@@ -125,6 +129,9 @@ class TransactionError(DdbtxError):
         self.tx_id = tx_id
         self.table = table
         self.key = key
+        #: The other transaction involved, where known: the older one that kept the
+        #: item locked (conflict) or that rolled this one back (wound-wait).
+        self.other_tx_id = other_tx_id
 
 
 class TransactionRolledBackError(TransactionError):

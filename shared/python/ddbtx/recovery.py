@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from . import schema as s
 from ._items import Item, flag, is_locked_by, lock_owner
-from ._protocol import Header
+from ._protocol import Header, SweepOutcome
 from .transaction import TransactionManager
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     >>> inspect(tm, "0187f3c2a1b4c5d6-0a1b2c3d4e5f")["locks_held"]  # doctest: +SKIP
     0
     """
-    header = tm.protocol.read_header(tx_id)
+    header = tm.protocol.records.read_header(tx_id)
     if header is None:
         return {"transaction_id": tx_id, "found": False, "items": [], "locks_held": 0}
     items = []
@@ -103,7 +103,7 @@ def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     >>> recover(tm, tx_id)["outcome"]  # doctest: +SKIP
     'rolled_back'
     """
-    before = tm.protocol.read_header(tx_id)
+    before = tm.protocol.records.read_header(tx_id)
     if before is None:
         return {"transaction_id": tx_id, "outcome": "missing", "state_before": None}
     outcome = "already_finished" if before.finished else _settle(tm, before)
@@ -116,23 +116,21 @@ def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     }
 
 
-def _settle(tm: TransactionManager, header: Header | None) -> str:
-    """Decide a pending transaction as rolled back (whatever its age), then finish it."""
-    p = tm.protocol
+def _settle(tm: TransactionManager, header: Header) -> str:
+    """Roll a pending transaction back (whatever its age), then complete it.
+
+    Only the version read is rolled back: if a live coordinator added a request
+    or decided meanwhile, the record is looked at again.
+    """
     for _ in range(5):
-        if header is None:
-            return "missing"
-        if header.state != s.STATE_PENDING:
-            p.finish(header)
-            return "rolled_forward" if header.state == s.STATE_COMMITTED else "finalised"
-        # Only the version we read is rolled back: if a live coordinator added a
-        # request or decided meanwhile, look again at what is there now.
-        decided = p.decide(header.tx_id, s.STATE_ROLLED_BACK, expect_version=header.version)
-        if decided is not None and decided.state == s.STATE_ROLLED_BACK:
-            p.finish(decided)
-            return "rolled_back"
-        header = decided
-    return "active"
+        outcome = tm.protocol.settle(header.tx_id, header, expect_version=header.version)
+        if outcome is not SweepOutcome.ACTIVE:
+            return str(outcome.value)
+        current = tm.protocol.records.read_header(header.tx_id)
+        if current is None:
+            return str(SweepOutcome.MISSING.value)
+        header = current
+    return str(SweepOutcome.ACTIVE.value)
 
 
 def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
@@ -151,7 +149,7 @@ def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
     result: dict[str, Any] = {"table": table, "key": key_to_json(key), "transaction_id": owner}
     if item is None or owner is None:
         return {**result, "outcome": "not_locked"}
-    header = tm.protocol.read_header(owner)
+    header = tm.protocol.records.read_header(owner)
     if header is not None and not header.finished:
         return {
             **result,

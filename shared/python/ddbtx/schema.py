@@ -46,6 +46,8 @@ TX_SWEEP_KEY: Final = "sw"  #: S, "<state>#<shard>" hash key of the sparse sweep
 #: S, id of the older transaction whose lock this pending one waits for. Set without
 #: touching ``v`` or ``ts`` (staleness and the sweeper ignore it), cleared by the next add.
 TX_WAITING: Final = "wt"
+#: S, id of the transaction that rolled this one back (wound-wait), for its coordinator's error.
+TX_DECIDED_BY: Final = "by"
 
 #: Sparse index the sweeper queries: hash ``sw`` = "<P|C|R|F>#<shard>", range ``ts``.
 SWEEP_INDEX: Final = "sweep-by-age"

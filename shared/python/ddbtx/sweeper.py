@@ -155,6 +155,9 @@ class SweepReport:
         Expired mutex and queue rows of the locks table.
     errors
         Records or rows whose step failed (logged with their ids); retried next run.
+    skipped_requests
+        Recorded requests no call can ever read or apply (say, their table was
+        deleted): skipped so their records could complete; each is logged.
     stuck
         Pending records found older than the rollback age (the first
         :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).
@@ -179,6 +182,7 @@ class SweepReport:
     locks_released: int = 0
     lock_rows_deleted: int = 0
     errors: int = 0
+    skipped_requests: int = 0
     stuck: int = 0
     pages: int = 0
     complete: bool = False
@@ -205,10 +209,10 @@ def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int) 
         return default
     try:
         value = int(raw)
-    except ValueError:
+    except ValueError as exc:
         raise ConfigError(
             f"environment variable {name} must be a whole number >= {minimum}, not {raw!r}"
-        ) from None
+        ) from exc
     if value < minimum:
         raise ConfigError(f"environment variable {name} must be >= {minimum}, not {value}")
     return value
@@ -445,6 +449,7 @@ class Sweeper:
         """
         _check_positive("page_budget", page_budget, allow_none=True)
         run = _Run(deadline, self.safety_margin, page_budget)
+        skipped_before = self.tm.protocol.skipped_requests
         generation, start = self.load_cursor() if self.persist_cursor else (0, Cursor())
         cursor = start if resume else Cursor()
         try:
@@ -454,6 +459,7 @@ class Sweeper:
         except _Stop:
             cursor = run.stop_cursor
         report = run.report
+        report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
         report.cursor = cursor.to_json()
         if self.persist_cursor:
             report.cursor_saved = self.save_cursor(generation, cursor)
@@ -474,6 +480,7 @@ class Sweeper:
         """
         _check_positive("segments", segments)
         run = _Run(deadline, self.safety_margin, None)
+        skipped_before = self.tm.protocol.skipped_requests
         try:
             with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
                 futures = [
@@ -485,6 +492,7 @@ class Sweeper:
             run.report.complete = True
         except _Stop:
             pass
+        run.report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
         run.report.cursor = Cursor().to_json()
         return run.report
 
@@ -639,15 +647,10 @@ class Sweeper:
         undo. Whenever it does not apply (the record changed, or someone else
         settled it meanwhile), the general step decides from a fresh read.
         """
-        header = self.tm.protocol.decide(tx_id, s.STATE_ROLLED_BACK, expect_updated_ms=seen_ms)
-        if header is None:
-            return SweepOutcome.MISSING
-        if header.state == s.STATE_PENDING or header.finished:
-            return self._sweep_general(tx_id)
-        self.tm.protocol.finish(header)
-        if header.state == s.STATE_COMMITTED:
-            return SweepOutcome.ROLLED_FORWARD  # its coordinator decided first
-        return SweepOutcome.ROLLED_BACK
+        outcome = self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms)
+        if outcome is SweepOutcome.ACTIVE:
+            return self._sweep_general(tx_id)  # it changed since it was seen: judge it afresh
+        return outcome
 
     def _scan_segment(self, run: _Run, segment: int, total: int) -> None:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
@@ -745,7 +748,7 @@ class Sweeper:
 
         def header(tx_id: str) -> Header | None:
             if tx_id not in seen:
-                seen[tx_id] = self.tm.protocol.read_header(tx_id)
+                seen[tx_id] = self.tm.protocol.records.read_header(tx_id)
             return seen[tx_id]
 
         return header

@@ -1,7 +1,9 @@
 """Multi-item ACID transactions over DynamoDB: the public API.
 
-See the README for the protocol; :mod:`ddbtx._protocol` has the steps shared
-with other coordinators and the sweeper.
+See the README for the protocol and :mod:`ddbtx._protocol` for its step table.
+The pieces: :class:`~ddbtx._view.RecordView` owns this coordinator's view of
+the TX record and every write to it; :class:`~ddbtx._steps.ItemSteps` locks and
+applies; :mod:`ddbtx._contention` handles items other transactions hold.
 """
 
 from __future__ import annotations
@@ -9,42 +11,23 @@ from __future__ import annotations
 import enum
 import logging
 import random
-import re
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from . import schema as s
+from ._contention import Contender, Contention
 from ._dynamo import call
-from ._items import (
-    MAX_ITEM_BYTES,
-    Item,
-    flag,
-    is_locked_by,
-    item_size,
-    lock_owner,
-    request_id,
-    strip,
-)
-from ._protocol import (
-    Entry,
-    Header,
-    Protocol,
-    entry_to_av,
-    new_lock_value,
-    new_nonce,
-    new_tx_id,
-    shard_of,
-    user_view,
-)
-from ._requests import PROTOCOL_OVERHEAD, Op, Request, build, merge_set
+from ._items import Item, flag, is_locked_by, item_size, lock_owner, request_id, strip
+from ._protocol import Protocol, SweepOutcome, new_tx_id, user_view
+from ._record import Header, new_lock_value, new_nonce
+from ._requests import Op, Request, build
+from ._steps import INLINE_IMAGE_LIMIT, ItemSteps, _wrap
+from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES, AddRefused, Local, RecordView, _Decided
 from .errors import (
     ConditionalCheckFailedError,
-    ConditionFailed,
     DuplicateRequestError,
     DynamoDBError,
     InvalidRequestError,
@@ -57,23 +40,20 @@ from .errors import (
     ValidationFailed,
 )
 
+__all__ = [
+    "HEADER_SOFT_LIMIT",
+    "INLINE_IMAGE_LIMIT",
+    "SPILL_BYTES",
+    "Contention",
+    "Isolation",
+    "SweepOutcome",
+    "Transaction",
+    "TransactionManager",
+]
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: Request bodies larger than this go to their own row instead of the header.
-SPILL_BYTES = 16 * 1024
-#: The header spills every body once it reaches this size. Every change to the
-#: header (each add, the decision, the finish) is billed for its whole size, so
-#: it stays small: a large transaction pays one extra put per spilled body
-#: instead of rewriting hundreds of KB per request.
-HEADER_SOFT_LIMIT = 32 * 1024
-#: Spilled request rows expire after this long even if their record never
-#: named them (the coordinator died between spilling and adding). A pending
-#: record is rolled back by the sweeper long before; only its resume needs them.
-SPILLED_ROW_TTL = timedelta(days=7)
-#: Images larger than this live in the images table instead of the item.
-INLINE_IMAGE_LIMIT = 64 * 1024
 
 
 class Isolation(enum.Enum):
@@ -88,42 +68,6 @@ class Isolation(enum.Enum):
     UNCOMMITTED = "uncommitted"
     COMMITTED = "committed"
     SERIALIZABLE = "serializable"
-
-
-class Contention(enum.Enum):
-    """What a transaction does when an item it needs is locked by a pending one."""
-
-    #: The older transaction (smaller id) rolls the younger back; the younger waits.
-    WOUND_WAIT = "wound-wait"
-    #: Always roll the lock holder back (the Java library's policy; for comparison).
-    ROLLBACK_HOLDER = "rollback-holder"
-
-
-class SweepOutcome(enum.Enum):
-    """What :meth:`TransactionManager.sweep` did to one TX record."""
-
-    MISSING = "missing"
-    ACTIVE = "active"  #: pending and recently changed: left alone
-    ROLLED_BACK = "rolled_back"  #: pending and stale: rolled back and finished
-    ROLLED_FORWARD = "rolled_forward"  #: committed but unfinished: completed
-    FINALISED = "finalised"  #: rolled back but unfinished: completed
-    KEPT = "kept"  #: finished, younger than the delete age
-    DELETED = "deleted"
-
-
-@dataclass
-class _Local:
-    """This coordinator's knowledge of one request."""
-
-    request: Request
-    nonce: str
-    locked: bool = False  # this request's lock (its nonce) is on the item
-    confirmed: bool = False  # the request is complete: locked, and its write applied
-    transient: bool = False
-    applied: bool = False
-    pre: Item | None = None  # the item before the write (user view), None if absent
-    external_image: bool = False
-    upgrade: bool = False  # a write on an item this transaction had read-locked
 
 
 class TransactionManager:
@@ -222,7 +166,7 @@ class TransactionManager:
         self.rng = rng or random.Random()
         self._keys: dict[str, tuple[str, ...]] = dict(key_schemas or {})
         self._put_paths: dict[str, str] = {}  # per table: did the last put insert or replace?
-        self.protocol = Protocol(
+        self.protocol = self.p = Protocol(
             client,
             transactions_table,
             images_table,
@@ -334,13 +278,16 @@ class TransactionManager:
         A pending transaction can then receive more requests, commit or roll
         back; a decided one is driven to completion before this returns.
         """
-        header = self.protocol.read_header(tx_id)
+        header = self.protocol.records.read_header(tx_id)
         if header is None:
             raise TransactionNotFoundError("no such transaction", tx_id=tx_id)
         tx = Transaction(self, tx_id)
-        tx._adopt(header)
+        tx.record.adopt(header)
+        for table in {entry.table for entry in header.entries.values()}:
+            self.key_names(table)  # further requests on these tables are validated without a call
         if header.state != s.STATE_PENDING:
-            self.protocol.finish(header)
+            self.protocol.complete(header)
+            tx.record.finished = True
         return tx
 
     def sweep(
@@ -358,33 +305,17 @@ class TransactionManager:
         a sweeper that read an old version.
         """
         p = self.protocol
-        header = p.read_header(tx_id)
+        header = p.records.read_header(tx_id)
         if header is None:
             return SweepOutcome.MISSING
         age_ms = p.now_ms() - header.updated_ms
         if not header.finished:
-            if header.state == s.STATE_PENDING:
-                if age_ms < rollback_after.total_seconds() * 1000:
-                    return SweepOutcome.ACTIVE
-                decided = p.decide(tx_id, s.STATE_ROLLED_BACK, expect_version=header.version)
-                if decided is None:
-                    return SweepOutcome.MISSING
-                if decided.state == s.STATE_PENDING:
-                    return SweepOutcome.ACTIVE  # it moved on since we read it
-                outcome = (
-                    SweepOutcome.ROLLED_BACK
-                    if decided.state == s.STATE_ROLLED_BACK
-                    else SweepOutcome.ROLLED_FORWARD
-                )
-                p.finish(decided)
-                return outcome
-            p.finish(header)
-            if header.state == s.STATE_COMMITTED:
-                return SweepOutcome.ROLLED_FORWARD
-            return SweepOutcome.FINALISED
+            if header.state == s.STATE_PENDING and age_ms < rollback_after.total_seconds() * 1000:
+                return SweepOutcome.ACTIVE
+            return p.settle(tx_id, header, expect_version=header.version)
         if age_ms < delete_after.total_seconds() * 1000:
             return SweepOutcome.KEPT
-        p.delete_record(tx_id, header)
+        p.delete_record(header)
         return SweepOutcome.DELETED
 
     # -- one-shot writes ---------------------------------------------------------
@@ -525,9 +456,6 @@ class TransactionManager:
 
 _BATCH_OPS: dict[str, Op] = {"Put": "put", "Update": "update", "Delete": "delete"}
 
-#: Requests per header write when adding a batch (keeps expressions under 4 KB).
-ADD_BATCH = 20
-
 
 def parse_batch(requests: list[dict[str, Any]]) -> list[tuple[Op, dict[str, Any]]]:
     """``TransactItems``-shaped writes as (operation, params) pairs."""
@@ -544,43 +472,35 @@ def parse_batch(requests: list[dict[str, Any]]) -> list[tuple[Op, dict[str, Any]
     return out
 
 
-def _wrap(item: Item) -> dict[str, Any]:
-    """A read's response shape: ``{"Item": ...}``, or ``{}`` when there is no item."""
-    return {"Item": item} if item else {}
-
-
-def _attributes(item: Item | None) -> dict[str, Any]:
-    """A write's response shape: ``{"Attributes": ...}``, or ``{}``."""
-    return {"Attributes": item} if item else {}
-
-
 class Transaction:
     """One multi-item transaction. Use :meth:`TransactionManager.begin` to make one.
 
     Each request returns only after its item is locked and its write applied,
-    so its errors surface from that call, as with boto3.
+    so its errors surface from that call, as with boto3. Any number of
+    coordinators may work on one transaction (:meth:`TransactionManager.resume`):
+    the TX record, not this object's memory, says what it holds.
     """
 
     def __init__(self, manager: TransactionManager, tx_id: str) -> None:
         self.manager = manager
         self.id = tx_id
         self.p = manager.protocol
-        self._state = s.STATE_PENDING
-        self._created = False
-        self._version = 0
-        self._header_bytes = 0
-        self._requests: dict[str, _Local] = {}
-        self._spilled: set[str] = set()
-        self._finished = False
-        self._marked = False  # our record carries the wait mark (TX_WAITING) until the next add
+        self.record = RecordView(
+            tx_id, self.p.records, parallel=self.p.parallel, batch_write=self.p.batch_write
+        )
+        self.steps = ItemSteps(self)
+        self.contender = Contender(self)
 
     def __repr__(self) -> str:
-        return f"Transaction(id={self.id!r}, state={self.state!r}, requests={len(self._requests)})"
+        return (
+            f"Transaction(id={self.id!r}, state={self.state!r}, "
+            f"requests={len(self.record.requests)})"
+        )
 
     @property
     def state(self) -> str:
         """``"P"`` pending, ``"C"`` committed, ``"R"`` rolled back (see :mod:`ddbtx.schema`)."""
-        return self._state
+        return self.record.state
 
     # -- public request API (boto3 shapes) ----------------------------------------
 
@@ -600,71 +520,6 @@ class Transaction:
         """Read an item under a read lock; sees this transaction's own writes."""
         return self._request("get", params)
 
-    # -- request flow: add, lock (+apply) --------------------------------------
-
-    def _check_pending(self) -> None:
-        if self._state == s.STATE_COMMITTED:
-            raise TransactionCommittedError("transaction is already committed", tx_id=self.id)
-        if self._state == s.STATE_ROLLED_BACK:
-            raise TransactionRolledBackError("transaction was rolled back", tx_id=self.id)
-
-    def _build(self, op: Op, params: dict[str, Any]) -> Request:
-        table = params.get("TableName") if isinstance(params, dict) else None
-        try:
-            key_names = self.manager.key_names(table) if isinstance(table, str) and table else ()
-            return build(op, params, key_names)
-        except InvalidRequestError as exc:
-            raise InvalidRequestError(
-                str(exc).split(" [")[0], tx_id=self.id, table=exc.table, key=exc.key
-            ) from exc
-
-    def _plan(self, req: Request) -> _Local:
-        """Local state for a request: fresh, the retry of an interrupted one, or an upgrade."""
-        known = self._requests.get(req.rid)
-        if known is None:
-            local = _Local(request=req, nonce=new_nonce())
-        elif not known.confirmed:
-            # An earlier call on this item was interrupted (throttling, a network
-            # error): the same request again resumes it, idempotently.
-            if known.request.op != req.op or known.request.params != req.params:
-                raise DuplicateRequestError(
-                    "an interrupted request on this item is pending: retry it unchanged, "
-                    "commit or roll back",
-                    tx_id=self.id,
-                    table=req.table,
-                    key=req.key,
-                )
-            return known
-        elif known.request.op != "get":
-            raise DuplicateRequestError(
-                "the item already has a write in this transaction",
-                tx_id=self.id,
-                table=req.table,
-                key=req.key,
-            )
-        else:
-            local = _Local(
-                request=req,
-                nonce=known.nonce,
-                locked=True,
-                transient=known.transient,
-                pre=known.pre,
-                upgrade=True,
-            )
-        self._requests[req.rid] = local
-        return local
-
-    def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
-        self._check_pending()
-        req = self._build(op, params)
-        known = self._requests.get(req.rid)
-        if op == "get" and known is not None and known.confirmed:
-            return self._read_own(known)
-        local = self._plan(req)
-        self._add_all([local], previous={req.rid: known})
-        result: dict[str, Any] = self._guarded(lambda: self._lock_and_apply(local))
-        return result
-
     def write_all(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several writes at once: one add for all, then every lock and write concurrently.
 
@@ -683,965 +538,218 @@ class Transaction:
         reqs = [self._build(op, params) for op, params in parse_batch(requests)]
         if len({r.rid for r in reqs}) != len(reqs):
             raise DuplicateRequestError("an item appears twice in the batch", tx_id=self.id)
-        previous = {r.rid: self._requests.get(r.rid) for r in reqs}
         locals_ = [self._plan(r) for r in reqs]
-        self._add_all(locals_, previous=previous)
+        self._add(locals_)
         results: list[dict[str, Any]] = self._guarded(
-            lambda: self.p.parallel(self._lock_and_apply, locals_)
+            lambda: self.p.parallel(self.steps.lock_and_apply, locals_)
         )
         return results
+
+    # -- request flow: plan, add, lock (+apply) ------------------------------------------
+
+    def _check_pending(self) -> None:
+        if self.record.state == s.STATE_COMMITTED:
+            raise TransactionCommittedError("transaction is already committed", tx_id=self.id)
+        if self.record.state == s.STATE_ROLLED_BACK:
+            raise TransactionRolledBackError("transaction was rolled back", tx_id=self.id)
+
+    def _build(self, op: Op, params: dict[str, Any]) -> Request:
+        table = params.get("TableName") if isinstance(params, dict) else None
+        try:
+            key_names = self.manager.key_names(table) if isinstance(table, str) and table else ()
+            return build(op, params, key_names)
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(
+                str(exc).split(" [")[0], tx_id=self.id, table=exc.table, key=exc.key
+            ) from exc
+
+    def _plan(self, req: Request) -> Local:
+        """Local state for a request: fresh, the retry of an interrupted one, or an upgrade."""
+        known = self.record.unrecorded.get(req.rid) or self.record.requests.get(req.rid)
+        if known is None:
+            return Local(request=req, nonce=new_nonce())
+        if not known.confirmed:
+            # An earlier call on this item was interrupted (throttling, a network
+            # error): the same request again resumes it, idempotently.
+            if known.request.op != req.op or known.request.params != req.params:
+                raise DuplicateRequestError(
+                    "an interrupted request on this item is pending: retry it unchanged, "
+                    "commit or roll back",
+                    tx_id=self.id,
+                    table=req.table,
+                    key=req.key,
+                )
+            return known
+        if known.request.op != "get":
+            raise DuplicateRequestError(
+                "the item already has a write in this transaction",
+                tx_id=self.id,
+                table=req.table,
+                key=req.key,
+            )
+        return Local(
+            request=req,
+            nonce=known.nonce,
+            locked=True,
+            transient=known.transient,
+            pre=known.pre,
+            upgrade=True,
+        )
+
+    def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
+        self._check_pending()
+        req = self._build(op, params)
+        known = self.record.requests.get(req.rid)
+        if op == "get" and known is not None and known.confirmed:
+            return self.read_own(known)
+        local = self._plan(req)
+        self._add([local])
+        result: dict[str, Any] = self._guarded(lambda: self.steps.lock_and_apply(local))
+        return result
+
+    def _add(self, locals_: list[Local]) -> None:
+        """add: record the requests (those already recorded, retried, are skipped)."""
+        fresh = [loc for loc in locals_ if loc is not self.record.requests.get(loc.request.rid)]
+        if not fresh:
+            return
+        try:
+            self.record.add(fresh)
+        except AddRefused as refused:
+            if refused.partial:
+                self._abort()
+            raise refused.error from refused
+        except _Decided as decided:
+            self._raise_decided(decided.header)
 
     def _guarded(self, step: Callable[[], Any]) -> Any:
         """Run lock/apply steps; errors that doom the transaction roll it back first."""
         try:
             return step()
-        except (ConditionalCheckFailedError, InvalidRequestError, TransactionConflictError):
-            self._abort()
-            raise
-        except TransactionRolledBackError:
+        except _Decided as decided:
+            self._raise_decided(decided.header)
+        except (
+            ConditionalCheckFailedError,
+            InvalidRequestError,
+            TransactionConflictError,
+            TransactionRolledBackError,
+        ):
             self._abort()
             raise
 
-    def _read_own(self, local: _Local) -> dict[str, Any]:
+    def read_own(self, local: Local) -> dict[str, Any]:
         """Read-your-writes for an item this transaction already holds."""
         req = local.request
         if req.op == "delete":
             return {}
         item = self.p.read_item(req.table, req.key)
         if item is None or not is_locked_by(item, self.id):
+            header = self.read_pending_header()
             raise TransactionRolledBackError(
-                "lost the lock on an item", tx_id=self.id, table=req.table, key=req.key
+                "lost the lock on an item",
+                tx_id=self.id,
+                table=req.table,
+                key=req.key,
+                other_tx_id=header.decided_by,
             )
         return _wrap(user_view(item))
 
-    def _entry_bodies(self, locals_: list[_Local]) -> tuple[dict[str, dict[str, Any]], list[Entry]]:
-        """Requests as stored in the header, and the entries whose bodies need their own row."""
-        bodies: dict[str, dict[str, Any]] = {}
-        spills: list[Entry] = []
-        for local in locals_:
-            req = local.request
-            entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
-            body = entry_to_av(entry)
-            size = item_size({"x": body})
-            if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
-                spills.append(replace(entry))
-                entry.spilled, entry.params = True, None
-                body = entry_to_av(entry)
-                size = item_size({"x": body})
-            self._header_bytes += size
-            bodies[req.rid] = body
-        return bodies, spills
+    # -- settling from the record ---------------------------------------------------------
 
-    def _add_all(self, locals_: list[_Local], *, previous: dict[str, _Local | None]) -> None:
-        """add: record requests and their lock nonces in the TX record before touching items.
+    def read_pending_header(self) -> Header:
+        """The record as it is now, if still pending; otherwise settle and raise."""
+        header = self.p.records.read_header(self.id)
+        if header is None or header.state != s.STATE_PENDING:
+            self._raise_decided(header)
+        assert header is not None
+        return header
 
-        A request rejected here wrote nothing: its local state is dropped (or the
-        read lock it upgraded restored), so the transaction stays usable. A batch
-        refused after some of its chunks were recorded rolls the transaction back:
-        the record cannot take those back, and none of the batch may be applied.
-        """
-        header_bytes, spilled = self._header_bytes, set(self._spilled)
-        bodies, spills = self._entry_bodies(locals_)
-        recorded: set[str] = set()  # requests of chunks added before another was refused
-        try:
-            # Bodies are in place before the record names them (resume reads them).
-            self._spill(spills)
-            self._spilled.update(entry.rid for entry in spills)
-            if not self._created:
-                # A PutItem has no expression to outgrow: the record starts with them all.
-                self._create(locals_, bodies, {"N": str(self.p.now_ms())})
-            else:
-                # Expressions stay under 4 KB in chunks; DynamoDB serialises the
-                # chunks' conditional updates on the record, so they go out together.
-                chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
-                outcomes = self.p.parallel(
-                    lambda chunk: self._add_chunk_or_refusal(chunk, bodies), chunks
-                )
-                versions = [v for v in outcomes if isinstance(v, int)]
-                if versions:
-                    self._marked = False
-                refusals = [e for e in outcomes if not isinstance(e, int)]
-                if refusals:
-                    recorded = {
-                        local.request.rid
-                        for chunk, outcome in zip(chunks, outcomes, strict=True)
-                        if isinstance(outcome, int)
-                        for local in chunk
-                    }
-                    raise refusals[0]
-                # Each chunk adds one to the version. More means another coordinator
-                # added requests in between, not seen applied here: the old version
-                # makes the commit's decision fail and catch them up first.
-                if max(versions) == self._version + len(chunks):
-                    self._version = max(versions)
-        except (InvalidRequestError, DuplicateRequestError):
-            for local in locals_:
-                rid = local.request.rid
-                if rid in recorded:
-                    continue
-                before = previous.get(rid)
-                if before is None:
-                    self._requests.pop(rid, None)
-                else:
-                    self._requests[rid] = before
-            self._header_bytes = header_bytes
-            self._spilled = spilled | (recorded & self._spilled)
-            self._drop_spills([entry for entry in spills if entry.rid not in recorded], previous)
-            if recorded:
-                self._abort()
-            raise
-
-    def _add_chunk_or_refusal(
-        self, chunk: list[_Local], bodies: dict[str, dict[str, Any]]
-    ) -> int | InvalidRequestError | DuplicateRequestError:
-        """:meth:`_add_chunk`, returning a refusal instead of raising it (other chunks may land)."""
-        try:
-            return self._add_chunk(chunk, bodies)
-        except (InvalidRequestError, DuplicateRequestError) as exc:
-            return exc
-
-    def _drop_spills(self, spills: list[Entry], previous: dict[str, _Local | None]) -> None:
-        """Undo the body rows of rejected requests: the record never names them.
-
-        With no ``previous`` request for an entry, its row is simply deleted (also
-        used for a taken-over request's row under a nonce the record no longer names).
-
-        A rejected upgrade wrote over its read's row (same item, same nonce):
-        that row gets the read's body back if the record says it is spilled, and
-        is deleted if the read's body is in the header (the row is new).
-        """
-
-        rows: list[dict[str, Any]] = []
-        for entry in spills:
-            before = previous.get(entry.rid)
-            if before is None or entry.rid not in self._spilled:
-                rows.append({"DeleteRequest": {"Key": self.p.spill_key(self.id, entry)}})
-            else:
-                old = before.request
-                restored = Entry(old.rid, old.op, old.table, old.key, before.nonce, old.params)
-                rows.append({"PutRequest": {"Item": self._spill_row(restored)}})
-        try:
-            self.p.batch_write(self.p.tx_table, rows)
-        except Exception:  # rows the record never names expire by their TTL
-            logger.warning("could not undo unnamed body rows of %s", self.id, exc_info=True)
-
-    def _add_chunk(self, chunk: list[_Local], bodies: dict[str, dict[str, Any]]) -> int:
-        """One conditional update of the record adding ``chunk``; returns the version after."""
-        now = {"N": str(self.p.now_ms())}
-        names = {
-            "#rq": s.TX_REQUESTS,
-            "#st": s.TX_STATE,
-            "#v": s.TX_VERSION,
-            "#ts": s.TX_UPDATED,
-            "#wt": s.TX_WAITING,
-        }
-        values: dict[str, Any] = {":p": {"S": s.STATE_PENDING}, ":one": {"N": "1"}, ":now": now}
-        sets, conditions = ["#v = #v + :one", "#ts = :now"], ["#st = :p"]
-        for i, local in enumerate(chunk):
-            names[f"#r{i}"] = local.request.rid
-            values[f":e{i}"] = bodies[local.request.rid]
-            sets.append(f"#rq.#r{i} = :e{i}")
-            if local.upgrade:
-                names["#o"], names["#n"] = "o", "n"
-                values[":get"], values[f":n{i}"] = {"S": "get"}, {"S": local.nonce}
-                # add (upgrade): a pending transaction turning its own read lock into a write.
-                conditions.append(f"#rq.#r{i}.#o = :get AND #rq.#r{i}.#n = :n{i}")
-            else:
-                # add: only a pending transaction takes requests, and one per item.
-                conditions.append(f"attribute_not_exists(#rq.#r{i})")
-        try:
-            resp = call(
-                self.p.client,
-                "update_item",
-                TableName=self.p.tx_table,
-                Key=self.p.header_key(self.id),
-                # A coordinator that adds is no longer blocked: its wait mark goes
-                # in the same write, so a wait episode costs one write to mark.
-                UpdateExpression="SET " + ", ".join(sets) + " REMOVE #wt",
-                ConditionExpression=" AND ".join(conditions),
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnValues="UPDATED_NEW",
-            )
-            return int(resp["Attributes"][s.TX_VERSION]["N"])
-        except ConditionFailed:
-            return self._settle_add(chunk)
-        except ValidationFailed as exc:
-            raise self._rejected([local.request for local in chunk], exc) from exc
-
-    def _rejected(self, requests: Sequence[Request | Entry], exc: Exception) -> InvalidRequestError:
-        """DynamoDB refused before writing anything: name the item when there is one."""
-        one = requests[0] if len(requests) == 1 else None
-        return InvalidRequestError(
-            f"DynamoDB rejected the request: {exc}",
-            tx_id=self.id,
-            table=one.table if one else None,
-            key=one.key if one else None,
-        )
-
-    def _create(
-        self, chunk: list[_Local], bodies: dict[str, dict[str, Any]], now: dict[str, str]
-    ) -> None:
-        """create + add: the TX record is written with its first requests."""
-        item = {
-            **self.p.header_key(self.id),
-            s.TX_STATE: {"S": s.STATE_PENDING},
-            s.TX_VERSION: {"N": "1"},
-            s.TX_UPDATED: now,
-            s.TX_SWEEP_KEY: {"S": f"{s.STATE_PENDING}#{shard_of(self.id)}"},
-            s.TX_REQUESTS: {"M": bodies},
-        }
-        try:
-            call(
-                self.p.client,
-                "put_item",
-                TableName=self.p.tx_table,
-                Item=item,
-                # create: transaction ids are unique; a failure is our own retried write.
-                ConditionExpression="attribute_not_exists(#id)",
-                ExpressionAttributeNames={"#id": s.TX_PK},
-            )
-            self._version = 1
-        except ConditionFailed:
-            header = self.p.read_header(self.id)
-            if header is None or any(
-                (mine := header.entries.get(local.request.rid)) is None or mine.nonce != local.nonce
-                for local in chunk
-            ):
-                raise TransactionError("transaction id collision", tx_id=self.id) from None
-            self._version = header.version
-        except ValidationFailed as exc:
-            raise self._rejected([local.request for local in chunk], exc) from exc
-        self._created = True
-
-    def _spill(self, entries: list[Entry]) -> None:
-        """Keep large request bodies in their own rows so the header stays small."""
-        try:
-            self.p.batch_write(
-                self.p.tx_table, [{"PutRequest": {"Item": self._spill_row(e)}} for e in entries]
-            )
-        except ValidationFailed as exc:
-            raise self._rejected(entries, exc) from exc
-
-    def _spill_row(self, entry: Entry) -> Item:
-        from ._protocol import params_to_av
-
-        expires = int(self.p.clock() + SPILLED_ROW_TTL.total_seconds())
-        return {
-            **self.p.spill_key(self.id, entry),
-            "p": params_to_av(entry.params or {}),
-            "n": {"S": entry.nonce},
-            s.TX_TTL: {"N": str(expires)},
-        }
-
-    def _settle_add(self, chunk: list[_Local]) -> int:
-        """The add's condition failed: find out whether it was ours, a duplicate or a decision."""
-        header = self.p.read_header(self.id)
+    def _raise_decided(self, header: Header | None) -> None:
+        """Another coordinator decided (or a janitor deleted) this transaction: help it
+        complete, leave nothing of ours, and tell the caller who won."""
         if header is None:
             raise self._gone()
-        self._raise_if_decided(header)
-        for local in chunk:
-            req = local.request
-            mine = header.entries.get(req.rid)
-            if mine is None or mine.nonce != local.nonce or mine.op != req.op:
-                raise DuplicateRequestError(
-                    "another coordinator already added this item",
-                    tx_id=self.id,
-                    table=req.table,
-                    key=req.key,
-                )
-        # Every entry is ours: an attempt whose response was lost had applied them.
-        return header.version
-
-    def _settle_decided(self, header: Header) -> None:
-        """Another coordinator decided this transaction: help finish it, leave nothing of ours.
-
-        Once a record is finished, any lock of this transaction still on an item
-        was taken late (this coordinator was paused) and is a stray: undo it.
-        """
-        self._state = header.state
+        self.record.adopt(header)
+        self.record.state = header.state
         if header.finished:
-            self._release_own_locks()
+            self._undo_late_locks()
         else:
-            self.p.finish(header, self._known())
-        self._finished = True
-
-    def _release_own_locks(self) -> None:
-        """Undo whatever this coordinator may still hold; only strays can be left by now."""
-        held = [loc for loc in self._requests.values() if loc.locked]
-        self.p.parallel(
-            lambda loc: self.p.undo(self.id, loc.request.table, loc.request.key, None), held
-        )
-
-    def _gone(self) -> TransactionNotFoundError:
-        """The record was deleted (finished long ago): release our strays, report it."""
-        self._release_own_locks()
-        self._finished = True
-        return TransactionNotFoundError("TX record is gone", tx_id=self.id)
-
-    def _raise_if_decided(self, header: Header) -> None:
-        if header.state == s.STATE_PENDING:
-            return
-        self._settle_decided(header)
+            self.p.complete(header, self._known())
+        self.record.finished = True
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed", tx_id=self.id)
         raise TransactionRolledBackError(
-            "transaction was rolled back by another coordinator", tx_id=self.id
-        )
-
-    # -- lock and apply --------------------------------------------------------
-
-    def _lock_and_apply(self, local: _Local) -> dict[str, Any]:
-        """lock (+apply): take the item's lock with this request's nonce and make the write."""
-        req = local.request
-        if local.locked:  # upgrade of our own read lock, or the retry of an interrupted write
-            return self._apply_locked(local)
-        # Other requests usually find their item; a put creates one, or replaces
-        # one, as the last put on that table did. A wrong guess costs one failed
-        # conditional write; after a missed insert the item most likely exists.
-        path = self.manager._put_paths.get(req.table, "insert") if req.op == "put" else "existing"
-        guessing = True
-        waiter = _Waiter(self.manager)
-        polling = False  # waiting on a holder: read the item, write only once it is free
-        while True:
-            if not polling:
-                try:
-                    if path == "existing":
-                        result = self._lock_existing(local)
-                    else:
-                        result = self._lock_insert(local)
-                    if req.op == "put":
-                        self.manager._put_paths[req.table] = path
-                    return result
-                except ConditionFailed:
-                    if guessing and path == "insert":
-                        guessing, path = False, "existing"
-                        continue
-                    guessing = False
-                except ValidationFailed as exc:
-                    raise self._rejected([req], exc) from exc
-            item = self.p.read_item(req.table, req.key)
-            owner = lock_owner(item)
-            if item is None or owner is None:
-                observed = "insert" if item is None else "existing"
-                # The write failed on a free item: either the request's own condition
-                # is false, or a holder released the item between the write and the
-                # read. Only a verdict on the item as it is now tells them apart.
-                if observed == path and req.condition and not polling:
-                    self._check_condition_now(local, absent=item is None)
-                path, polling = observed, False
-                continue
-            polling = False
-            if owner == self.id:
-                assert item is not None
-                if item[s.ATTR_LOCK]["S"] == new_lock_value(self.id, local.nonce):
-                    return self._adopt_own_lock(local, item)
-                self.p.undo(self.id, req.table, req.key, item)  # our own stray lock
-                continue
-            assert item is not None
-            polling = self._contend(owner, waiter, req)
-
-    def _lock_names(self, local: _Local) -> tuple[dict[str, str], dict[str, Any]]:
-        req = local.request
-        names = dict(req.params.get("ExpressionAttributeNames") or {})
-        values = dict(req.params.get("ExpressionAttributeValues") or {})
-        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxk": next(iter(req.key))})
-        values[":ddbtxl"] = {"S": new_lock_value(self.id, local.nonce)}
-        return names, values
-
-    def _lock_existing(self, local: _Local) -> dict[str, Any]:
-        """lock: an existing, unlocked item; the user's condition is checked in the same write."""
-        req = local.request
-        names, values = self._lock_names(local)
-        names["#ddbtxa"] = s.ATTR_LOCKED_AT
-        values[":ddbtxa"] = {"N": str(self.p.now_ms())}
-        sets = "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa"
-        if req.op == "delete":
-            names["#ddbtxd"] = s.ATTR_DELETED
-            values[":ddbtxt"] = {"BOOL": True}
-            sets += ", #ddbtxd = :ddbtxt"
-        # lock: the item exists, nobody holds it, and the request's own condition holds.
-        condition = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl)"
-        if req.condition:
-            condition = f"({req.condition}) AND {condition}"
-        resp = call(
-            self.p.client,
-            "update_item",
-            TableName=req.table,
-            Key=req.key,
-            UpdateExpression=f"SET {sets}",
-            ConditionExpression=condition,
-            ExpressionAttributeNames=_used(names, sets, condition),
-            ExpressionAttributeValues=_used(values, sets, condition),
-            ReturnValues="ALL_OLD",
-        )
-        local.pre = strip(resp.get("Attributes"))
-        local.transient = False
-        local.locked = True
-        if req.op in ("put", "update"):
-            return self._apply(local, check_condition=False)
-        local.confirmed = True
-        if req.op == "get":
-            return _wrap(local.pre)
-        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
-
-    def _lock_insert(self, local: _Local) -> dict[str, Any]:
-        """lock (+apply): the item does not exist; insert it locked, with the write if any.
-
-        Guarded by the item's own key not existing, so an item created and
-        committed by someone else in between can never be taken for ours.
-        """
-        req = local.request
-        names, values = self._lock_names(local)
-        now = {"N": str(self.p.now_ms())}
-        true = {"BOOL": True}
-        condition = "attribute_not_exists(#ddbtxk)"
-        if req.condition:
-            # lock: the item is absent and the request's own condition holds on the absent item.
-            condition = f"({req.condition}) AND {condition}"
-        local.pre, local.transient = None, True
-        protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_LOCKED_AT: now, s.ATTR_TRANSIENT: true}
-        if req.op == "update":
-            names.update(
-                {
-                    "#ddbtxa": s.ATTR_LOCKED_AT,
-                    "#ddbtxn": s.ATTR_TRANSIENT,
-                    "#ddbtxp": s.ATTR_APPLIED,
-                }
-            )
-            values.update({":ddbtxa": now, ":ddbtxt": true})
-            rv = req.return_values
-            resp = self._user_update(
-                req,
-                "#ddbtxl = :ddbtxl, #ddbtxa = :ddbtxa, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
-                names,
-                values,
-                condition,
-                rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
-            )
-            local.applied = local.locked = local.confirmed = True
-            return _attributes(strip(resp.get("Attributes")))
-        if req.op == "put":
-            item = {**req.params["Item"], **protocol, s.ATTR_APPLIED: true}
-            local.applied = True
-        else:
-            item = {**req.key, **protocol}
-            if req.op == "delete":
-                item[s.ATTR_DELETED] = true
-        self._guarded_put(req, item, condition, names, values)
-        local.locked = local.confirmed = True
-        return {}
-
-    def _adopt_own_lock(self, local: _Local, item: Item) -> dict[str, Any]:
-        """Our lock is already on the item (a retried write landed, or we resumed).
-
-        The write is applied if it is not yet, with the request's condition
-        evaluated again: the lock may have come from a read lock that never
-        checked it, and on a locked item the answer cannot have changed.
-        """
-        local.locked = True
-        local.transient = flag(item, s.ATTR_TRANSIENT)
-        local.applied = flag(item, s.ATTR_APPLIED)
-        op = local.request.op
-        if local.applied:
-            image = self.p.image_of(self.id, local.request.rid, item)
-            local.pre = None if local.transient else strip(image)
-            local.confirmed = True
-            return _return_values(local, item)
-        local.pre = None if local.transient else strip(item)
-        if op in ("put", "update"):
-            return self._apply(local, check_condition=True)
-        if op == "delete" and not flag(item, s.ATTR_DELETED):
-            return self._mark_deleted(local)
-        local.confirmed = True
-        return _wrap(local.pre or {}) if op == "get" else {}
-
-    def _apply_locked(self, local: _Local) -> dict[str, Any]:
-        """A write on an item this transaction already read-locked (upgrade)."""
-        req = local.request
-        if req.op == "get":
-            return self._read_own(local)
-        if req.op == "delete":
-            return self._mark_deleted(local)
-        return self._apply(local, check_condition=True)
-
-    def _mark_deleted(self, local: _Local) -> dict[str, Any]:
-        """apply (delete): mark a locked item for deletion at commit, after its condition."""
-        req = local.request
-        if req.condition:
-            self._check_condition(local)
-        names = {"#l": s.ATTR_LOCK, "#d": s.ATTR_DELETED}
-        values = {":l": {"S": new_lock_value(self.id, local.nonce)}, ":t": {"BOOL": True}}
-        self._guarded_write(local, "SET #d = :t", names, values)
-        local.confirmed = True
-        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
-
-    def _check_condition_now(self, local: _Local, *, absent: bool) -> None:
-        """Raise :class:`ConditionalCheckFailedError` if the request's condition is false now.
-
-        Returns when it holds, or when the item is locked again (the caller retries).
-        """
-        req = local.request
-        if absent:
-            self._check_condition(local, absent=True)
-            return
-        names, values = self._lock_names(local)
-        names["#ddbtxv"] = s.ATTR_VERDICT
-        # verdict: a write that changes nothing and succeeds only while the item
-        # exists, nobody holds it and the request's own condition is false.
-        condition = (
-            f"attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl) AND NOT ({req.condition})"
-        )
-        used = _used(values, condition)
-        try:
-            call(
-                self.p.client,
-                "update_item",
-                TableName=req.table,
-                Key=req.key,
-                UpdateExpression="REMOVE #ddbtxv",
-                ConditionExpression=condition,
-                ExpressionAttributeNames=_used(names, "#ddbtxv", condition),
-                **({"ExpressionAttributeValues": used} if used else {}),
-            )
-        except ConditionFailed:
-            return
-        raise ConditionalCheckFailedError(
-            "the request's condition is false", tx_id=self.id, table=req.table, key=req.key
-        )
-
-    def _check_condition(self, local: _Local, *, absent: bool = False) -> None:
-        """Evaluate the user's condition on the item's logical state (absent if transient)."""
-        req = local.request
-        if not (local.transient or absent):
-            return  # checked in the guarded write itself
-        probe = {name: _probe_value(value) for name, value in req.key.items()}
-        try:
-            # A conditional delete of a key that cannot exist writes nothing and
-            # evaluates the condition exactly as DynamoDB would on an absent item.
-            call(
-                self.p.client,
-                "delete_item",
-                TableName=req.table,
-                Key=probe,
-                ConditionExpression=req.condition,
-                **_expr_params(req.params),
-            )
-        except ConditionFailed as exc:
-            raise ConditionalCheckFailedError(
-                "the request's condition is false", tx_id=self.id, table=req.table, key=req.key
-            ) from exc
-
-    def _guarded_write(
-        self, local: _Local, update: str, names: dict[str, str], values: dict[str, Any]
-    ) -> None:
-        req = local.request
-        try:
-            call(
-                self.p.client,
-                "update_item",
-                TableName=req.table,
-                Key=req.key,
-                UpdateExpression=update,
-                # apply: only while this request's lock holds the item.
-                ConditionExpression="#l = :l",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ConditionFailed:
-            self._lost_lock(local)
-
-    def _apply(self, local: _Local, *, check_condition: bool) -> dict[str, Any]:
-        """save image + apply: the write, with the pre-write image, under our lock."""
-        req = local.request
-        if check_condition and req.condition:
-            self._check_condition(local)
-        image = local.pre
-        names = dict(req.params.get("ExpressionAttributeNames") or {})
-        values = dict(req.params.get("ExpressionAttributeValues") or {})
-        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
-        values.update(
-            {":ddbtxl": {"S": new_lock_value(self.id, local.nonce)}, ":ddbtxt": {"BOOL": True}}
-        )
-        # apply: only under this request's lock, and only once.
-        condition = "#ddbtxl = :ddbtxl AND attribute_not_exists(#ddbtxp)"
-        if check_condition and req.condition and not local.transient:
-            condition = f"({req.condition}) AND {condition}"
-        image_attrs: dict[str, Any] = {}
-        if image is not None:
-            incoming = item_size(req.params.get("Item") or {}) + item_size(values)
-            if item_size(image) > INLINE_IMAGE_LIMIT or (
-                item_size(image) * 2 + incoming + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES
-            ):
-                self._save_image(local, image)
-                image_attrs[s.ATTR_IMAGE_EXTERNAL] = {"BOOL": True}
-            else:
-                image_attrs[s.ATTR_IMAGE] = {"M": image}
-        rv = req.return_values
-        try:
-            if req.op == "put":
-                item = {
-                    **req.params["Item"],
-                    s.ATTR_LOCK: values[":ddbtxl"],
-                    s.ATTR_LOCKED_AT: {"N": str(self.p.now_ms())},
-                    s.ATTR_APPLIED: {"BOOL": True},
-                    **image_attrs,
-                }
-                if local.transient:
-                    item[s.ATTR_TRANSIENT] = {"BOOL": True}
-                self._guarded_put(req, item, condition, names, values)
-                local.applied = local.confirmed = True
-                return _attributes(image) if rv == "ALL_OLD" else {}
-            sets = "#ddbtxp = :ddbtxt"
-            for i, (attr, value) in enumerate(image_attrs.items()):
-                names[f"#ddbtxi{i}"] = attr
-                values[f":ddbtxi{i}"] = value
-                sets += f", #ddbtxi{i} = :ddbtxi{i}"
-            resp = self._user_update(
-                req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
-            )
-            local.applied = local.confirmed = True
-            if rv == "ALL_OLD":
-                return _attributes(image)
-            return _attributes(strip(resp.get("Attributes")))
-        except ValidationFailed as exc:
-            raise InvalidRequestError(
-                f"DynamoDB rejected the write: {exc}", tx_id=self.id, table=req.table, key=req.key
-            ) from exc
-        except ConditionFailed:
-            item_now = self.p.read_item(req.table, req.key)
-            lock = (item_now or {}).get(s.ATTR_LOCK, {}).get("S")
-            if lock == values[":ddbtxl"]["S"] and flag(item_now, s.ATTR_APPLIED):
-                local.applied = local.confirmed = True  # our own write, its response lost
-                assert item_now is not None
-                return _return_values(local, item_now)
-            if lock == values[":ddbtxl"]["S"]:
-                raise ConditionalCheckFailedError(
-                    "the request's condition is false", tx_id=self.id, table=req.table, key=req.key
-                ) from None
-            self._lost_lock(local)
-            raise AssertionError("unreachable") from None
-
-    def _guarded_put(
-        self,
-        req: Request,
-        item: Item,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-    ) -> None:
-        """Put a whole item under ``condition``, passing only the placeholders it uses."""
-        used_values = _used(values, condition)
-        call(
-            self.p.client,
-            "put_item",
-            TableName=req.table,
-            Item=item,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=_used(names, condition),
-            **({"ExpressionAttributeValues": used_values} if used_values else {}),
-        )
-
-    def _user_update(
-        self,
-        req: Request,
-        protocol_sets: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-        condition: str,
-        return_values: str,
-    ) -> dict[str, Any]:
-        """The user's UpdateExpression with protocol assignments joined to its SET clause."""
-        update = merge_set(req.params["UpdateExpression"], protocol_sets)
-        return call(
-            self.p.client,
-            "update_item",
-            TableName=req.table,
-            Key=req.key,
-            UpdateExpression=update,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=_used(names, update, condition),
-            ExpressionAttributeValues=_used(values, update, condition),
-            ReturnValues=return_values,
-        )
-
-    def _save_image(self, local: _Local, image: Item) -> None:
-        """save: an image too large to ride inside the item goes to the images table."""
-        call(
-            self.p.client,
-            "put_item",
-            TableName=self.p.images_table,
-            Item={
-                s.IMAGE_PK: {"S": self.id},
-                s.IMAGE_SK: {"S": local.request.rid},
-                s.IMAGE_ITEM: {"M": image},
-                s.IMAGE_TTL: {"N": str(int(self.p.clock()) + 7 * 86400)},
-            },
-        )
-        local.external_image = True
-
-    def _lost_lock(self, local: _Local) -> None:
-        """Our lock vanished: another coordinator rolled this transaction back."""
-        header = self.p.read_header(self.id)
-        if header is None:
-            raise self._gone()
-        self._raise_if_decided(header)
-        req = local.request
-        raise TransactionRolledBackError(
-            "the item's lock was taken from this transaction",
+            "transaction was rolled back by another coordinator",
             tx_id=self.id,
-            table=req.table,
-            key=req.key,
+            other_tx_id=header.decided_by,
         )
 
-    # -- contention ------------------------------------------------------------
+    def _undo_late_locks(self) -> None:
+        """Once a record is completed or gone, any lock of ours on an item was taken late
+        (this coordinator was paused): a stray, undone."""
+        touched = list(self.record.touched.values())
+        self.p.parallel(lambda req: self.p.undo(self.id, req.table, req.key, None), touched)
 
-    def _contend(self, owner: str, waiter: _Waiter, req: Request) -> bool:
-        """The item is locked by another transaction: wound it, wait, or help it finish.
-
-        Returns True after a wait, so the caller next reads the item (one request)
-        instead of retrying its lock (a failed write and then that read anyway).
-        """
-        p = self.p
-        if waiter.watching(owner):
-            # A holder already judged worth waiting for: its record is read again
-            # only once it may have gone stale or the wait is over, not on every poll.
-            if not waiter.expired():
-                waiter.pause()
-                return True
-            if not waiter.decided:
-                raise self._waited_too_long(owner, req)
-        header = p.read_header(owner)
-        if header is None:
-            item = p.read_item(req.table, req.key)
-            if item is not None and lock_owner(item) == owner:
-                p.release_orphan(req.table, req.key, item)
-            return False
-        if header.finished:
-            item = p.read_item(req.table, req.key)
-            if item is not None and lock_owner(item) == owner:
-                p.undo(owner, req.table, req.key, item)  # stray lock of a finished tx
-            return False
-        pending = header.state == s.STATE_PENDING
-        if pending and self.manager.contention is Contention.ROLLBACK_HOLDER:
-            self._break(owner, None)
-            return False
-        if pending and self.id < owner:
-            return self._outwait_younger(owner, header, waiter)
-        # Wait: for an older pending holder (wound-wait), or for a decided one whose
-        # coordinator is releasing its items right now; helping it would only repeat
-        # that work. A decided holder is finished here once the wait shows it is not.
-        stale = waiter.holder_is_stale(owner, header.version, decided=not pending)
-        if pending and stale:
-            self._break(owner, header.version)
-            return False
-        if not pending and (stale or waiter.expired() or waiter.grace_over()):
-            p.finish(header)
-            return False
-        if waiter.expired():
-            raise self._waited_too_long(owner, req)
-        if pending and not self._marked:
-            # Blocked on an older transaction for up to lock_wait: older contenders
-            # must roll this one back rather than wait for it (they could deadlock).
-            self._mark_waiting(owner)
-        waiter.pause()
-        return True
-
-    def _outwait_younger(self, owner: str, header: Header, waiter: _Waiter) -> bool:
-        """Wound-wait, patiently: wait for a younger, running holder; roll it back when needed.
-
-        A younger holder that is running will most likely commit soon, and rolling
-        it back wastes its work and its retry. It is rolled back once it marks
-        itself waiting (it is blocked on an older transaction: waiting for it could
-        be a deadlock) or ``wound_patience`` is over (it may be idle, or blocked on
-        a younger one of its own). While it is pending its locks stay put, so each
-        poll reads its TX record alone. Returns True once it is no longer pending
-        (the caller reads the item next), False after rolling it back.
-        """
-        current: Header | None = header
-        while current is not None and current.state == s.STATE_PENDING and not current.finished:
-            # wound: the older transaction rolls back a younger holder that is blocked,
-            # or that kept it waiting past its patience.
-            if current.waiting or waiter.impatient():
-                self._break(owner, None)
-                return False
-            waiter.pause()
-            current = self.p.read_header(owner)
-        return True
-
-    def _mark_waiting(self, owner: str) -> None:
-        """Mark this transaction's record as blocked on ``owner``, leaving ``v`` and ``ts``.
-
-        The record's version and timestamp stay as they are: others judge a
-        holder stale by them, and the sweeper rolls back by them.
-        """
-        try:
-            call(
-                self.p.client,
-                "update_item",
-                TableName=self.p.tx_table,
-                Key=self.p.header_key(self.id),
-                UpdateExpression="SET #wt = :owner",
-                # wait mark: only a pending transaction can be blocked.
-                ConditionExpression="#st = :p",
-                ExpressionAttributeNames={"#wt": s.TX_WAITING, "#st": s.TX_STATE},
-                ExpressionAttributeValues={":owner": {"S": owner}, ":p": {"S": s.STATE_PENDING}},
-            )
-            self._marked = True
-        except ConditionFailed:
-            header = self.p.read_header(self.id)
-            if header is None:
-                raise self._gone() from None
-            self._raise_if_decided(header)
-
-    def _waited_too_long(self, owner: str, req: Request) -> TransactionConflictError:
-        return TransactionConflictError(
-            f"item stayed locked by older transaction {owner}",
+    def _gone(self) -> TransactionRolledBackError:
+        """The record was deleted: only janitors delete a record nobody completed here,
+        and they never commit a pending one, so to this caller it was rolled back."""
+        self._undo_late_locks()
+        self.record.state = s.STATE_ROLLED_BACK
+        self.record.finished = True
+        return TransactionRolledBackError(
+            "the TX record is gone: a janitor rolled the transaction back and deleted it",
             tx_id=self.id,
-            table=req.table,
-            key=req.key,
         )
 
-    def _break(self, owner: str, version: int | None) -> None:
-        """decide + complete another transaction: roll it back (or finish it if it committed)."""
-        decided = self.p.decide(owner, s.STATE_ROLLED_BACK, expect_version=version)
-        if decided is not None and decided.state != s.STATE_PENDING:
-            self.p.finish(decided)
-
-    # -- commit / rollback / delete --------------------------------------------
-
-    def _adopt(self, header: Header) -> None:
-        """Load a TX record written by another coordinator (resume)."""
-        self._created = True
-        self._state = header.state
-        self._version = header.version
-        self._header_bytes = header.raw_size
-        self._finished = header.finished
-        entries = list(header.entries.values())
-        for entry, params in zip(
-            entries, self.p.parallel(lambda e: self.p.load_params(self.id, e), entries), strict=True
-        ):
-            req = build(entry.op, params, self.manager.key_names(entry.table))  # type: ignore[arg-type]
-            self._requests[entry.rid] = _Local(request=req, nonce=entry.nonce)
-            if entry.spilled:
-                self._spilled.add(entry.rid)
-
-    def _catch_up(self, local: _Local) -> None:
-        """catch up: make sure a request recorded by someone else is locked and applied."""
-        req = local.request
-        item = self.p.read_item(req.table, req.key)
-        if item is not None and item.get(s.ATTR_LOCK, {}).get("S") == new_lock_value(
-            self.id, local.nonce
-        ):
-            self._adopt_own_lock(local, item)
-            return
-        # take over: a fresh nonce, so a late lock by the original coordinator is stray.
-        new = new_nonce()
-        spilled = req.rid in self._spilled
-        if spilled:
-            # Body rows are keyed by nonce: the new one's is in place before the record names it.
-            self._spill([Entry(req.rid, req.op, req.table, req.key, new, dict(req.params))])
-        try:
-            resp = call(
-                self.p.client,
-                "update_item",
-                TableName=self.p.tx_table,
-                Key=self.p.header_key(self.id),
-                UpdateExpression="SET #rq.#rid.#n = :new, #v = #v + :one",
-                ConditionExpression="#st = :p AND #rq.#rid.#n = :old",
-                ExpressionAttributeNames={
-                    "#rq": s.TX_REQUESTS,
-                    "#rid": req.rid,
-                    "#n": "n",
-                    "#v": s.TX_VERSION,
-                    "#st": s.TX_STATE,
-                },
-                ExpressionAttributeValues={
-                    ":new": {"S": new},
-                    ":old": {"S": local.nonce},
-                    ":one": {"N": "1"},
-                    ":p": {"S": s.STATE_PENDING},
-                },
-                ReturnValues="UPDATED_NEW",
-            )
-            # As for an add: a version past this write's own step counts requests
-            # another coordinator added meanwhile, so the decision must see them first.
-            version = int(resp["Attributes"][s.TX_VERSION]["N"])
-            if version == self._version + 1:
-                self._version = version
-        except ConditionFailed:
-            header = self.p.read_header(self.id)
-            if header is None:
-                raise self._gone() from None
-            self._raise_if_decided(header)
-            entry = header.entries.get(req.rid)
-            if entry is None or entry.nonce != new:
-                if spilled:  # another coordinator's nonce won: our new row is unnamed
-                    self._drop_spills([Entry(req.rid, req.op, req.table, req.key, new)], {})
-                self._version = header.version
-                local.nonce = entry.nonce if entry else local.nonce
-                return self._catch_up(local)
-            self._version = header.version
-        if spilled:  # the record names the new nonce's row now: the old one is unnamed
-            self._drop_spills([Entry(req.rid, req.op, req.table, req.key, local.nonce)], {})
-        local.nonce = new
-        self._lock_and_apply(local)
+    # -- commit / rollback / delete ----------------------------------------------------------
 
     def commit(self) -> None:
         """commit + complete: decide the transaction committed, then unlock every item.
+
+        Every request the record names is caught up (locked and applied under
+        the recorded nonce) before the decision, which is made only at the
+        version this coordinator has seen in full.
 
         Raises
         ------
         TransactionRolledBackError
             If another coordinator rolled it back first.
         """
-        if self._state == s.STATE_COMMITTED:
+        if self.record.state == s.STATE_COMMITTED:
             self._complete()
             return
         self._check_pending()
-        if not self._created:
-            self._state = s.STATE_COMMITTED
-            self._finished = True
+        if not self.record.created:
+            self.record.state = s.STATE_COMMITTED
+            self.record.finished = True
             return
-        for _ in range(16):
-            pending = [loc for loc in self._requests.values() if not loc.confirmed]
-            try:
-                self.p.parallel(self._catch_up, pending)
-            except TransactionCommittedError:
-                return  # another coordinator committed (and completed) it
-            except (ConditionalCheckFailedError, InvalidRequestError, TransactionConflictError):
-                self._abort()
-                raise
-            header = self.p.decide(self.id, s.STATE_COMMITTED, expect_version=self._version)
+        for _ in range(COMMIT_ROUNDS):
+            pending = self.record.unconfirmed()
+            if pending:
+                try:
+                    self._catch_up(pending)
+                except TransactionCommittedError:
+                    return  # another coordinator committed (and completed) it
+                continue
+            header = self.record.decide(s.STATE_COMMITTED)
             if header is None:
                 raise self._gone()
             if header.state == s.STATE_COMMITTED:
-                self._state = s.STATE_COMMITTED
                 self._complete(header)
                 return
             if header.state == s.STATE_ROLLED_BACK:
-                self._settle_decided(header)
-                raise TransactionRolledBackError(
-                    "transaction was rolled back by another coordinator", tx_id=self.id
-                )
-            # Still pending at another version: someone added requests; catch them up.
-            self._version = header.version
-            for entry in header.entries.values():
-                mine = self._requests.get(entry.rid)
-                if mine is None or mine.nonce != entry.nonce or mine.request.op != entry.op:
-                    params = self.p.load_params(self.id, entry)
-                    req = build(entry.op, params, self.manager.key_names(entry.table))  # type: ignore[arg-type]
-                    self._requests[entry.rid] = _Local(request=req, nonce=entry.nonce)
-                    if entry.spilled:
-                        self._spilled.add(entry.rid)  # its row goes with the record
+                self._raise_decided(header)
+            # Still pending at another version: its requests are merged; catch them up.
         raise TransactionError(
             "commit did not settle after repeated concurrent changes", tx_id=self.id
         )
 
+    def _catch_up(self, pending: list[Local]) -> None:
+        self._guarded(lambda: self.p.parallel(self.steps.catch_up, pending))
+
     def _known(self) -> dict[str, Item]:
         """This coordinator's view of each confirmed item, to settle it without a read."""
         known: dict[str, Item] = {}
-        for rid, loc in self._requests.items():
+        for rid, loc in list(self.record.requests.items()):
             if not loc.confirmed:
                 continue
             req = loc.request
@@ -1657,50 +765,44 @@ class Transaction:
             known[rid] = item
         return known
 
-    def _header_from_local(self, state: str) -> Header:
-        entries = {
-            rid: Entry(rid, loc.request.op, loc.request.table, loc.request.key, loc.nonce)
-            for rid, loc in self._requests.items()
-        }
-        return Header(self.id, state, self._version, 0, False, entries)
-
     def _complete(self, header: Header | None = None) -> None:
-        """complete + clean with this coordinator's knowledge; strays if others finished first."""
-        if self._finished:
+        """complete with this coordinator's knowledge; only strays if others completed first."""
+        if self.record.finished:
             return
         if header is not None and header.finished:
-            self._release_own_locks()
-            self._finished = True
+            self._undo_late_locks()
+            self.record.finished = True
             return
-        header = header or self._header_from_local(self._state)
-        if not header.entries:
-            header.entries = self._header_from_local(self._state).entries
-        external = any(loc.external_image for loc in self._requests.values())
-        all_known = all(loc.confirmed for loc in self._requests.values())
-        self.p.finish(header, self._known(), external_images=external or not all_known)
-        self._finished = True
+        if header is None:
+            header = Header(self.id, self.record.state, self.record.version, 0, False)
+        header.entries = header.entries or self.record.entries()
+        locals_ = list(self.record.requests.values())
+        external = any(loc.external_image for loc in locals_)
+        all_known = all(loc.confirmed for loc in locals_)
+        self.p.complete(header, self._known(), external_images=external or not all_known)
+        self.record.finished = True
 
     def rollback(self) -> None:
         """Roll back: restore every item to its state before the transaction and unlock it."""
-        if self._state == s.STATE_ROLLED_BACK:
+        if self.record.state == s.STATE_ROLLED_BACK:
             self._complete()
             return
-        if self._state == s.STATE_COMMITTED:
+        if self.record.state == s.STATE_COMMITTED:
             raise TransactionCommittedError(
                 "cannot roll back a committed transaction", tx_id=self.id
             )
-        if not self._created:
-            self._state = s.STATE_ROLLED_BACK
-            self._finished = True
+        if not self.record.created:
+            self.record.state = s.STATE_ROLLED_BACK
+            self.record.finished = True
             return
-        header = self.p.decide(self.id, s.STATE_ROLLED_BACK)
+        header = self.record.decide(s.STATE_ROLLED_BACK)
         if header is None:
-            raise self._gone()
-        self._state = header.state
-        if header.state == s.STATE_COMMITTED:
-            self._complete(header)
-            raise TransactionCommittedError("transaction was committed first", tx_id=self.id)
+            self._gone()  # a janitor rolled it back and deleted it: as asked
+            return
+        self.record.state = header.state
         self._complete(header)
+        if header.state == s.STATE_COMMITTED:
+            raise TransactionCommittedError("transaction was committed first", tx_id=self.id)
 
     def _abort(self) -> None:
         """Roll back after a failed request, keeping the original error for the caller."""
@@ -1708,117 +810,28 @@ class Transaction:
             self.rollback()
         except TransactionCommittedError:
             raise
-        except Exception:  # the original error matters more; the sweeper finishes the rest
+        except Exception:  # the original error matters more; the sweeper completes the rest
             logger.exception("rollback of %s after a failed request did not complete", self.id)
 
     def delete(self) -> None:
-        """delete: remove the finished TX record (the caller has noted the outcome)."""
-        if not self._created:
+        """delete: remove the completed TX record (the caller has noted the outcome)."""
+        if not self.record.created:
             return
-        if self._state == s.STATE_PENDING:
+        if self.record.state == s.STATE_PENDING:
             raise TransactionError("commit or roll back before deleting", tx_id=self.id)
-        if self._finished:
-            local = self._header_from_local(self._state)
-            for rid in self._spilled:
-                local.entries[rid].spilled = True
-            local.finished = True
-            self.p.delete_record(self.id, local)
+        if self.record.finished:
+            header = Header(self.id, self.record.state, self.record.version, 0, True)
+            header.entries = self.record.entries()
+            self.p.delete_record(header)
             return
-        header = self.p.read_header(self.id)
-        if header is None:
+        current = self.p.records.read_header(self.id)
+        if current is None:
             return
-        if not header.finished:
-            self.p.finish(header, self._known())
-        header.finished = True
-        self.p.delete_record(self.id, header)
+        if not current.finished:
+            self.p.complete(current, self._known())
+        current.finished = True
+        self.p.delete_record(current)
 
 
-class _Waiter:
-    """Backoff and staleness judgement for one contended lock, on the monotonic clock."""
-
-    #: Seconds a decided holder gets to release its items before a waiter finishes it.
-    DECIDED_GRACE = 0.25
-
-    def __init__(self, manager: TransactionManager) -> None:
-        self.m = manager
-        self.start = manager.monotonic()
-        self.delay = 0.01
-        self.seen: tuple[str, int] | None = None
-        self.seen_at = self.start
-        self.decided = False  # the holder in ``seen`` was decided when last read
-        self.decided_at = self.start
-
-    def holder_is_stale(self, owner: str, version: int, *, decided: bool = False) -> bool:
-        now = self.m.monotonic()
-        if decided and not (self.decided and self.seen is not None and self.seen[0] == owner):
-            self.decided_at = now
-        self.decided = decided
-        if self.seen != (owner, version):
-            self.seen, self.seen_at = (owner, version), now
-            return False
-        return now - self.seen_at >= self.m.stale_after
-
-    def watching(self, owner: str) -> bool:
-        """Waiting on ``owner``, and nothing a new read of its record could change yet."""
-        if self.seen is None or self.seen[0] != owner:
-            return False
-        now = self.m.monotonic()
-        if self.decided and now - self.decided_at >= self.grace():
-            return False
-        return now - self.seen_at < self.m.stale_after
-
-    def grace(self) -> float:
-        return min(self.DECIDED_GRACE, self.m.lock_wait)
-
-    def grace_over(self) -> bool:
-        return self.decided and self.m.monotonic() - self.decided_at >= self.grace()
-
-    def expired(self) -> bool:
-        return self.m.monotonic() - self.start >= self.m.lock_wait
-
-    def impatient(self) -> bool:
-        """An older transaction has waited long enough for younger holders of this item."""
-        return self.m.monotonic() - self.start >= self.m.wound_patience
-
-    def pause(self) -> None:
-        self.m.sleep(self.delay * (0.5 + self.m.rng.random()))
-        self.delay = min(self.delay * 2, 0.5)
-
-
-def _used(mapping: dict[str, Any], *expressions: str) -> dict[str, Any]:
-    """Only the placeholders an expression uses (DynamoDB rejects unused ones)."""
-    text = " ".join(expressions)
-    tokens = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
-    return {k: v for k, v in mapping.items() if k in tokens}
-
-
-def _expr_params(params: dict[str, Any]) -> dict[str, Any]:
-    cond = str(params.get("ConditionExpression") or "")
-    out: dict[str, Any] = {}
-    names = _used(params.get("ExpressionAttributeNames") or {}, cond)
-    values = _used(params.get("ExpressionAttributeValues") or {}, cond)
-    if names:
-        out["ExpressionAttributeNames"] = names
-    if values:
-        out["ExpressionAttributeValues"] = values
-    return out
-
-
-def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
-    ((kind, _),) = value.items()
-    token = uuid.uuid4()
-    if kind == "N":
-        return {"N": str(token.int % 10**30 + 10**30)}
-    if kind == "B":
-        return {"B": b"ddbtx-probe-" + token.bytes}
-    return {"S": f"ddbtx-probe-{token.hex}"}
-
-
-def _return_values(local: _Local, item: Item) -> dict[str, Any]:
-    """ReturnValues for a write whose response was lost, rebuilt from the item."""
-    rv = local.request.return_values
-    if rv in ("ALL_OLD", "UPDATED_OLD"):
-        return _attributes(local.pre)
-    if rv in ("ALL_NEW", "UPDATED_NEW"):
-        return _attributes(strip(item))
-    return {}
+#: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
+COMMIT_ROUNDS = 16

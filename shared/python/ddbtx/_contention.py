@@ -1,0 +1,195 @@
+"""Contention: what a transaction does about an item another transaction has locked.
+
+Wound-wait by start order (ids sort by start time): an older transaction rolls
+a younger holder back (patiently, see :meth:`ItemContention._outwait_younger`);
+a younger one waits for an older holder, up to ``lock_wait``. A holder whose
+record makes no progress for ``stale_after`` (on the waiter's monotonic clock)
+is rolled back whatever its age.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from . import schema as s
+from ._items import lock_owner
+from ._record import Header
+from ._requests import Request
+from .errors import TransactionConflictError
+
+if TYPE_CHECKING:
+    from .transaction import Transaction, TransactionManager
+
+
+class Contention(enum.Enum):
+    """What a transaction does when an item it needs is locked by a pending one."""
+
+    #: The older transaction (smaller id) rolls the younger back; the younger waits.
+    WOUND_WAIT = "wound-wait"
+    #: Always roll the lock holder back (the Java library's policy; for comparison).
+    ROLLBACK_HOLDER = "rollback-holder"
+
+
+class Waiter:
+    """Backoff and staleness judgement for one contended lock, on the monotonic clock."""
+
+    #: Seconds a decided holder gets to release its items before a waiter completes it.
+    DECIDED_GRACE = 0.25
+
+    def __init__(self, manager: TransactionManager) -> None:
+        self.m = manager
+        self.start = manager.monotonic()
+        self.delay = 0.01
+        self.seen: tuple[str, int] | None = None
+        self.seen_at = self.start
+        self.decided = False  # the holder in ``seen`` was decided when last read
+        self.decided_at = self.start
+
+    def holder_is_stale(self, owner: str, version: int, *, decided: bool = False) -> bool:
+        now = self.m.monotonic()
+        if decided and not (self.decided and self.seen is not None and self.seen[0] == owner):
+            self.decided_at = now
+        self.decided = decided
+        if self.seen != (owner, version):
+            self.seen, self.seen_at = (owner, version), now
+            return False
+        return now - self.seen_at >= self.m.stale_after
+
+    def watching(self, owner: str) -> bool:
+        """Waiting on ``owner``, and nothing a new read of its record could change yet."""
+        if self.seen is None or self.seen[0] != owner:
+            return False
+        now = self.m.monotonic()
+        if self.decided and now - self.decided_at >= self.grace():
+            return False
+        return now - self.seen_at < self.m.stale_after
+
+    def grace(self) -> float:
+        return min(self.DECIDED_GRACE, self.m.lock_wait)
+
+    def grace_over(self) -> bool:
+        return self.decided and self.m.monotonic() - self.decided_at >= self.grace()
+
+    def expired(self) -> bool:
+        return self.m.monotonic() - self.start >= self.m.lock_wait
+
+    def impatient(self) -> bool:
+        """An older transaction has waited long enough for younger holders of this item."""
+        return self.m.monotonic() - self.start >= self.m.wound_patience
+
+    def pause(self) -> None:
+        self.m.sleep(self.delay * (0.5 + self.m.rng.random()))
+        self.delay = min(self.delay * 2, 0.5)
+
+
+class Contender:
+    """Contention decisions of one transaction; one :class:`ItemContention` per locked item."""
+
+    def __init__(self, tx: Transaction) -> None:
+        self.tx = tx
+
+    def for_item(self, req: Request) -> ItemContention:
+        return ItemContention(self.tx, req)
+
+
+class ItemContention:
+    """One request's wait for an item another transaction holds."""
+
+    def __init__(self, tx: Transaction, req: Request) -> None:
+        self.tx = tx
+        self.req = req
+        self.p = tx.p
+        self.waiter = Waiter(tx.manager)
+
+    def contend(self, owner: str) -> bool:
+        """The item is locked by ``owner``: wound it, wait, or help it complete.
+
+        Returns True after a wait, so the caller next reads the item (one request)
+        instead of retrying its lock (a failed write and then that read anyway).
+        """
+        waiter = self.waiter
+        if waiter.watching(owner):
+            # A holder already judged worth waiting for: its record is read again
+            # only once it may have gone stale or the wait is over, not on every poll.
+            if not waiter.expired():
+                waiter.pause()
+                return True
+            if not waiter.decided:
+                raise self._waited_too_long(owner)
+        header = self.p.records.read_header(owner)
+        if header is None or header.finished:
+            self._undo_stray(owner)
+            return False
+        if header.state != s.STATE_PENDING:
+            return self._wait_for_decided(owner, header)
+        if self.tx.manager.contention is Contention.ROLLBACK_HOLDER:
+            self.p.settle(owner, by=self.tx.id)
+            return False
+        if self.tx.id < owner:
+            return self._outwait_younger(owner, header)
+        return self._wait_for_older(owner, header)
+
+    def _undo_stray(self, owner: str) -> None:
+        """No record, or a completed one: any lock of it left on the item is stray."""
+        req = self.req
+        item = self.p.read_item(req.table, req.key)
+        if item is not None and lock_owner(item) == owner:
+            self.p.undo(owner, req.table, req.key, item)
+
+    def _wait_for_decided(self, owner: str, header: Header) -> bool:
+        """A decided holder's coordinator is releasing its items right now: helping would
+        only repeat that work. It is completed here once the wait shows it is not."""
+        waiter = self.waiter
+        stale = waiter.holder_is_stale(owner, header.version, decided=True)
+        if stale or waiter.expired() or waiter.grace_over():
+            self.p.complete(header)
+            return False
+        waiter.pause()
+        return True
+
+    def _wait_for_older(self, owner: str, header: Header) -> bool:
+        """Wound-wait: a younger transaction waits for an older, pending holder."""
+        waiter = self.waiter
+        if waiter.holder_is_stale(owner, header.version):
+            self.p.settle(owner, expect_version=header.version, by=self.tx.id)
+            return False
+        if waiter.expired():
+            raise self._waited_too_long(owner)
+        if not self.tx.record.marked:
+            # Blocked on an older transaction for up to lock_wait: older contenders
+            # must roll this one back rather than wait for it (they could deadlock).
+            self.tx.record.mark_waiting(owner)
+        waiter.pause()
+        return True
+
+    def _outwait_younger(self, owner: str, header: Header) -> bool:
+        """Wound-wait, patiently: wait for a younger, running holder; roll it back when needed.
+
+        A younger holder that is running will most likely commit soon, and rolling
+        it back wastes its work and its retry. It is rolled back once it marks
+        itself waiting (it is blocked on an older transaction: waiting for it could
+        be a deadlock) or ``wound_patience`` is over (it may be idle, or blocked on
+        a younger one of its own). While it is pending its locks stay put, so each
+        poll reads its TX record alone. Returns True once it is no longer pending
+        (the caller reads the item next), False after rolling it back.
+        """
+        current: Header | None = header
+        while current is not None and current.state == s.STATE_PENDING and not current.finished:
+            # wound: the older transaction rolls back a younger holder that is blocked,
+            # or that kept it waiting past its patience.
+            if current.waiting or self.waiter.impatient():
+                self.p.settle(owner, by=self.tx.id)
+                return False
+            self.waiter.pause()
+            current = self.p.records.read_header(owner)
+        return True
+
+    def _waited_too_long(self, owner: str) -> TransactionConflictError:
+        return TransactionConflictError(
+            f"item stayed locked by older transaction {owner}",
+            tx_id=self.tx.id,
+            table=self.req.table,
+            key=self.req.key,
+            other_tx_id=owner,
+        )

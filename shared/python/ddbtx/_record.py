@@ -1,0 +1,484 @@
+"""The TX record: its format and every write to it (persistence).
+
+A transaction's record is one *header* row (state, version, the request map)
+plus optional *body rows* holding large request bodies. :class:`RecordStore`
+is the only code that writes either; coordinators (:class:`ddbtx._view.RecordView`),
+the sweeper and recovery all go through it. Each write is conditional, safe to
+repeat, and named after the protocol step it performs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from . import schema as s
+from ._dynamo import call
+from ._items import Item, flag, item_size
+from .errors import ConditionFailed, TransactionError
+
+logger = logging.getLogger(__name__)
+
+#: Request bodies that were written to their own row but never named by the
+#: record (the coordinator died in between) expire after this long.
+BODY_ROW_TTL = timedelta(days=7)
+
+_id_lock = threading.Lock()
+_last_ns = 0
+
+
+def new_tx_id(clock_ns: Callable[[], int] = time.time_ns, *, priority: str | None = None) -> str:
+    """A transaction id that sorts by start time, strictly increasing within a process.
+
+    Wound-wait compares ids: the smaller id is the older transaction. With
+    ``priority`` (an earlier transaction's id) the new id keeps that one's start
+    time, so a retry is as old as its first attempt; the random part keeps it unique.
+    """
+    global _last_ns
+    if priority is not None:
+        if not re.fullmatch(r"[0-9a-f]{16}(-[0-9a-f]+)?", priority):
+            raise ValueError(f"priority must be a transaction id, not {priority!r:.40}")
+        return f"{priority[:16]}-{secrets.token_hex(6)}"
+    with _id_lock:
+        now = max(clock_ns(), _last_ns + 1)
+        _last_ns = now
+    return f"{now:016x}-{secrets.token_hex(6)}"
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(4)
+
+
+def new_lock_value(tx_id: str, nonce: str) -> str:
+    """An item lock: the transaction and the nonce its record gives the request."""
+    return f"{tx_id}/{nonce}"
+
+
+def shard_of(tx_id: str) -> int:
+    return int(tx_id[-4:], 16) % s.SWEEP_SHARDS
+
+
+@dataclass
+class Entry:
+    """A request as recorded in the TX record."""
+
+    rid: str
+    op: str
+    table: str
+    key: Item
+    nonce: str
+    params: dict[str, Any] | None = None  # None when the body has its own row
+    spilled: bool = False
+
+
+@dataclass
+class Header:
+    """The decoded TX record header."""
+
+    tx_id: str
+    state: str
+    version: int
+    updated_ms: int
+    finished: bool
+    entries: dict[str, Entry] = field(default_factory=dict)
+    raw_size: int = 0
+    waiting: bool = False  # its coordinator is blocked on an older transaction's lock
+    decided_by: str | None = None  # the transaction that rolled this one back (wound-wait)
+
+
+# --- (de)serialisation of requests into the TX record -------------------------
+
+
+def params_to_av(params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if name in ("Item", "Key", "ExpressionAttributeValues"):
+            out[name] = {"M": value}
+        elif name == "ExpressionAttributeNames":
+            out[name] = {"M": {k: {"S": v} for k, v in value.items()}}
+        elif isinstance(value, bool):
+            out[name] = {"BOOL": value}
+        else:
+            out[name] = {"S": str(value)}
+    return {"M": out}
+
+
+def params_from_av(value: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, av in value["M"].items():
+        if name == "ExpressionAttributeNames":
+            out[name] = {k: v["S"] for k, v in av["M"].items()}
+        elif "M" in av:
+            out[name] = av["M"]
+        elif "BOOL" in av:
+            out[name] = av["BOOL"]
+        else:
+            out[name] = av["S"]
+    return out
+
+
+def entry_to_av(entry: Entry) -> dict[str, Any]:
+    m: dict[str, Any] = {
+        "o": {"S": entry.op},
+        "t": {"S": entry.table},
+        "k": {"M": entry.key},
+        "n": {"S": entry.nonce},
+    }
+    if entry.spilled or entry.params is None:
+        m["x"] = {"BOOL": True}
+    else:
+        m["p"] = params_to_av(entry.params)
+    return {"M": m}
+
+
+def entry_from_av(rid: str, value: dict[str, Any]) -> Entry:
+    m = value["M"]
+    return Entry(
+        rid=rid,
+        op=m["o"]["S"],
+        table=m["t"]["S"],
+        key=m["k"]["M"],
+        nonce=m["n"]["S"],
+        params=params_from_av(m["p"]) if "p" in m else None,
+        spilled="x" in m,
+    )
+
+
+def header_from_item(item: Item) -> Header:
+    entries = {
+        rid: entry_from_av(rid, av) for rid, av in item.get(s.TX_REQUESTS, {"M": {}})["M"].items()
+    }
+    return Header(
+        tx_id=item[s.TX_PK]["S"],
+        state=item[s.TX_STATE]["S"],
+        version=int(item[s.TX_VERSION]["N"]),
+        updated_ms=int(item[s.TX_UPDATED]["N"]),
+        finished=flag(item, s.TX_FINISHED),
+        entries=entries,
+        raw_size=item_size(item),
+        waiting=s.TX_WAITING in item,
+        decided_by=item[s.TX_DECIDED_BY]["S"] if s.TX_DECIDED_BY in item else None,
+    )
+
+
+# --- conditions on the TX record, one per step ---------------------------------
+
+#: create: transaction ids are unique, so a failure is our own retried write.
+CREATE = "attribute_not_exists(#id)"
+#: add: only a pending transaction takes requests (one per item: see ADD_NEW / ADD_UPGRADE).
+PENDING = "#st = :p"
+#: add (new item): the transaction has no request on this item yet.
+ADD_NEW = "attribute_not_exists(#rq.#r{i})"
+#: add (upgrade): a pending transaction turns its own read lock (same nonce) into a write.
+ADD_UPGRADE = "#rq.#r{i}.#o = :get AND #rq.#r{i}.#n = :n{i}"
+#: take over: the request still carries the nonce this coordinator saw, while pending.
+TAKE_OVER = "#st = :p AND #rq.#rid.#n = :old"
+#: decide (commit): pending, at exactly the version whose requests the committer saw applied.
+DECIDE_AT_VERSION = "#st = :p AND #v = :v"
+#: decide (sweep): pending and unchanged since the sweeper saw it stale (``ts``).
+DECIDE_IF_UNCHANGED = "#st = :p AND #ts = :seen"
+#: complete: only a decided record is marked completed, and only once.
+MARK_COMPLETED = "#st = :st AND attribute_not_exists(#fin)"
+#: delete: never a record whose items may still be locked.
+DELETE_COMPLETED = "#fin = :t"
+
+
+class RecordStore:
+    """Every read and write of TX records: the persistence half of the protocol.
+
+    Stateless apart from its client and table; any coordinator, sweeper or
+    recovery run may call any method for any transaction.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        *,
+        clock: Callable[[], float],
+        completed_ttl_seconds: int,
+    ) -> None:
+        self.client = client
+        self.table = table
+        self.clock = clock
+        self.completed_ttl_seconds = completed_ttl_seconds
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def header_key(self, tx_id: str) -> Item:
+        return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}}
+
+    def body_key(self, tx_id: str, entry: Entry) -> Item:
+        """Key of a request body kept in its own row.
+
+        The nonce is part of it: two coordinators adding the same item to one
+        transaction write different rows, so the loser cannot overwrite the
+        body the record names.
+        """
+        return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": f"r#{entry.rid}#{entry.nonce}"}}
+
+    # -- reads -------------------------------------------------------------------
+
+    def read_header(self, tx_id: str) -> Header | None:
+        resp = call(
+            self.client,
+            "get_item",
+            TableName=self.table,
+            Key=self.header_key(tx_id),
+            ConsistentRead=True,
+        )
+        return header_from_item(resp["Item"]) if "Item" in resp else None
+
+    def load_params(self, tx_id: str, entry: Entry) -> dict[str, Any]:
+        """The full request of an entry, reading its body row when it has one."""
+        if entry.params is not None:
+            return entry.params
+        resp = call(
+            self.client,
+            "get_item",
+            TableName=self.table,
+            Key=self.body_key(tx_id, entry),
+            ConsistentRead=True,
+        )
+        if "Item" not in resp:
+            raise TransactionError(
+                f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
+            )
+        entry.params = params_from_av(resp["Item"]["p"])
+        return entry.params
+
+    # -- writes by the transaction's own coordinators ------------------------------
+
+    def body_row(self, tx_id: str, entry: Entry) -> Item:
+        expires = int(self.clock() + BODY_ROW_TTL.total_seconds())
+        return {
+            **self.body_key(tx_id, entry),
+            "p": params_to_av(entry.params or {}),
+            "n": {"S": entry.nonce},
+            s.TX_TTL: {"N": str(expires)},
+        }
+
+    def create(self, tx_id: str, bodies: dict[str, dict[str, Any]]) -> None:
+        """create + add: write the header with its first requests (raises ConditionFailed)."""
+        item = {
+            **self.header_key(tx_id),
+            s.TX_STATE: {"S": s.STATE_PENDING},
+            s.TX_VERSION: {"N": "1"},
+            s.TX_UPDATED: {"N": str(self.now_ms())},
+            s.TX_SWEEP_KEY: {"S": f"{s.STATE_PENDING}#{shard_of(tx_id)}"},
+            s.TX_REQUESTS: {"M": bodies},
+        }
+        call(
+            self.client,
+            "put_item",
+            TableName=self.table,
+            Item=item,
+            ConditionExpression=CREATE,
+            ExpressionAttributeNames={"#id": s.TX_PK},
+        )
+
+    def add(
+        self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, str]
+    ) -> Header:
+        """add: record requests (``upgrades``: rid -> nonce of our read lock); the header after.
+
+        A coordinator that adds is no longer blocked: its wait mark goes in the
+        same write, so a wait episode costs one write to mark.
+        """
+        names = {
+            "#rq": s.TX_REQUESTS,
+            "#st": s.TX_STATE,
+            "#v": s.TX_VERSION,
+            "#ts": s.TX_UPDATED,
+            "#wt": s.TX_WAITING,
+        }
+        values: dict[str, Any] = {
+            ":p": {"S": s.STATE_PENDING},
+            ":one": {"N": "1"},
+            ":now": {"N": str(self.now_ms())},
+        }
+        sets, conditions = ["#v = #v + :one", "#ts = :now"], [PENDING]
+        for i, (rid, body) in enumerate(bodies.items()):
+            names[f"#r{i}"] = rid
+            values[f":e{i}"] = body
+            sets.append(f"#rq.#r{i} = :e{i}")
+            if rid in upgrades:
+                names["#o"], names["#n"] = "o", "n"
+                values[":get"], values[f":n{i}"] = {"S": "get"}, {"S": upgrades[rid]}
+                conditions.append(ADD_UPGRADE.format(i=i))
+            else:
+                conditions.append(ADD_NEW.format(i=i))
+        resp = call(
+            self.client,
+            "update_item",
+            TableName=self.table,
+            Key=self.header_key(tx_id),
+            UpdateExpression="SET " + ", ".join(sets) + " REMOVE #wt",
+            ConditionExpression=" AND ".join(conditions),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+        )
+        return header_from_item(resp["Attributes"])
+
+    def take_over(self, tx_id: str, rid: str, old: str, new: str) -> Header:
+        """take over: give a recorded request a fresh nonce (raises ConditionFailed)."""
+        resp = call(
+            self.client,
+            "update_item",
+            TableName=self.table,
+            Key=self.header_key(tx_id),
+            UpdateExpression="SET #rq.#rid.#n = :new, #v = #v + :one",
+            ConditionExpression=TAKE_OVER,
+            ExpressionAttributeNames={
+                "#rq": s.TX_REQUESTS,
+                "#rid": rid,
+                "#n": "n",
+                "#v": s.TX_VERSION,
+                "#st": s.TX_STATE,
+            },
+            ExpressionAttributeValues={
+                ":new": {"S": new},
+                ":old": {"S": old},
+                ":one": {"N": "1"},
+                ":p": {"S": s.STATE_PENDING},
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return header_from_item(resp["Attributes"])
+
+    def mark_waiting(self, tx_id: str, owner: str) -> None:
+        """wait mark: blocked on ``owner``; ``v`` and ``ts`` stay (raises ConditionFailed).
+
+        Others judge a holder stale by its version and timestamp, and the
+        sweeper rolls back by them: a wait must not look like progress.
+        """
+        call(
+            self.client,
+            "update_item",
+            TableName=self.table,
+            Key=self.header_key(tx_id),
+            UpdateExpression="SET #wt = :owner",
+            ConditionExpression=PENDING,
+            ExpressionAttributeNames={"#wt": s.TX_WAITING, "#st": s.TX_STATE},
+            ExpressionAttributeValues={":owner": {"S": owner}, ":p": {"S": s.STATE_PENDING}},
+        )
+
+    # -- writes any coordinator or janitor makes -------------------------------------
+
+    def decide(
+        self,
+        tx_id: str,
+        to_state: str,
+        *,
+        expect_version: int | None = None,
+        expect_updated_ms: int | None = None,
+        by: str | None = None,
+    ) -> Header | None:
+        """decide: move a pending transaction to committed or rolled back; the header after.
+
+        Returns the header as read when the condition fails (so the caller sees
+        who decided first), or None when the record is gone. ``expect_version``
+        decides only at that version; ``expect_updated_ms`` only while the
+        record's ``ts`` is still the one the caller saw, which lets a sweeper
+        that found a stale record through the sweep index (keys only, no
+        version) roll it back without reading it first. ``by`` names the
+        transaction that rolls this one back, for its coordinator's error.
+        """
+        names = {"#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED, "#sw": s.TX_SWEEP_KEY}
+        values: dict[str, Any] = {
+            ":p": {"S": s.STATE_PENDING},
+            ":to": {"S": to_state},
+            ":one": {"N": "1"},
+            ":now": {"N": str(self.now_ms())},
+            ":sw": {"S": f"{to_state}#{shard_of(tx_id)}"},
+        }
+        update = "SET #st = :to, #v = #v + :one, #ts = :now, #sw = :sw"
+        if by is not None:
+            names["#by"] = s.TX_DECIDED_BY
+            values[":by"] = {"S": by}
+            update += ", #by = :by"
+        condition = PENDING
+        if expect_version is not None:
+            condition = DECIDE_AT_VERSION
+            values[":v"] = {"N": str(expect_version)}
+        if expect_updated_ms is not None:
+            condition = DECIDE_IF_UNCHANGED
+            values[":seen"] = {"N": str(expect_updated_ms)}
+        try:
+            resp = call(
+                self.client,
+                "update_item",
+                TableName=self.table,
+                Key=self.header_key(tx_id),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+            return header_from_item(resp["Attributes"])
+        except ConditionFailed:
+            return self.read_header(tx_id)
+
+    def mark_completed(self, header: Header) -> None:
+        """complete (last step): every item is settled; TTL may delete the record later."""
+        ttl = int(self.clock()) + self.completed_ttl_seconds
+        # Failing means another coordinator completed (or deleted) the record first.
+        with contextlib.suppress(ConditionFailed):
+            call(
+                self.client,
+                "update_item",
+                TableName=self.table,
+                Key=self.header_key(header.tx_id),
+                UpdateExpression="SET #fin = :t, #sw = :sw, #ts = :now, #ttl = :ttl, "
+                "#v = #v + :one",
+                ConditionExpression=MARK_COMPLETED,
+                ExpressionAttributeNames={
+                    "#fin": s.TX_FINISHED,
+                    "#sw": s.TX_SWEEP_KEY,
+                    "#ts": s.TX_UPDATED,
+                    "#ttl": s.TX_TTL,
+                    "#st": s.TX_STATE,
+                    "#v": s.TX_VERSION,
+                },
+                ExpressionAttributeValues={
+                    ":t": {"BOOL": True},
+                    ":sw": {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(header.tx_id)}"},
+                    ":now": {"N": str(self.now_ms())},
+                    ":ttl": {"N": str(ttl)},
+                    ":st": {"S": header.state},
+                    ":one": {"N": "1"},
+                },
+            )
+        header.finished = True
+
+    def delete(self, header: Header, batch_write: Callable[[str, list[Any]], None]) -> None:
+        """delete: remove a completed record and its body rows."""
+        tx_id = header.tx_id
+        spilled = [entry for entry in header.entries.values() if entry.spilled]
+        batch_write(
+            self.table, [{"DeleteRequest": {"Key": self.body_key(tx_id, e)}} for e in spilled]
+        )
+        try:
+            call(
+                self.client,
+                "delete_item",
+                TableName=self.table,
+                Key=self.header_key(tx_id),
+                ConditionExpression=DELETE_COMPLETED,
+                ExpressionAttributeNames={"#fin": s.TX_FINISHED},
+                ExpressionAttributeValues={":t": {"BOOL": True}},
+            )
+        except ConditionFailed:
+            if self.read_header(tx_id) is not None:
+                raise

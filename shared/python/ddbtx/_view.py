@@ -1,0 +1,420 @@
+"""One coordinator's view of its TX record, and the only way that view changes.
+
+Several coordinators may work on one transaction at once, so the record, not a
+coordinator's memory, says which requests the transaction has and under which
+nonce. :class:`RecordView` keeps the view honest with one rule: whenever it
+moves to a newer version of the record (:meth:`RecordView.adopt`), it merges
+that version's requests in, and a request it has not seen applied under the
+recorded nonce is *unconfirmed*. A commit is decided only at the view's
+version and only when nothing is unconfirmed, so "decide at a version whose
+requests I have not caught up" cannot be written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from . import schema as s
+from ._items import Item, item_size
+from ._record import Entry, Header, RecordStore, entry_to_av
+from ._requests import Request
+from .errors import DuplicateRequestError, InvalidRequestError, ValidationFailed
+
+logger = logging.getLogger(__name__)
+
+#: Request bodies larger than this go to their own row instead of the header.
+SPILL_BYTES = 16 * 1024
+#: The header moves every body to a row once it reaches this size. Every change
+#: to the header (each add, the decision, the completion) is billed for its
+#: whole size, so it stays small: a large transaction pays one extra put per
+#: body row instead of rewriting hundreds of KB per request.
+HEADER_SOFT_LIMIT = 32 * 1024
+#: Requests per header write when adding a batch (keeps expressions under 4 KB).
+ADD_BATCH = 20
+
+
+@dataclass
+class Local:
+    """This coordinator's knowledge of one recorded (or being recorded) request."""
+
+    request: Request
+    nonce: str
+    locked: bool = False  # this request's lock (its nonce) is on the item
+    confirmed: bool = False  # the request is complete: locked, and its write applied
+    transient: bool = False
+    applied: bool = False
+    pre: Item | None = None  # the item before the write (user view), None if absent
+    external_image: bool = False
+    upgrade: bool = False  # a write on an item this transaction had read-locked
+
+
+class AddRefused(Exception):
+    """Internal: one chunk of an add was refused; ``error`` is for the caller."""
+
+    def __init__(self, error: InvalidRequestError | DuplicateRequestError) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.partial = False  # another chunk of the same batch was recorded
+
+
+class RecordView:
+    """The TX record as one coordinator knows it, and every write it makes to it."""
+
+    def __init__(
+        self,
+        tx_id: str,
+        store: RecordStore,
+        *,
+        parallel: Callable[[Callable[[Any], Any], Iterable[Any]], list[Any]],
+        batch_write: Callable[[str, list[Any]], None],
+    ) -> None:
+        self.tx_id = tx_id
+        self.store = store
+        self._parallel = parallel
+        self._batch_write = batch_write
+        self.state = s.STATE_PENDING
+        self.version = 0
+        self.created = False
+        self.finished = False
+        self.marked = False  # the record carries our wait mark until the next add
+        self.requests: dict[str, Local] = {}
+        self.spilled: set[str] = set()  # requests whose body has its own row
+        #: Items this coordinator sent a lock write for: where a late lock of ours can be.
+        self.touched: dict[str, Request] = {}
+        self._header_bytes = 0
+        self._planned: dict[str, Local] = {}  # being added: not in the record yet
+        #: Adds whose outcome is unknown (throttled, a network error): a retry of the same
+        #: request re-adds it under the same nonce, and the record says if the first landed.
+        self.unrecorded: dict[str, Local] = {}
+        self._lock = threading.RLock()
+
+    # -- the one way the view moves on -------------------------------------------------
+
+    def adopt(self, header: Header, own: Iterable[Local] = ()) -> None:
+        """Move to ``header`` if it is newer, merging every request it records.
+
+        ``own`` are requests this coordinator just wrote to the record (the
+        write that returned ``header``). A request whose nonce or operation
+        differs from ours (added or taken over elsewhere) replaces our
+        knowledge of it and is unconfirmed until caught up. The record's
+        requests only grow and a nonce changes only with the version, so a
+        header older than the view adds nothing but our own requests, and only
+        where no newer take-over replaced them meanwhile.
+        """
+        with self._lock:
+            self.created = True
+            newer = header.version > self.version
+            for local in own:
+                rid = local.request.rid
+                self._planned.pop(rid, None)
+                self.unrecorded.pop(rid, None)
+                known = self.requests.get(rid)
+                if newer or known is None or known.nonce == local.nonce:
+                    self.requests[rid] = local
+            if not newer:
+                return
+            self.version = header.version
+            self.state = header.state
+            self._header_bytes = header.raw_size
+            for entry in header.entries.values():
+                if entry.spilled:
+                    self.spilled.add(entry.rid)
+                planned, known = self._planned.get(entry.rid), self.requests.get(entry.rid)
+                lost = self.unrecorded.pop(entry.rid, None)
+                if self._matches(lost, entry):
+                    assert lost is not None
+                    self.requests[entry.rid] = lost  # an add whose answer was lost did land
+                elif not (self._matches(planned, entry) or self._matches(known, entry)):
+                    self.requests[entry.rid] = Local(self._request_of(entry), entry.nonce)
+
+    @staticmethod
+    def _matches(local: Local | None, entry: Entry) -> bool:
+        return local is not None and local.nonce == entry.nonce and local.request.op == entry.op
+
+    def _request_of(self, entry: Entry) -> Request:
+        """A request recorded by another coordinator (validated when it was added)."""
+        params = self.store.load_params(self.tx_id, entry)
+        return Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
+
+    def current(self, local: Local) -> Local:
+        """The view's knowledge of ``local``'s request now (another object after a merge)."""
+        with self._lock:
+            return self.requests.get(local.request.rid, local)
+
+    def unconfirmed(self) -> list[Local]:
+        with self._lock:
+            return [loc for loc in self.requests.values() if not loc.confirmed]
+
+    def commit_version(self) -> int | None:
+        """The version to decide a commit at, or None while a request is unconfirmed."""
+        with self._lock:
+            if any(not loc.confirmed for loc in self.requests.values()):
+                return None
+            return self.version
+
+    def entries(self) -> dict[str, Entry]:
+        """The requests as this coordinator knows them, in the record's shape."""
+        with self._lock:
+            return {
+                rid: Entry(
+                    rid,
+                    loc.request.op,
+                    loc.request.table,
+                    loc.request.key,
+                    loc.nonce,
+                    spilled=rid in self.spilled,
+                )
+                for rid, loc in self.requests.items()
+            }
+
+    # -- add (and create) ----------------------------------------------------------------
+
+    def add(self, locals_: list[Local]) -> None:
+        """create/add: record requests and their nonces before any item is touched.
+
+        A request refused here wrote nothing to the record and is forgotten.
+        Raises :class:`AddRefused`; its ``partial`` is True when another chunk
+        of the same batch was recorded (the record cannot take those back: the
+        caller must roll back).
+        """
+        with self._lock:
+            for local in locals_:
+                self._planned[local.request.rid] = local
+            header_bytes, spilled = self._header_bytes, set(self.spilled)
+            bodies, rows = self._bodies(locals_)
+        recorded: list[Local] = []
+        try:
+            self._write_body_rows(rows)
+            if not self.created:
+                self._create(locals_, bodies)
+                return
+            chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
+            outcomes = self._parallel(lambda c: self._add_chunk(c, bodies), chunks)
+            recorded = [
+                loc for c, o in zip(chunks, outcomes, strict=True) if o is None for loc in c
+            ]
+            refusals = [o for o in outcomes if isinstance(o, AddRefused)]
+            if refusals:
+                refusals[0].partial = bool(recorded)
+                raise refusals[0]
+        except AddRefused:
+            named = {loc.request.rid for loc in recorded}
+            with self._lock:
+                self._header_bytes = header_bytes
+                self.spilled = spilled | (named & self.spilled)
+            self._drop_rows([e for e in rows if e.rid not in named], spilled)
+            raise
+        except _Decided:
+            raise
+        except Exception:
+            with self._lock:  # outcome unknown: a retry re-adds under the same nonces
+                for local in locals_:
+                    if self.requests.get(local.request.rid) is not local:
+                        self.unrecorded[local.request.rid] = local
+            raise
+        finally:
+            with self._lock:
+                for local in locals_:
+                    self._planned.pop(local.request.rid, None)
+
+    def _record_locals(self, locals_: list[Local], header: Header) -> None:
+        with self._lock:
+            self.marked = False
+            self.adopt(header, own=locals_)
+
+    def _create(self, locals_: list[Local], bodies: dict[str, dict[str, Any]]) -> None:
+        from .errors import ConditionFailed, TransactionError
+
+        try:
+            self.store.create(self.tx_id, bodies)
+        except ConditionFailed as exc:
+            header = self.store.read_header(self.tx_id)
+            # Our own create, its response lost, if it names our nonces; else an id collision.
+            if header is None or any(
+                (mine := header.entries.get(loc.request.rid)) is None or mine.nonce != loc.nonce
+                for loc in locals_
+            ):
+                raise TransactionError("transaction id collision", tx_id=self.tx_id) from exc
+            self._record_locals(locals_, header)
+            return
+        except ValidationFailed as exc:
+            raise AddRefused(rejected(self.tx_id, [loc.request for loc in locals_], exc)) from exc
+        with self._lock:
+            for local in locals_:
+                self._planned.pop(local.request.rid, None)
+                self.requests[local.request.rid] = local
+            self.created = True
+            self.version = max(self.version, 1)  # a resume elsewhere may have seen more already
+
+    def _add_chunk(
+        self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
+    ) -> AddRefused | None:
+        """One conditional add of ``chunk``; a refusal comes back as a value (others may land)."""
+        from .errors import ConditionFailed
+
+        upgrades = {loc.request.rid: loc.nonce for loc in chunk if loc.upgrade}
+        try:
+            header = self.store.add(
+                self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
+            )
+        except ConditionFailed:
+            return self._settle_add(chunk)
+        except ValidationFailed as exc:
+            return AddRefused(rejected(self.tx_id, [loc.request for loc in chunk], exc))
+        self._record_locals(chunk, header)
+        return None
+
+    def _settle_add(self, chunk: list[Local]) -> AddRefused | None:
+        """The add's condition failed: ours (response lost), a duplicate, or a decision."""
+        header = self.store.read_header(self.tx_id)
+        if header is None or header.state != s.STATE_PENDING:
+            raise _Decided(header)
+        for local in chunk:
+            req = local.request
+            mine = header.entries.get(req.rid)
+            if mine is None or mine.nonce != local.nonce or mine.op != req.op:
+                return AddRefused(
+                    DuplicateRequestError(
+                        "another coordinator already added this item",
+                        tx_id=self.tx_id,
+                        table=req.table,
+                        key=req.key,
+                    )
+                )
+        self._record_locals(chunk, header)  # every entry is ours: an earlier attempt landed
+        return None
+
+    # -- bodies and their rows -----------------------------------------------------------
+
+    def _bodies(self, locals_: list[Local]) -> tuple[dict[str, dict[str, Any]], list[Entry]]:
+        """Requests as stored in the header, and the entries whose bodies need their own row."""
+        bodies: dict[str, dict[str, Any]] = {}
+        rows: list[Entry] = []
+        for local in locals_:
+            req = local.request
+            entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
+            body = entry_to_av(entry)
+            size = item_size({"x": body})
+            if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
+                rows.append(replace(entry))
+                entry.spilled, entry.params = True, None
+                body = entry_to_av(entry)
+                size = item_size({"x": body})
+            self._header_bytes += size
+            bodies[req.rid] = body
+        return bodies, rows
+
+    def _write_body_rows(self, entries: list[Entry]) -> None:
+        """Bodies are in place before the record names them (a resume reads them)."""
+        try:
+            self._batch_write(
+                self.store.table,
+                [{"PutRequest": {"Item": self.store.body_row(self.tx_id, e)}} for e in entries],
+            )
+        except ValidationFailed as exc:
+            raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
+        with self._lock:
+            self.spilled.update(e.rid for e in entries)
+
+    def _drop_rows(self, entries: list[Entry], spilled: set[str] | None = None) -> None:
+        """Delete body rows the record does not name (under their nonce).
+
+        With ``spilled`` (which bodies had rows before a refused add): a refused
+        upgrade wrote over its read's row (same item, same nonce), so that row
+        gets the read's body back if the read's body had a row, and is deleted
+        otherwise.
+        """
+        rows: list[dict[str, Any]] = []
+        for entry in entries:
+            read = self.requests.get(entry.rid)
+            if spilled and read is not None and read.nonce == entry.nonce and entry.rid in spilled:
+                old = read.request
+                restored = Entry(old.rid, old.op, old.table, old.key, read.nonce, old.params)
+                rows.append({"PutRequest": {"Item": self.store.body_row(self.tx_id, restored)}})
+            else:
+                rows.append({"DeleteRequest": {"Key": self.store.body_key(self.tx_id, entry)}})
+        try:
+            self._batch_write(self.store.table, rows)
+        except Exception:  # rows the record never names expire by their TTL
+            logger.warning("could not undo unnamed body rows of %s", self.tx_id, exc_info=True)
+
+    # -- take over, wait mark, decide -------------------------------------------------------
+
+    def take_over(self, local: Local, new_nonce: str) -> tuple[Local, bool]:
+        """take over: a fresh nonce for a request, so a late lock by its adder is stray.
+
+        Returns the view's request afterwards, and whether it is ours to lock
+        under ``new_nonce``; if not, it is whatever the record names now,
+        unconfirmed, for the commit to catch up again.
+        """
+        from .errors import ConditionFailed
+
+        req = local.request
+        moved = req.rid in self.spilled
+        if moved:
+            # Body rows are keyed by nonce: the new one's is in place before the record names it.
+            self._write_body_rows(
+                [Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))]
+            )
+        fresh = Local(request=req, nonce=new_nonce)
+        try:
+            header = self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce)
+        except ConditionFailed as exc:
+            now = self.store.read_header(self.tx_id)
+            if now is None or now.state != s.STATE_PENDING:
+                raise _Decided(now) from exc
+            if moved:  # another nonce won: our new row is unnamed
+                self._drop_rows([Entry(req.rid, req.op, req.table, req.key, new_nonce)])
+            self.adopt(now)
+            return self.current(local), False
+        self.adopt(header, own=[fresh])
+        if moved:  # the record names the new nonce's row now: the old one is unnamed
+            self._drop_rows([Entry(req.rid, req.op, req.table, req.key, local.nonce)])
+        after = self.current(fresh)
+        return after, after is fresh
+
+    def mark_waiting(self, owner: str) -> None:
+        from .errors import ConditionFailed
+
+        try:
+            self.store.mark_waiting(self.tx_id, owner)
+            self.marked = True
+        except ConditionFailed as exc:
+            header = self.store.read_header(self.tx_id)
+            if header is None or header.state != s.STATE_PENDING:
+                raise _Decided(header) from exc
+
+    def decide(self, to_state: str) -> Header | None:
+        """decide: commit at the view's version (all caught up), or roll back at any."""
+        version = None
+        if to_state == s.STATE_COMMITTED:
+            version = self.commit_version()
+            if version is None:
+                raise RuntimeError("commit decided with unconfirmed requests")
+        header = self.store.decide(self.tx_id, to_state, expect_version=version)
+        if header is not None:
+            self.adopt(header)
+        return header
+
+
+class _Decided(Exception):
+    """Internal: the record is decided or gone (``header`` None); the façade settles it."""
+
+    def __init__(self, header: Header | None) -> None:
+        super().__init__("decided")
+        self.header = header
+
+
+def rejected(tx_id: str, requests: list[Any], exc: Exception) -> InvalidRequestError:
+    """DynamoDB refused before writing anything: name the item when there is one."""
+    one = requests[0] if len(requests) == 1 else None
+    return InvalidRequestError(
+        f"DynamoDB rejected the request: {exc}",
+        tx_id=tx_id,
+        table=one.table if one else None,
+        key=one.key if one else None,
+    )
