@@ -1,16 +1,33 @@
-# One entry point per job. Every target installs what it needs first, so a
-# fresh clone needs only python3 (3.11+), node and npm on the PATH.
+# One entry point per job. Every target installs what it needs first, so a fresh
+# clone needs only python3 (3.11+, with its venv module), node (22+) and npm.
+#
+# What gets installed, and where (all inside this directory, all gitignored):
+#   .tools/        a private venv holding uv $(UV_VERSION); the system python3 is never
+#                  changed (no `pip install` into it, no --break-system-packages)
+#   .venv/         the locked Python environment (uv.lock), made by that uv
+#   node_modules/  dynalite (the second emulator) and the AWS CDK CLI 2.x (package-lock.json)
 SHELL := /bin/bash
+PYTHON ?= python3
 UV_VERSION := 0.13.8
-UV := $(shell command -v uv 2>/dev/null || echo python3 -m uv)
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+RUN := $(UV) run --frozen
+CDK := $(RUN) node_modules/.bin/cdk
 PYTEST_ARGS ?=
+CDK_ARGS ?=
 
-.PHONY: setup test demo lint faults bench synth clean
+.PHONY: setup test faults demo wheel-demo lint bench synth diff deploy bootstrap destroy clean
 
 setup: .venv/.synced node_modules/.installed
 
-.venv/.synced: pyproject.toml uv.lock
-	@$(UV) --version >/dev/null 2>&1 || python3 -m pip install -q "uv==$(UV_VERSION)"
+# The stamp names the version, so changing UV_VERSION reinstalls uv.
+$(TOOLS)/.uv-$(UV_VERSION):
+	@rm -rf $(TOOLS)
+	@$(PYTHON) -m venv $(TOOLS) || { rm -rf $(TOOLS); echo "make: '$(PYTHON) -m venv' failed; install Python's venv module (Debian/Ubuntu: sudo apt install python3-venv) and run make again" >&2; exit 1; }
+	$(TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	@touch $@
+
+.venv/.synced: pyproject.toml uv.lock $(TOOLS)/.uv-$(UV_VERSION)
 	$(UV) sync --frozen --all-extras
 	@touch $@
 
@@ -19,30 +36,47 @@ node_modules/.installed: package.json package-lock.json
 	@touch $@
 
 test: setup
-	$(UV) run --frozen pytest -n 2 $(PYTEST_ARGS)
+	$(RUN) pytest -n 2 $(PYTEST_ARGS)
+
+# The slow tests (stress runs, every fault kind at every call), which `make test`
+# leaves out, then the fault harness's figures table.
+faults: setup
+	$(RUN) pytest -n 2 -m slow $(PYTEST_ARGS)
+	$(RUN) python -m tests.faults.run $(FAULT_ARGS)
 
 demo: setup
-	$(UV) run --frozen ddbtx demo
+	$(RUN) ddbtx demo
+
+# What `pip install 'ddbtx[demo]'` gives a user: the wheel, in a fresh venv, runs the demo.
+wheel-demo: setup
+	rm -rf dist $(TOOLS)/wheel-venv
+	$(UV) build --wheel --out-dir dist
+	$(UV) venv --quiet --python $(PYTHON) $(TOOLS)/wheel-venv
+	$(UV) pip install --quiet --python $(TOOLS)/wheel-venv/bin/python "$$(ls dist/ddbtx-*.whl)[demo]"
+	cd /tmp && $(CURDIR)/$(TOOLS)/wheel-venv/bin/ddbtx demo --workers 2 --transfers 3
 
 lint: setup
-	$(UV) run --frozen ruff check .
-	$(UV) run --frozen ruff format --check .
-	$(UV) run --frozen mypy
-
-faults: setup
-	$(UV) run --frozen python -m tests.faults.run $(FAULT_ARGS)
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) mypy
 
 bench: setup
-	$(UV) run --frozen python -m benchmarks.requests
+	$(RUN) python -m benchmarks.requests
 
+# The CDK CLI pinned in package.json, run inside the project environment (cdk.json
+# runs `python3 app.py`, which needs aws_cdk from .venv). Options: CDK_ARGS="-c k=v".
 synth: setup
-	$(UV) run --frozen python app.py
+	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
+	@node -e 'const m = require("./cdk.out/manifest.json"); for (const [name, a] of Object.entries(m.artifacts)) if (a.type === "aws:cloudformation:stack") console.log(`template: cdk.out/$${a.properties.templateFile} (stack $${name})`)'
+
+diff deploy bootstrap destroy: setup
+	$(CDK) $@ $(CDK_ARGS)
 
 clean:
-	rm -rf .venv node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .tools node_modules cdk.out dist .pytest_cache .mypy_cache .ruff_cache
 
 # Real DynamoDB in your account (needs credentials; prints the plan, runs with --yes):
 #   make test-aws AWS_ARGS=--yes     or     DDBTX_AWS_TESTS=1 make test-aws
 .PHONY: test-aws
 test-aws: setup
-	$(UV) run --frozen python -m tests.aws.run $(AWS_ARGS)
+	$(RUN) python -m tests.aws.run $(AWS_ARGS)

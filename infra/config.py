@@ -71,6 +71,15 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _T = TypeVar("_T")
 
 
+class ContextError(ValueError):
+    """Unusable context values: ``problems`` holds one message per bad key (or clash),
+    and the exception's text is all of them on one line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("bad CDK context: " + "; ".join(problems))
+        self.problems = problems
+
+
 @dataclass(frozen=True)
 class KeyAttribute:
     """One attribute of a table's primary key."""
@@ -133,9 +142,9 @@ class DeployConfig:
 
         Raises
         ------
-        ValueError
-            Naming the context key whose value is unusable, or the two keys that
-            contradict each other.
+        ContextError
+            Naming every context key whose value is unusable and every two keys that
+            contradict each other, all at once.
 
         Examples
         --------
@@ -152,24 +161,24 @@ class DeployConfig:
             for key in (KEY_DATA_TABLE_NAME, KEY_DATA_PARTITION_KEY, KEY_DATA_SORT_KEY)
         )
         if data_tables and describes_own_table:
-            raise ValueError(
+            get.problems.append(
                 f"context {KEY_DATA_TABLES!r} imports existing tables, so "
                 f"{KEY_DATA_TABLE_NAME!r}/{KEY_DATA_PARTITION_KEY!r}/{KEY_DATA_SORT_KEY!r} "
                 "(which describe a table this stack creates) cannot be set with it"
             )
         if create_key and key_arn:
-            raise ValueError(
+            get.problems.append(
                 f"context {KEY_CREATE_KEY!r} creates a key and {KEY_KEY_ARN!r} names one: "
                 "set only one of them"
             )
         partition_key = get(KEY_DATA_PARTITION_KEY, _parse_key_attribute, d.data_partition_key)
         sort_key = get(KEY_DATA_SORT_KEY, _parse_key_attribute, None)
         if sort_key is not None and sort_key.name == partition_key.name:
-            raise ValueError(
+            get.problems.append(
                 f"context {KEY_DATA_SORT_KEY!r} must differ from {KEY_DATA_PARTITION_KEY!r} "
                 f"(both are {sort_key.name!r})"
             )
-        return cls(
+        config = cls(
             stack_name=get(KEY_STACK_NAME, _parse_stack_name, d.stack_name),
             retain=not get(KEY_THROWAWAY, _parse_bool, False),
             create_key=create_key,
@@ -206,13 +215,18 @@ class DeployConfig:
                 KEY_POWERTOOLS_ARN, _pattern(_LAYER_ARN, "a Lambda layer version ARN"), None
             ),
         )
+        if get.problems:
+            raise ContextError(get.problems)
+        return config
 
 
 class _Reader:
-    """Reads one context key with a parser, so every error names the key it came from."""
+    """Reads one context key with a parser; a bad value is noted in ``problems``, naming
+    its key, and the default stands in so that every other key is still checked."""
 
     def __init__(self, context: Mapping[str, Any]) -> None:
         self._context = context
+        self.problems: list[str] = []
 
     def __call__(self, key: str, parse: Callable[[Any], _T], default: _T) -> _T:
         raw = self._context.get(key)
@@ -221,7 +235,8 @@ class _Reader:
         try:
             return parse(raw)
         except ValueError as exc:
-            raise ValueError(f"context {key!r}: {exc} (got {raw!r})") from None
+            self.problems.append(f"context {key!r}: {exc} (got {raw!r})")
+            return default
 
 
 def _parse_bool(raw: Any) -> bool:

@@ -7,6 +7,7 @@ other's data and can run in parallel.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -136,3 +137,51 @@ def seed(ddb: Any, tables: Tables) -> Callable[..., None]:
             )
 
     return put
+
+
+# --- per-file progress ----------------------------------------------------------
+
+
+class FileProgress:
+    """Under pytest-xdist, a line as each test file finishes: its outcome counts and when.
+
+    xdist prints only dots; with files of very different lengths that says little
+    about how far a run is. Registered in the controller only.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.remaining: dict[str, int] = {}
+        self.outcomes: dict[str, dict[str, int]] = {}
+        self.started = time.monotonic()
+
+    @pytest.hookimpl
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if self.remaining:
+            return  # every worker collects the same tests
+        for nodeid in ids:
+            path = nodeid.split("::", 1)[0]
+            self.remaining[path] = self.remaining.get(path, 0) + 1
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        path = report.nodeid.split("::", 1)[0]
+        outcomes = self.outcomes.setdefault(path, {})
+        if report.when == "call" or report.outcome != "passed":
+            outcomes[report.outcome] = outcomes.get(report.outcome, 0) + 1
+        if report.when != "teardown" or path not in self.remaining:
+            return
+        self.remaining[path] -= 1
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.remaining[path] == 0 and reporter is not None:
+            counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
+            elapsed = time.monotonic() - self.started
+            # xdist's dots do not end their line; ours goes on a line of its own.
+            reporter.write(f"\n{path}: {counts} (at {elapsed // 60:.0f}m{elapsed % 60:02.0f}s)\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = config.getoption("numprocesses", default=None)
+    if hasattr(config, "workerinput") or not workers or config.getoption("collectonly"):
+        return  # not under xdist (pytest prints per file itself), or a worker
+    config.pluginmanager.register(FileProgress(config), "ddbtx-file-progress")

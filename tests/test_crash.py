@@ -75,7 +75,10 @@ def expected_for(tm: TransactionManager, tx_id: str) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("finish", ["commit", "rollback"])
-@pytest.mark.parametrize("kind", ["before", "after", "throttle"])
+# Throttling past the retries is also covered by a single test below; here it is slow.
+@pytest.mark.parametrize(
+    "kind", ["before", "after", pytest.param("throttle", marks=pytest.mark.slow)]
+)
 def test_given_a_crash_at_any_call_when_a_sweeper_finishes_then_all_or_nothing(
     make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, finish: str
 ) -> None:
@@ -208,7 +211,7 @@ def test_given_a_coordinator_paused_past_the_rollback_age_when_it_wakes_then_it_
     assert_clean(ddb, tables)
 
 
-@pytest.mark.parametrize("kind", ["before", "after", "lost"])
+@pytest.mark.parametrize("kind", ["before", "after", pytest.param("lost", marks=pytest.mark.slow)])
 def test_given_a_fault_at_any_call_of_batched_writes_then_all_or_nothing(
     make_tm: Callable[..., TransactionManager],
     ddb: Any,

@@ -192,7 +192,16 @@ def test_given_rows_never_processed_when_bodies_are_written_then_throttling_is_r
     assert all(s.TX_TTL in row for row in record_rows(ddb, tables))
 
 
-@pytest.mark.parametrize("kind", ["before", "after", "throttle", "lost"])
+# One kind runs by default; the rest are slow (`make faults`), each minutes of calls.
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "before",
+        pytest.param("after", marks=pytest.mark.slow),
+        pytest.param("throttle", marks=pytest.mark.slow),
+        pytest.param("lost", marks=pytest.mark.slow),
+    ],
+)
 def test_given_a_fault_at_any_call_of_a_large_transaction_when_swept_then_all_or_nothing(
     make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
 ) -> None:
@@ -392,7 +401,15 @@ def died_before_locking(make_tm: Any, tables: Tables, pk: str, tag: str) -> str:
     return tx.id
 
 
-@pytest.mark.parametrize("kind", ["before", "after", "lost"])
+# One kind runs by default; the rest are slow (`make faults`).
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("before", marks=pytest.mark.slow),
+        "after",
+        pytest.param("lost", marks=pytest.mark.slow),
+    ],
+)
 def test_given_a_fault_at_any_call_of_a_take_over_of_a_large_request_then_all_or_nothing(
     make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
 ) -> None:

@@ -1,4 +1,5 @@
-"""The operator CLI on both emulators: inspect, locks, recover and sweep as on-call use them."""
+"""The operator CLI on both emulators: inspect, locks, recover and sweep as on-call use them,
+and its one-line answers to ordinary mistakes."""
 
 from __future__ import annotations
 
@@ -7,14 +8,23 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from ddbtx import TransactionManager
+from ddbtx._cli_errors import explain
 from ddbtx.cli import main
-from ddbtx.local import LocalDynamo
+from ddbtx.local import LocalDynamo, free_port
 from ddbtx.locks import Mutex
 from helpers import assert_clean
 
 from .support import JanitorTables, abandon
+
+#: Variables through which boto3 or the CLI could find a region, credentials or tables.
+AMBIENT = (
+    "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL", "TRANSACTIONS_TABLE", "IMAGES_TABLE", "LOCKS_TABLE", "DATA_TABLES",
+)  # fmt: skip
 
 pytest_plugins = ("janitors.fixtures",)
 
@@ -35,6 +45,27 @@ def ddbtx(
         capsys.readouterr()
         status = main([*common, *args])
         return status, capsys.readouterr().out
+
+    return run
+
+
+@pytest.fixture
+def bare_ddbtx(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> Callable[..., tuple[int, str, str]]:
+    """Run ``ddbtx <args>`` in an environment with no AWS settings at all; return its
+    status, stdout and stderr."""
+    for name in AMBIENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = main(list(args))
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
 
     return run
 
@@ -66,6 +97,8 @@ def test_given_a_stuck_transfer_when_on_call_inspects_lists_and_recovers_then_it
     assert [(r["resource"], r["owner"]) for r in listed["locks"]] == [("report", "worker-7")]
     assert sorted(i["key"]["pk"]["S"] for i in listed["item_locks"]) == ["a", "b"]
     assert {i["transaction_id"] for i in listed["item_locks"]} == {tx_id}
+    # And in the words `inspect` uses for the holder's state
+    assert {i["state"] for i in listed["item_locks"]} == {shown["state"]} == {"pending"}
 
     # When on-call recovers it (as a table), and inspects an unknown id
     status, out = ddbtx("recover", tx_id)
@@ -96,3 +129,149 @@ def test_given_stale_records_when_on_call_sweeps_then_the_report_is_printed(
     row = next(line for line in out.splitlines() if "rolled forward" in line)
     assert row.split()[-2] == "1"
     assert_clean(ddb, janitor_tables)
+
+
+def test_given_a_stuck_transaction_when_on_call_sweeps_then_one_line_per_pass_and_no_log_line(
+    ddbtx: Callable[..., tuple[int, str]],
+    endpoint_env: Any,
+    old_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a pending transfer long past the rollback age (the sweeper logs a warning for it)
+    seed(a=100, b=100)
+    tx_id = abandon(old_tm, janitor_tables.data, "pending", ("a", "b"))
+    # And a terminal, so that the live display is drawn
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "150")
+
+    # When on-call sweeps
+    with caplog.at_level("INFO"):
+        status, shown = ddbtx("sweep")
+
+    # Then the display has one line per pass: the index pass counts its partitions, the
+    # scan pass the rows read so far (no made-up totals, no line per partition)
+    assert "index pass: 32 of 32 partitions, 1 due record(s)" in shown
+    assert f"scan pass: {janitor_tables.locks}" in shown
+    assert "~None" not in shown and "index P#" not in shown
+    # And the report names the stuck transaction, with no log line around it
+    assert status == 0 and f"stuck transactions: {tx_id}" in shown
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("ddbtx")]
+    assert_clean(endpoint_env.client(), janitor_tables)
+
+
+def test_given_no_region_anywhere_when_a_command_runs_then_one_line_says_where_to_set_it(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+) -> None:
+    # Given no region in options, environment or AWS config
+    # When on-call inspects a transaction
+    status, out, err = bare_ddbtx("inspect", "tx-1")
+
+    # Then one line names the fix, and the status is non-zero
+    assert err == (
+        "ddbtx: error: no AWS region: pass --region or set AWS_REGION"
+        " (or a region in your AWS profile)\n"
+    )
+    assert (status, out) == (2, "")
+
+
+def test_given_no_credentials_anywhere_when_a_command_runs_then_one_line_says_how_to_add_them(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+) -> None:
+    # Given a region but no credentials (the request is refused before it is sent)
+    # When on-call inspects a transaction
+    status, _, err = bare_ddbtx("--region", "eu-west-1", "inspect", "tx-1")
+
+    # Then one line names the ways to provide them
+    assert err.startswith("ddbtx: error: no AWS credentials found: run `aws configure`")
+    assert err.count("\n") == 1 and status == 2
+
+
+@pytest.mark.parametrize(
+    ("option", "role", "command"),
+    [
+        ("--transactions-table", "tx", ("inspect", "tx-1")),
+        ("--data-tables", "data", ("locks",)),
+        ("--images-table", "images", ("sweep",)),
+    ],
+)
+def test_given_a_wrong_table_name_when_a_command_runs_then_the_message_names_it_and_its_option(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+    backend: LocalDynamo,
+    janitor_tables: JanitorTables,
+    option: str,
+    role: str,
+    command: tuple[str, ...],
+) -> None:
+    # Given real tables but one of them misnamed (a typo in one option)
+    t = janitor_tables
+    names = {"tx": t.tx, "images": t.images, "data": t.data}
+    names[role] = "no-such-table"
+    args = [
+        "--endpoint-url", backend.endpoint_url, "--region", "us-east-1",
+        "--transactions-table", names["tx"], "--images-table", names["images"],
+        "--locks-table", t.locks, "--data-tables", names["data"],
+    ]  # fmt: skip
+
+    # When the command runs (local credentials: the emulator answers)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ACCESS_KEY_ID", "local")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "local")
+        status, _, err = bare_ddbtx(*args, *command)
+
+    # Then one line names the missing table and the option that set it
+    assert err == (
+        f"ddbtx: error: table not found: 'no-such-table' (set by {option} /"
+        f" {option[2:].upper().replace('-', '_')}); create it or name the right table\n"
+    )
+    assert status == 2
+
+
+def test_given_nothing_to_list_when_on_call_lists_locks_then_it_says_which_tables_to_name(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+) -> None:
+    # Given no locks table and no data tables configured
+    # When on-call lists the locks
+    status, out, err = bare_ddbtx("--region", "eu-west-1", "locks")
+
+    # Then it does not claim "no lock rows": it says which tables to name
+    assert err == (
+        "ddbtx: error: no table to list: name the locks table (--locks-table / LOCKS_TABLE)"
+        " and the data tables (--data-tables / DATA_TABLES)\n"
+    )
+    assert (status, out) == (2, "")
+
+
+def test_given_only_data_tables_when_on_call_lists_locks_then_the_lock_rows_are_said_unconfigured(
+    ddbtx: Callable[..., tuple[int, str]],
+    endpoint_env: Any,
+    young_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a held item lock, and a CLI told of the data table only
+    seed(a=100, b=100)
+    abandon(young_tm, janitor_tables.data, "pending", ("a", "b"))
+    monkeypatch.delenv("LOCKS_TABLE", raising=False)
+
+    # When on-call lists the locks without --locks-table
+    status, out = ddbtx("--locks-table", "", "locks")
+
+    # Then the missing table is named as unconfigured, and the item locks say "pending"
+    assert status == 0
+    assert "lock rows: no locks table configured (--locks-table / LOCKS_TABLE)" in out
+    assert "pending" in out and " P " not in out
+
+
+def test_given_an_unreachable_endpoint_then_the_message_names_the_url_to_check() -> None:
+    # Given the error botocore raises when nothing listens at the endpoint
+    url = f"http://127.0.0.1:{free_port()}"
+    # When the CLI explains it
+    message = explain(EndpointConnectionError(endpoint_url=url), endpoint=url)
+    # Then it names the URL and the option that set it
+    assert message == (
+        f"cannot reach DynamoDB at {url}: check --endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
+    )

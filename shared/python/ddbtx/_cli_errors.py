@@ -1,0 +1,97 @@
+"""The operator CLI's answer to ordinary mistakes: one line naming what to fix.
+
+:func:`explain` turns the exceptions a misconfigured ``ddbtx`` command meets
+(no region, no credentials, an unreachable endpoint, a table that does not
+exist, rejected credentials) into that line; anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from botocore.exceptions import (
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+)
+
+from .errors import DynamoDBError, TableNotFound, translate
+
+#: Error codes with which AWS rejects the caller rather than the request.
+_REJECTED_CALLER = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "ExpiredTokenException",
+        "AccessDeniedException",
+    }
+)
+
+
+class CliError(Exception):
+    """A mistake the user can fix; the message says how. Exit status 2."""
+
+
+def missing_tables(describe: Callable[[str], Any], tables: Iterable[tuple[str, str]]) -> list[str]:
+    """``"'name' (set by SOURCE)"`` for each configured table DescribeTable does not find."""
+    missing = []
+    for name, source in tables:
+        try:
+            describe(name)
+        except ClientError as exc:
+            if isinstance(translate(exc), TableNotFound):
+                missing.append(f"{name!r} (set by {source})")
+    return missing
+
+
+def explain(
+    exc: BaseException,
+    *,
+    endpoint: str | None,
+    describe: Callable[[str], Any] | None = None,
+    tables: Iterable[tuple[str, str]] = (),
+) -> str | None:
+    """The one-line message for ``exc``, or None when it is not a user mistake.
+
+    ``describe(name)`` (DescribeTable) and ``tables`` ((name, the option or
+    variable that set it), ...) let a missing table be named: DynamoDB's own
+    message does not say which table it did not find.
+    """
+    if isinstance(exc, CliError):
+        return str(exc)
+    if isinstance(exc, NoRegionError):
+        return "no AWS region: pass --region or set AWS_REGION (or a region in your AWS profile)"
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return (
+            "no AWS credentials found: run `aws configure` or `aws sso login`, or set AWS_PROFILE"
+            " or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (a local emulator: --endpoint-url)"
+        )
+    if isinstance(exc, EndpointConnectionError):
+        where = endpoint or "the region's DynamoDB endpoint"
+        return f"cannot reach DynamoDB at {where}: check --endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
+    error = translate(exc) if isinstance(exc, ClientError) else exc
+    if any(isinstance(e, TableNotFound) for e in _causes(error)):
+        named = missing_tables(describe, tables) if describe is not None else []
+        if named:
+            return f"table not found: {', '.join(named)}; create it or name the right table"
+        return f"a table was not found ({error}); check the table options"
+    if isinstance(error, DynamoDBError) and error.code in _REJECTED_CALLER:
+        return f"AWS rejected the request ({error.code}): {error}; check the credentials and region"
+    return None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from (a missing table often surfaces as
+    a ddbtx error whose cause is DynamoDB's ResourceNotFoundException)."""
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(translate(current) if isinstance(current, ClientError) else current)
+        current = current.__cause__
+    return chain

@@ -1,0 +1,86 @@
+"""``ddbtx sweep``'s live display: one line per pass of the sweep, and the library's logs.
+
+The sweeper reports progress per page as ``(task, rows)``: ``"index <state>#<shard>"``
+for the index pass's partitions, a table name for every scan. The index pass has a
+known number of partitions, so it gets a bar; a scan's length is not known (a
+table's ``ItemCount`` is a six-hourly estimate), so a scan gets a spinner and the
+rows read so far, never a made-up total.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+INDEX_PREFIX = "index "
+
+
+class SweepProgress:
+    """Turns the sweeper's per-page callbacks into one progress line per pass.
+
+    ``progress`` is a started :class:`rich.progress.Progress`; ``partitions`` the
+    number of index partitions (:data:`ddbtx.sweeper.PARTITIONS`); ``full_scan_table``
+    the transactions table when a ``--full`` sweep scans it instead of the index.
+    """
+
+    def __init__(self, progress: Any, *, partitions: int, full_scan_table: str | None) -> None:
+        self._progress = progress
+        self._partitions = partitions
+        self._full_scan_table = full_scan_table
+        self._tasks: dict[str, Any] = {}
+        self._totals: dict[str, int] = {}
+        self._seen_partitions: set[str] = set()
+        self._hits = 0
+        self._rows: dict[str, int] = {}
+
+    def _task(self, name: str, total: int | None) -> Any:
+        if name not in self._tasks:
+            # A pass that starts means the ones before it are over: show them full.
+            for earlier, task in self._tasks.items():
+                done = self._totals[earlier]
+                self._progress.update(task, total=done, completed=done)
+            self._tasks[name] = self._progress.add_task(name, total=total)
+            self._totals[name] = total or 1
+        return self._tasks[name]
+
+    def __call__(self, name: str, rows: int) -> None:
+        if name.startswith(INDEX_PREFIX):
+            self._seen_partitions.add(name)
+            self._hits += rows
+            task = self._task("index pass", self._partitions)
+            self._progress.update(
+                task,
+                completed=len(self._seen_partitions),
+                description=f"index pass: {len(self._seen_partitions)} of {self._partitions}"
+                f" partitions, {self._hits} due record(s)",
+            )
+            return
+        label = "full scan" if name == self._full_scan_table else "scan pass"
+        self._rows[label] = self._rows.get(label, 0) + rows
+        task = self._task(label, None)
+        self._progress.update(
+            task, description=f"{label}: {name}, {self._rows[label]} row(s) read so far"
+        )
+
+
+@contextmanager
+def library_logs(verbose: bool) -> Iterator[None]:
+    """Show ddbtx's own log records on stderr, one line each, while a command runs.
+
+    By default only errors (a record the sweep could not settle, with its
+    traceback): everything else a sweep logs is in its report. ``verbose`` adds
+    the info and warning lines. The logger is put back as it was afterwards.
+    """
+    log = logging.getLogger("ddbtx")
+    saved = (list(log.handlers), log.propagate, log.level)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("ddbtx: %(levelname)s: %(message)s"))
+    log.handlers, log.propagate = [handler], False
+    log.setLevel(logging.INFO if verbose else logging.ERROR)
+    try:
+        yield
+    finally:
+        log.handlers, log.propagate = saved[0], saved[1]
+        log.setLevel(saved[2])

@@ -1,0 +1,501 @@
+"""``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep.
+
+Needs only the package and its ``demo`` extra (``pip install 'ddbtx[demo]'``): the
+emulator is moto's server in this process, and the sweep is the core call the
+sweeper Lambda makes on every tick (see :func:`sweep_as_the_handler_does`), so no
+checkout and no Lambda runtime library is involved.
+
+Reproducible by seed: the seed fixes every transfer (accounts, amount) and every
+killed coordinator (which call it dies before or after). Live transfers run
+concurrently through :meth:`TransactionManager.run`, which retries them when
+contention aborts them, and no account can run short whatever the order, so every
+one of them commits; the killed coordinators run afterwards, each on accounts no
+other killed one touches, so each dies at its planned call. The counts of
+committed and killed transfers, the damage and the sweep's report are then the
+same on every run of a seed; only the number of retries depends on how the
+threads interleave, and the demo says so.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+from . import schema as s
+from ._items import flag, strip
+from .chaos import Chaos, Crash, FaultKind
+from .errors import TransactionConflictError, TransactionRolledBackError
+from .local import Kind, LocalDynamo
+from .locks import Mutex, create_lock_table, list_locks
+from .recovery import STATE_NAMES
+from .sweeper import JanitorSettings, SweepReport
+from .tables import create_data_table
+from .transaction import Isolation, Transaction, TransactionManager
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+DEMO_TABLES: Final = {
+    "transactions": "demo-transactions",
+    "images": "demo-images",
+    "data": "demo-accounts",
+    "locks": "demo-locks",
+}
+OPENING_BALANCE: Final = 100
+MAX_AMOUNT: Final = 20
+#: DynamoDB calls of one uncontended transfer (record, two locks and writes, decision,
+#: two unlocks, finish, delete): a killed coordinator dies before or after one of them.
+TRANSFER_CALLS: Final = 11
+#: Attempts of a live transfer (``tm.run``) before it gives up on contention.
+ATTEMPTS: Final = 20
+#: Ages the demo sweeps with: every abandoned record is stale at once (deployed: 60 s, 1 day).
+SWEEP_ENVIRONMENT: Final = {
+    "TRANSACTIONS_TABLE": DEMO_TABLES["transactions"],
+    "IMAGES_TABLE": DEMO_TABLES["images"],
+    "LOCKS_TABLE": DEMO_TABLES["locks"],
+    "DATA_TABLES": DEMO_TABLES["data"],
+    "ROLLBACK_AFTER_SECONDS": "0",
+    "DELETE_AFTER_SECONDS": "0",
+    "SWEEP_PAGE_BUDGET": "50",
+}
+
+
+# --- the plan -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transfer:
+    source: str
+    target: str
+    amount: int
+    #: (fault kind, call index) where its coordinator dies; None for a live one.
+    crash: tuple[FaultKind, int] | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a seed decides."""
+
+    accounts: tuple[str, ...]
+    opening: int
+    #: One list of live transfers per worker thread.
+    live: tuple[tuple[Transfer, ...], ...]
+    #: Transfers whose coordinator is killed, on pairwise disjoint accounts.
+    killed: tuple[Transfer, ...]
+
+    @property
+    def expected_total(self) -> int:
+        return self.opening * len(self.accounts)
+
+
+def make_plan(*, seed: int, workers: int, transfers: int, accounts: int) -> Plan:
+    """The transfers of ``workers`` x ``transfers``, some of them by doomed coordinators.
+
+    Each account pays out at most its opening balance in total, so the transfers'
+    ``balance >= :n`` conditions hold in any order.
+
+    Examples
+    --------
+    >>> plan = make_plan(seed=7, workers=2, transfers=3, accounts=8)
+    >>> len(plan.killed) + sum(map(len, plan.live))
+    6
+    """
+    if accounts < 2:
+        raise ValueError("the demo needs at least 2 accounts")
+    rng = random.Random(seed)
+    names = tuple(f"acct-{i}" for i in range(accounts))
+    total = workers * transfers
+    # Enough money that every account's budget covers its share of the largest amounts.
+    opening = OPENING_BALANCE * max(1, -(-total * MAX_AMOUNT // (OPENING_BALANCE * accounts)))
+    budget = dict.fromkeys(names, opening)
+
+    def transfer(source: str, target: str, crash: tuple[FaultKind, int] | None) -> Transfer:
+        amount = rng.randint(1, min(MAX_AMOUNT, budget[source]))
+        budget[source] -= amount
+        return Transfer(source, target, amount, crash)
+
+    killed_count = min(accounts // 2, max(1, total // 4), total)
+    pairs = list(names)
+    rng.shuffle(pairs)
+    killed = tuple(
+        transfer(
+            pairs[2 * i],
+            pairs[2 * i + 1],
+            (rng.choice(("before", "after")), rng.randrange(TRANSFER_CALLS)),
+        )
+        for i in range(killed_count)
+    )
+    live: list[list[Transfer]] = [[] for _ in range(workers)]
+    for number in range(total - killed_count):
+        source = rng.choice([n for n in names if budget[n] > 0])
+        target = rng.choice([n for n in names if n != source])
+        live[number % workers].append(transfer(source, target, None))
+    return Plan(names, opening, tuple(map(tuple, live)), killed)
+
+
+# --- running it -----------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What happened to the transfers (``retries`` alone varies from run to run)."""
+
+    committed: int = 0
+    gave_up: int = 0
+    retries: int = 0
+    killed: int = 0
+    killed_ids: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+def _manager(db: LocalDynamo) -> TransactionManager:
+    """A coordinator of its own: a killed one takes nothing else with it."""
+    return TransactionManager(
+        db.client(max_attempts=2),
+        DEMO_TABLES["transactions"],
+        DEMO_TABLES["images"],
+        lock_wait=0.2,
+        stale_after=3600.0,  # a dead coordinator's record stays until the sweeper runs
+        max_workers=1,  # one call at a time: a planned crash index is a fixed protocol step
+        key_schemas={DEMO_TABLES["data"]: ("pk",)},
+    )
+
+
+def _pay(transfer: Transfer) -> Callable[[Transaction], None]:
+    def work(tx: Transaction) -> None:
+        tx.update_item(
+            TableName=DEMO_TABLES["data"],
+            Key={"pk": {"S": transfer.source}},
+            UpdateExpression="SET balance = balance - :n",
+            ConditionExpression="balance >= :n",
+            ExpressionAttributeValues={":n": {"N": str(transfer.amount)}},
+        )
+        tx.update_item(
+            TableName=DEMO_TABLES["data"],
+            Key={"pk": {"S": transfer.target}},
+            UpdateExpression="SET balance = balance + :n",
+            ExpressionAttributeValues={":n": {"N": str(transfer.amount)}},
+        )
+
+    return work
+
+
+def _live_worker(db: LocalDynamo, transfers: tuple[Transfer, ...], outcome: Outcome) -> None:
+    for transfer in transfers:
+        pay = _pay(transfer)
+        attempts = 0
+
+        def counted(tx: Transaction, pay: Callable[[Transaction], None] = pay) -> None:
+            nonlocal attempts
+            attempts += 1
+            pay(tx)
+
+        try:
+            _manager(db).run(counted, attempts=ATTEMPTS)
+            outcome.add(committed=1, retries=attempts - 1)
+        except (TransactionConflictError, TransactionRolledBackError):
+            outcome.add(gave_up=1, retries=attempts - 1)
+
+
+def _doomed_worker(db: LocalDynamo, transfer: Transfer, outcome: Outcome) -> None:
+    """A coordinator that dies at its planned call: no rollback, no clean-up, nothing."""
+    assert transfer.crash is not None
+    tm = _manager(db)
+    chaos = Chaos(tm.client)
+    chaos.arm(*transfer.crash)
+    tx = tm.begin()
+    try:
+        _pay(transfer)(tx)
+        tx.commit()
+        tx.delete()
+    except Crash:
+        outcome.add(killed=1)
+        with outcome.lock:
+            outcome.killed_ids.add(tx.id)
+    finally:
+        chaos.close()
+
+
+def _in_threads(targets: list[Callable[[], None]]) -> None:
+    threads = [threading.Thread(target=target) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def run_transfers(db: LocalDynamo, plan: Plan) -> Outcome:
+    """The live transfers concurrently, then the doomed ones (concurrently, apart)."""
+    outcome = Outcome()
+    _in_threads([partial(_live_worker, db, mine, outcome) for mine in plan.live])
+    _in_threads([partial(_doomed_worker, db, doomed, outcome) for doomed in plan.killed])
+    return outcome
+
+
+def sweep_as_the_handler_does(client: Any, environment: Mapping[str, str]) -> SweepReport:
+    """One sweeper tick: the two calls ``functions/sweeper/handler.py`` makes, without Lambda.
+
+    The handler builds ``JanitorSettings.from_env()`` and its sweeper at cold start
+    and runs ``SWEEPER.run(deadline=..., page_budget=SETTINGS.page_budget)`` per tick;
+    Powertools only adds logs and metrics around it.
+    """
+    settings = JanitorSettings.from_env(environment)
+    sweeper = settings.sweeper(settings.manager(client))
+    return sweeper.run(page_budget=settings.page_budget)
+
+
+# --- looking at the bank --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Health:
+    """What the demo checks before and after the sweep."""
+
+    raw_total: int
+    committed_total: int
+    unfinished: Counter[str]
+    locked_items: int
+    images: int
+    lock_rows: int
+    #: Ids of every TX record, finished or not.
+    records: frozenset[str] = frozenset()
+
+    def clean(self, expected: int) -> bool:
+        return (
+            self.raw_total == expected
+            and self.committed_total == expected
+            and not self.unfinished
+            and self.locked_items == 0
+            and self.images == 0
+            and self.lock_rows == 0
+        )
+
+
+def _scan_all(client: Any, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for page in client.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        items.extend(page["Items"])
+    return items
+
+
+def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
+    client = tm.client
+    items = _scan_all(client, DEMO_TABLES["data"])
+    raw = sum(int(strip(i).get("balance", {"N": "0"})["N"]) for i in items)
+    committed = 0
+    for pk in accounts:
+        view = tm.get_item(
+            TableName=DEMO_TABLES["data"], Key={"pk": {"S": pk}}, isolation=Isolation.COMMITTED
+        )
+        committed += int(view.get("Item", {}).get("balance", {}).get("N", 0))
+    headers = [
+        r
+        for r in _scan_all(client, DEMO_TABLES["transactions"])
+        if r[s.TX_SK]["S"] == s.TX_HEADER_SK
+    ]
+    unfinished = [r for r in headers if not flag(r, s.TX_FINISHED)]
+    return Health(
+        raw_total=raw,
+        committed_total=committed,
+        unfinished=Counter(STATE_NAMES[r[s.TX_STATE]["S"]] for r in unfinished),
+        locked_items=sum(1 for i in items if s.ATTR_LOCK in i),
+        images=len(_scan_all(client, DEMO_TABLES["images"])),
+        lock_rows=len(list_locks(client, DEMO_TABLES["locks"])),
+        records=frozenset(r[s.TX_PK]["S"] for r in headers),
+    )
+
+
+def health_table(before: Health, after: Health | None, expected: int) -> Any:
+    from rich.table import Table
+
+    table = Table(title="state of the bank")
+    table.add_column("")
+    table.add_column("after crashes", justify="right")
+    if after is not None:
+        table.add_column("after sweep", justify="right")
+
+    def row(label: str, pick: Callable[[Health], object]) -> None:
+        values = [str(pick(before))] + ([str(pick(after))] if after is not None else [])
+        table.add_row(label, *values)
+
+    row(f"balances as stored (want {expected})", lambda h: h.raw_total)
+    row(f"balances, COMMITTED reads (want {expected})", lambda h: h.committed_total)
+    row(
+        "unfinished TX records",
+        lambda h: ", ".join(f"{n} {k}" for k, n in sorted(h.unfinished.items())) or "0",
+    )
+    row("items locked by a transaction", lambda h: h.locked_items)
+    row("rows in the images table", lambda h: h.images)
+    row("lock rows (a dead worker's mutex)", lambda h: h.lock_rows)
+    return table
+
+
+def what_the_sweep_did(report: SweepReport, before: Health, after: Health) -> str:
+    """The sweep's work in the bank's terms: every unlocked item is accounted for."""
+    unlocked = before.locked_items - after.locked_items
+    settled = unlocked - report.locks_released
+    return (
+        f"the sweep unlocked {unlocked} item(s): {settled} while rolling"
+        f" {report.rolled_back} transaction(s) back and {report.rolled_forward} forward and"
+        f" finishing {report.finalised}, and {report.locks_released} stray lock(s) whose"
+        f" record was gone or finished; it deleted {report.deleted} finished record(s),"
+        f" {before.images - after.images} image(s) and {report.lock_rows_deleted} expired"
+        " lock row(s)"
+    )
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """A demo run: what a seed decides, and the one count that depends on the threads."""
+
+    plan: Plan
+    outcome: Outcome
+    before: Health
+    after: Health
+    report: SweepReport
+    #: Finished TX records of live transfers' aborted attempts (a wounded attempt's
+    #: record the sweeper deletes): like ``outcome.retries``, it varies with interleaving.
+    aborted_records: int
+
+    @property
+    def clean(self) -> bool:
+        return self.after.clean(self.plan.expected_total)
+
+    def reproducible(self) -> dict[str, Any]:
+        """Every figure the seed alone decides (the same on every run of that seed)."""
+
+        def counts(h: Health) -> dict[str, Any]:
+            return {
+                "raw_total": h.raw_total,
+                "committed_total": h.committed_total,
+                "unfinished": dict(h.unfinished),
+                "locked_items": h.locked_items,
+                "images": h.images,
+                "lock_rows": h.lock_rows,
+            }
+
+        report = self.report.to_dict()
+        swept = {k: report[k] for k in (*_SEED_DECIDED, "complete")}
+        swept["deleted"] = report["deleted"] - self.aborted_records
+        return {
+            "plan": self.plan,
+            "committed": self.outcome.committed,
+            "gave_up": self.outcome.gave_up,
+            "killed": self.outcome.killed,
+            "before": counts(self.before),
+            "after": counts(self.after),
+            "sweep": swept,
+        }
+
+
+#: Sweep counters that only the killed coordinators feed.
+_SEED_DECIDED: Final = (
+    "stuck",
+    "rolled_back",
+    "rolled_forward",
+    "finalised",
+    "orphan_images_deleted",
+    "locks_released",
+    "lock_rows_deleted",
+    "errors",
+)
+
+
+# --- the whole demo -------------------------------------------------------------------
+
+
+def _setup(db: LocalDynamo, plan: Plan) -> TransactionManager:
+    client = db.client()
+    tm = TransactionManager(client, DEMO_TABLES["transactions"], DEMO_TABLES["images"])
+    tm.create_tables()
+    create_data_table(client, DEMO_TABLES["data"])
+    create_lock_table(client, DEMO_TABLES["locks"])
+    for pk in plan.accounts:
+        client.put_item(
+            TableName=DEMO_TABLES["data"],
+            Item={"pk": {"S": pk}, "balance": {"N": str(plan.opening)}},
+        )
+    # A worker that died two hours ago holding a mutex whose one-minute expiry is long past.
+    Mutex(
+        client, DEMO_TABLES["locks"], owner="worker-dead", expire_after=60,
+        wall_clock=lambda: tm.clock() - 7200,
+    ).acquire("nightly-report")  # fmt: skip
+    return tm
+
+
+def run_demo(
+    *,
+    workers: int = 4,
+    transfers: int = 8,
+    accounts: int = 8,
+    seed: int = 7,
+    emulator: Kind = "moto",
+    console: Console | None = None,
+) -> DemoResult:
+    """The whole demo, printed; ``.clean`` is True when the bank ends clean.
+
+    Examples
+    --------
+    >>> run_demo(workers=2, transfers=4).clean  # doctest: +SKIP
+    True
+    """
+    from rich.console import Console
+    from rich.panel import Panel
+
+    from .cli import report_table
+
+    out = console or Console()
+    plan = make_plan(seed=seed, workers=workers, transfers=transfers, accounts=accounts)
+    expected = plan.expected_total
+    out.print(Panel.fit("ddbtx demo: a bank, crashing coordinators, and the janitor"))
+    with LocalDynamo(emulator) as db:
+        out.print(f"embedded DynamoDB ({emulator}) on {db.endpoint_url}; no AWS account used")
+        tm = _setup(db, plan)
+        out.print(
+            f"{accounts} accounts x {plan.opening} = {expected}; seed {seed}:"
+            f" {workers} threads run {sum(map(len, plan.live))} transfers with tm.run"
+            f" (retried on conflicts), then {len(plan.killed)} coordinators are killed"
+            " mid-protocol (before or after one of their DynamoDB calls)"
+        )
+        outcome = run_transfers(db, plan)
+        out.print(
+            f"transfers committed: {outcome.committed}, coordinators killed: {outcome.killed},"
+            f" given up after {ATTEMPTS} attempts: {outcome.gave_up}"
+        )
+        before = health(tm, plan.accounts)
+        aborted = len(before.records - outcome.killed_ids)
+        out.print(
+            f"conflicts retried: {outcome.retries}, leaving {aborted} finished TX record(s) of"
+            " aborted attempts for the sweeper (these two counts alone vary from run to run:"
+            " they depend on how the threads interleave)"
+        )
+        out.print(health_table(before, None, expected))
+        out.print(
+            "sweeping as the sweeper Lambda does on each tick (ddbtx.sweeper, configured by"
+            " JanitorSettings.from_env) with ROLLBACK_AFTER_SECONDS=0 and DELETE_AFTER_SECONDS=0,"
+            " so that every abandoned record is stale at once (deployed: 60 s and 1 day)"
+        )
+        report = sweep_as_the_handler_does(db.client(), SWEEP_ENVIRONMENT)
+        out.print(report_table(report.to_dict(), "sweep report"))
+        after = health(tm, plan.accounts)
+        out.print(what_the_sweep_did(report, before, after))
+        out.print(health_table(before, after, expected))
+    result = DemoResult(plan, outcome, before, after, report, aborted)
+    if result.clean:
+        out.print(
+            f"[bold green]CLEAN[/bold green]: balances add up to {expected}, nothing is locked,"
+            " no transaction is left unfinished"
+        )
+    else:
+        out.print("[bold red]NOT CLEAN[/bold red]: see the table above")
+    return result

@@ -1,0 +1,103 @@
+"""First contact with the tooling: what `make` installs, the pinned CDK CLI, the Node note.
+
+These read the Makefile's plan (``make -n``) and run small subprocesses; none touches
+DynamoDB. The end-to-end proofs are CI steps in ``.ci/run`` (a fresh clone's
+``make test``, ``make synth`` with the pinned CLI, the wheel's demo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_plan(*targets: str) -> list[str]:
+    """The commands ``make`` would run for ``targets`` from scratch (nothing is executed)."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(
+        [make, "-n", "-B", *targets], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return out.splitlines()
+
+
+def test_given_a_fresh_clone_when_setup_bootstraps_uv_then_the_system_python_is_never_changed() -> (
+    None
+):
+    # Given a clone with nothing installed (make -B: every step runs)
+    # When make plans `make setup`
+    plan = make_plan("setup")
+
+    # Then uv comes from a private venv under the project, at the pinned version
+    assert any(line.startswith("python3 -m venv .tools") for line in plan)
+    pinned = re.search(r"^UV_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert pinned is not None
+    assert (
+        f'.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv=={pinned[1]}"'
+        in plan
+    )
+    # And no step installs into the interpreter it was started with (PEP 668 refuses that)
+    assert not [line for line in plan if re.search(r"(^|\s)python3? -m pip\b", line)]
+    # And every later step uses that uv
+    assert ".tools/bin/uv sync --frozen --all-extras" in plan
+    assert ".tools/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_given_the_cdk_cli_when_pinned_then_an_exact_2x_runs_inside_the_environment() -> None:
+    # Given package.json and its lock file
+    pins = json.loads((ROOT / "package.json").read_text())["devDependencies"]
+    locked = json.loads((ROOT / "package-lock.json").read_text())["packages"]
+
+    # Then the CLI is an exact 2.x release (3.x rejects this app's cloud-assembly schema)
+    assert re.fullmatch(r"2\.\d+\.\d+", pins["aws-cdk"])
+    assert locked["node_modules/aws-cdk"]["version"] == pins["aws-cdk"]
+    # And make runs that CLI, inside the uv environment, for every CDK job
+    for target in ("synth", "diff", "deploy", "bootstrap", "destroy"):
+        assert any(
+            line.startswith(".tools/bin/uv run --frozen node_modules/.bin/cdk " + target)
+            for line in make_plan(target)
+        ), target
+    # And synth ends by saying where the template is
+    assert any("template: cdk.out/" in line for line in make_plan("synth"))
+
+
+@pytest.fixture
+def old_node(tmp_path: Path) -> dict[str, str]:
+    """An environment whose ``node`` is an end-of-life v20 (a script printing its version)."""
+    node = tmp_path / "node"
+    node.write_text("#!/bin/sh\necho v20.1.0\n")
+    node.chmod(node.stat().st_mode | stat.S_IEXEC)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JSII_SILENCE")}
+    env["PATH"] = f"{tmp_path}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def test_given_an_old_node_when_the_cdk_app_loads_then_one_line_replaces_the_banner(
+    old_node: dict[str, str],
+) -> None:
+    # Given node v20 on the PATH
+    # When the app's package is imported (before aws_cdk starts node)
+    probe = "import os, infra; print(os.environ['JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION'])"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=old_node, capture_output=True, text=True
+    )
+
+    # Then one plain line names the version and what to use, and jsii's banner is silenced
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "note: Node.js v20.1.0 is no longer supported by the AWS CDK (it supports 22 and 24);"
+        " it still runs, but use Node 22+"
+    ]
+    assert done.stdout.strip() == "20"
+    assert "b'" not in done.stderr
