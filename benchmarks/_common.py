@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -49,6 +50,18 @@ def seed(client: Any, table: str, keys: Sequence[str], balance: int = 100) -> No
     """Plain items (outside any transaction, not counted)."""
     for pk in keys:
         client.put_item(TableName=table, Item={**key(pk), "balance": {"N": str(balance)}})
+
+
+def write_batch(client: Any, table: str, rows: list[dict[str, Any]]) -> None:
+    """Put ``rows`` (at most 25) with BatchWriteItem, retrying what it leaves unprocessed."""
+    requests: list[dict[str, Any]] = [{"PutRequest": {"Item": row}} for row in rows]
+    for _ in range(50):
+        resp = client.batch_write_item(RequestItems={table: requests})
+        requests = resp.get("UnprocessedItems", {}).get(table, [])
+        if not requests:
+            return
+        time.sleep(0.05)  # an emulator under load may defer some; retry them
+    raise RuntimeError(f"BatchWriteItem left {len(requests)} items unprocessed")
 
 
 @contextmanager

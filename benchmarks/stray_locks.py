@@ -50,7 +50,7 @@ from ddbtx.local import KINDS, Kind
 from ddbtx.sweeper import JanitorSettings
 from ddbtx.tables import create_data_table
 
-from ._common import DATA_KEY, emulators, key, render, scan_all, unique_name
+from ._common import DATA_KEY, emulators, key, render, scan_all, unique_name, write_batch
 
 BALANCE = 100
 BATCH = 25  # BatchWriteItem's limit
@@ -106,17 +106,6 @@ def load(client: Any, table: str, items: int) -> None:
     batches = [rows[i : i + BATCH] for i in range(0, len(rows), BATCH)]
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda batch: write_batch(client, table, batch), batches))
-
-
-def write_batch(client: Any, table: str, rows: list[dict[str, Any]]) -> None:
-    requests: list[dict[str, Any]] = [{"PutRequest": {"Item": row}} for row in rows]
-    for _ in range(50):
-        resp = client.batch_write_item(RequestItems={table: requests})
-        requests = resp.get("UnprocessedItems", {}).get(table, [])
-        if not requests:
-            return
-        time.sleep(0.05)  # an emulator under load may defer some; retry them
-    raise RuntimeError(f"BatchWriteItem left {len(requests)} items unprocessed")
 
 
 def leave_stray_locks(tm: TransactionManager, table: str, accounts: Sequence[str]) -> None:

@@ -91,6 +91,7 @@ from ._common import (
     scan_all,
     seed,
     unique_name,
+    write_batch,
 )
 from .latency import delayed
 
@@ -255,17 +256,6 @@ def load_bulk(client: Any, tables: Tables, records: int, seed_value: int = 7) ->
     batches = [rows[i : i + BATCH] for i in range(0, len(rows), BATCH)]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda batch: write_batch(client, tables.tx, batch), batches))
-
-
-def write_batch(client: Any, table: str, rows: list[dict[str, Any]]) -> None:
-    requests: list[dict[str, Any]] = [{"PutRequest": {"Item": row}} for row in rows]
-    for _ in range(50):
-        resp = client.batch_write_item(RequestItems={table: requests})
-        requests = resp.get("UnprocessedItems", {}).get(table, [])
-        if not requests:
-            return
-        time.sleep(0.05)  # an emulator under load may defer some; retry them
-    raise RuntimeError(f"BatchWriteItem left {len(requests)} items unprocessed")
 
 
 def abandon_stale(client: Any, tables: Tables, stale: int) -> list[str]:

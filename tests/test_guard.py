@@ -295,14 +295,10 @@ def test_given_unlocked_items_then_a_guarded_client_request_behaves_as_the_nativ
     guarded = ddbtx.guard(retarget(native, twin))
     op = "transact_write_items" if "TransactItems" in native else _client_op(native)
 
-    # When it is sent natively to one table and guarded to the other
-    native_outcome = outcome(getattr(ddb, op), native)
-    guarded_outcome = outcome(getattr(ddb, op), guarded)
-
-    # Then the answers (error code, Attributes, Item on failure, cancellation reasons)
-    # and the tables afterwards are the same
-    assert guarded_outcome == native_outcome
-    assert _rows(ddb, twin) == _rows(ddb, tables.data)
+    # When it is sent natively to one table and guarded to the other; Then the answers
+    # (error code, Attributes, Item on failure, cancellation reasons) and the tables
+    # afterwards are the same
+    assert_same(ddb, (getattr(ddb, op), native, tables.data), (getattr(ddb, op), guarded, twin))
 
 
 def _client_op(params: dict[str, Any]) -> str:
@@ -313,6 +309,17 @@ def _client_op(params: dict[str, Any]) -> str:
 
 def _rows(ddb: Any, table: str) -> list[dict[str, Any]]:
     return sorted(ddb.scan(TableName=table, ConsistentRead=True)["Items"], key=str)
+
+
+Sent = tuple[Callable[..., Any], dict[str, Any], str]  # (send, params, table it writes)
+
+
+def assert_same(ddb: Any, native: Sent, guarded: Sent) -> None:
+    """Send both requests; their outcomes and their tables afterwards must be equal."""
+    native_outcome = outcome(native[0], native[1])
+    guarded_outcome = outcome(guarded[0], guarded[1])
+    assert guarded_outcome == native_outcome
+    assert _rows(ddb, guarded[2]) == _rows(ddb, native[2])
 
 
 def resource_cases() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -365,13 +372,13 @@ def test_given_unlocked_items_then_a_guarded_resource_request_behaves_as_the_nat
     op, native = resource_cases()[case]
     guarded = ddbtx.guard(native)
 
-    # When it is sent natively to one table and guarded to the other
-    native_outcome = outcome(getattr(resource.Table(tables.data), op), native)
-    guarded_outcome = outcome(getattr(resource.Table(twin), op), guarded)
-
-    # Then the answers and the tables afterwards are the same
-    assert guarded_outcome == native_outcome
-    assert _rows(ddb, twin) == _rows(ddb, tables.data)
+    # When it is sent natively to one table and guarded to the other; Then the answers
+    # and the tables afterwards are the same
+    assert_same(
+        ddb,
+        (getattr(resource.Table(tables.data), op), native, tables.data),
+        (getattr(resource.Table(twin), op), guarded, twin),
+    )
 
 
 def test_given_a_request_using_boto3s_own_placeholder_names_then_the_guarded_one_keeps_them(
