@@ -77,23 +77,35 @@ class Policy:
         return chosen
 
 
-def _blocked(frame: FrameType | None) -> bool:
-    """Is a thread (not at the gate) waiting for another thread, rather than running?"""
-    if frame is None:
-        return True
+def _idle_worker(frame: FrameType) -> bool:
+    """An idle pool worker sits in ``work_queue.get`` (a C call: no frame of its own)."""
     code = frame.f_code
-    base = os.path.basename(code.co_filename)
-    if base == "threading.py" and code.co_name in ("wait", "_wait_for_tstate_lock"):
-        return True  # futures' wait, Event.wait, Thread.join
-    if base == "thread.py" and code.co_name == "_worker":
-        # An idle pool worker sits in ``work_queue.get`` (a C call: no frame of its own).
-        return "work_queue.get" in linecache.getline(code.co_filename, frame.f_lineno)
-    return False
+    return (
+        os.path.basename(code.co_filename) == "thread.py"
+        and code.co_name == "_worker"
+        and "work_queue.get" in linecache.getline(code.co_filename, frame.f_lineno)
+    )
+
+
+def _waiting_on_thread(frame: FrameType) -> bool:
+    """Blocked until another thread acts: futures' wait, Event.wait, Thread.join."""
+    code = frame.f_code
+    return os.path.basename(code.co_filename) == "threading.py" and code.co_name in (
+        "wait",
+        "_wait_for_tstate_lock",
+    )
 
 
 @dataclass
 class Gate:
-    """Serialises a schedule's calls; :meth:`drive` is the controller, :meth:`step` the door."""
+    """Serialises a schedule's calls: :meth:`step` is the door, :meth:`drive` the watchman.
+
+    The thread that makes the threads still (by arriving at the gate, or by
+    ending) chooses the next one itself, so a participant that the policy lets
+    go on does so without a thread switch. The watchman (the thread running
+    :meth:`drive`) decides only when a thread went still without telling
+    (a pool worker turning idle), and reports hangs.
+    """
 
     policy: Policy
     advance: Callable[[float], None]  #: moves the fake clock
@@ -105,8 +117,10 @@ class Gate:
     parked: dict[str, int] = field(default_factory=dict)  #: owner -> others' steps left
     _cv: threading.Condition = field(default_factory=threading.Condition)
     _waiting: list[Waiter] = field(default_factory=list)
+    _granted: Waiter | None = None
     _seq: int = 0
     _closed: bool = False
+    _open: bool = False  #: set by drive(), once every participant thread has started
     _baseline: set[threading.Thread] = field(default_factory=set)
     _done: set[threading.Thread] = field(default_factory=set)
 
@@ -116,7 +130,7 @@ class Gate:
     # -- the door (participant threads) -------------------------------------------
 
     def step(self, owner: str, label: str) -> None:
-        """Wait here until the controller lets this thread's next action go."""
+        """Wait here until this thread's next action is chosen to go."""
         with self._cv:
             if self._closed:
                 raise Stopped(f"schedule stopped: {self.problem}")
@@ -125,7 +139,7 @@ class Gate:
             self._seq += 1
             me = Waiter(owner, label, threading.get_ident(), self._seq)
             self._waiting.append(me)
-            self._cv.notify_all()
+            self._decide(trust_blocked=False)
             while not me.go:
                 if self._closed:
                     self._waiting.remove(me)
@@ -139,17 +153,18 @@ class Gate:
         with self._cv:
             self.parked[owner] = steps
 
-    def leave(self) -> None:
-        """The calling participant thread ends now: the controller need not wait for it."""
-        with self._cv:
-            self._done.add(threading.current_thread())
-            self._cv.notify_all()
-
     def kill(self, owner: str) -> None:
         with self._cv:
             self.dead.add(owner)
 
-    # -- the controller -----------------------------------------------------------------
+    def leave(self) -> None:
+        """The calling participant thread ends now."""
+        with self._cv:
+            self._done.add(threading.current_thread())
+            self._decide(trust_blocked=False)
+            self._cv.notify_all()
+
+    # -- choosing ----------------------------------------------------------------------------
 
     def _participants(self) -> list[threading.Thread]:
         me = threading.current_thread()
@@ -157,75 +172,86 @@ class Gate:
         return [t for t in threading.enumerate() if t not in gone and t is not me and t.is_alive()]
 
     def _snapshot(self) -> tuple[bool, bool, tuple[int, ...]]:
-        """(still, anyone alive, the blocked threads) under the lock."""
+        """(still, anyone left, the blocked threads), under the lock.
+
+        Idle pool workers count as gone: they run nothing until a participant
+        submits work, and that participant is then running or waiting on it.
+        """
         frames = sys._current_frames()
         at_gate = {w.ident for w in self._waiting}
         blocked: list[int] = []
-        alive = False
+        left = False
+        me = threading.get_ident()
         for thread in self._participants():
-            alive = True
             ident = thread.ident or 0
             if ident in at_gate:
+                left = True
                 continue
-            if not _blocked(frames.get(ident)):
+            frame = frames.get(ident)
+            if frame is None or _idle_worker(frame):
+                continue
+            left = True
+            if ident == me or not _waiting_on_thread(frame):
                 return False, True, ()
             blocked.append(ident)
-        return True, alive, tuple(sorted(blocked))
+        return True, left, tuple(sorted(blocked))
 
-    def _settle(self) -> bool:
-        """Wait until every participant is still; False when they have all finished."""
-        started = time.monotonic()
-        previous: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        while True:
-            still, alive, blocked = self._snapshot()
-            if not alive:
-                return False
-            if still:
-                seen = (blocked, tuple(sorted(w.seq for w in self._waiting)))
-                if not blocked or seen == previous:
-                    if self._waiting:
-                        return True
-                    # Everyone waits on someone and no one is at the gate: a deadlock.
-                    if time.monotonic() - started > HANG_SECONDS:
-                        self._stop("hang: every thread blocked, none at the gate")
-                        return False
-                previous = seen
-                self._cv.wait(SETTLE_SECONDS)
-                continue
-            previous = None
-            if time.monotonic() - started > HANG_SECONDS:
-                self._stop(f"hang: a thread ran for {HANG_SECONDS:.0f}s without reaching the gate")
-                return False
-            # Arrivals and finished coordinators notify; an idle pool worker does not.
-            self._cv.wait(0.005)
+    def _decide(self, *, trust_blocked: bool) -> bool:
+        """If every participant is still, let one waiting thread go (under the lock).
+
+        A thread seen blocked may have been woken a moment ago; only the
+        watchman, after seeing the same picture twice, trusts such a view.
+        """
+        if self._closed or not self._open or not self._waiting:
+            return False
+        if self._granted is not None and not self._granted.resumed:
+            return False
+        still, _, blocked = self._snapshot()
+        if not still or (blocked and not trust_blocked):
+            return False
+        if len(self.trace) >= self.max_steps:
+            self._stop(f"livelock? {self.max_steps} steps without finishing")
+            return False
+        waiters = sorted(self._waiting, key=lambda w: (w.owner, w.label, w.seq))
+        free = [w for w in waiters if self.parked.get(w.owner, 0) <= 0]
+        chosen = self.policy.choose(free or waiters, len(self.trace))
+        for owner, left in list(self.parked.items()):
+            self.parked[owner] = 0 if owner == chosen.owner else max(0, left - 1)
+        self.trace.append(f"{chosen.owner}:{chosen.label}")
+        self._waiting.remove(chosen)
+        self.advance(self.tick)
+        chosen.go = True
+        self._granted = chosen
+        self._cv.notify_all()
+        return True
 
     def _stop(self, problem: str) -> None:
         self.problem = self.problem or problem
         self._closed = True
         self._cv.notify_all()
 
+    # -- the watchman --------------------------------------------------------------------
+
     def drive(self) -> None:
-        """Run the schedule to its end, one call at a time."""
+        """Watch the schedule to its end: decide for silent threads, report hangs."""
         with self._cv:
-            while self._settle():
-                if len(self.trace) >= self.max_steps:
-                    self._stop(f"livelock? {self.max_steps} steps without finishing")
+            self._open = True
+            last_change = time.monotonic()
+            last_seen: tuple[int, tuple[int, ...]] | None = None
+            while True:
+                still, left, blocked = self._snapshot()
+                if not left:
+                    break
+                seen = (len(self.trace), blocked)
+                if seen != last_seen:
+                    last_seen, last_change = seen, time.monotonic()
+                elif still and self._decide(trust_blocked=True):
                     continue
-                waiters = sorted(self._waiting, key=lambda w: (w.owner, w.label, w.seq))
-                free = [w for w in waiters if self.parked.get(w.owner, 0) <= 0]
-                chosen = self.policy.choose(free or waiters, len(self.trace))
-                for owner, left in list(self.parked.items()):
-                    self.parked[owner] = 0 if owner == chosen.owner else max(0, left - 1)
-                self.trace.append(f"{chosen.owner}:{chosen.label}")
-                self._waiting.remove(chosen)
-                self.advance(self.tick)
-                chosen.go = True
-                self._cv.notify_all()
-                started = time.monotonic()
-                while not chosen.resumed and not self._closed:
-                    if time.monotonic() - started > HANG_SECONDS:
-                        self._stop("hang: a released thread never resumed")
-                    self._cv.wait(0.01)
+                if time.monotonic() - last_change > HANG_SECONDS:
+                    what = "every thread blocked" if still else "a thread never reached the gate"
+                    self._stop(f"hang: {what} for {HANG_SECONDS:.0f}s ({len(self.trace)} steps)")
+                    break
+                self._cv.wait(SETTLE_SECONDS)
             # Wake anyone still waiting so the threads can end.
             self._closed = True
             self._cv.notify_all()

@@ -24,7 +24,7 @@ from ddbtx.recovery import recover
 from ddbtx.sweeper import Sweeper
 
 from .gate import Gate, Policy, Waiter
-from .model import Item, Seen, check, request_params
+from .model import Item, Seen, check, read_record, request_params
 from .schedule import OPS, Schedule
 from .world import DATA, IMAGES, TX, World
 
@@ -105,6 +105,7 @@ class _Run:
         self._lock = threading.Lock()
         self.rng = random.Random(schedule.seed ^ 0x5EED)
         self.tms: dict[str, TransactionManager] = {}
+        self.rows: dict[str, list[Item]] | None = None
 
     # -- participants --------------------------------------------------------------------
 
@@ -306,8 +307,12 @@ class _Run:
         self.clock.advance(10 * PAUSE_SECONDS)
         tx_id = self.tx0.id
         for _ in range(3):
+            raw = self._header(tx_id)
+            if raw is None or raw.get(s.TX_FINISHED) == {"BOOL": True}:
+                break
             tm.sweep(tx_id, rollback_after=timedelta(seconds=1), delete_after=KEEP)
-        residue = self.residue(tx_id)
+        self.rows = self.world.rows()
+        residue = self.residue(tx_id, raw)
         if residue:
             # Stray locks are the sweeper's scan pass's job: only what it leaves is wrong.
             Sweeper(
@@ -318,9 +323,11 @@ class _Run:
                 data_tables=[DATA],
                 persist_cursor=False,
             ).run()
-            residue = self.residue(tx_id)
-        raw = self._header(tx_id)
-        return raw, self.world.items(), residue
+            raw = self._header(tx_id)
+            self.rows = self.world.rows()
+            residue = self.residue(tx_id, raw)
+        items = {row["pk"]["S"]: row for row in self.rows[DATA]}
+        return raw, items, residue
 
     def _header(self, tx_id: str) -> Item | None:
         resp = self.world.admin.get_item(
@@ -331,20 +338,17 @@ class _Run:
         item: Item | None = resp.get("Item")
         return item
 
-    def residue(self, tx_id: str) -> list[str]:
-        from .model import read_record
-
+    def residue(self, tx_id: str, raw: Item | None) -> list[str]:
+        """Protocol attributes, images and unnamed body rows left behind."""
         out = []
-        for pk, item in sorted(self.world.items().items()):
+        for item in sorted(self.rows[DATA], key=lambda i: i["pk"]["S"]):
             left = sorted(a for a in item if a.startswith(s.RESERVED_PREFIX))
             if left:
-                out.append(f"item {pk} keeps {left}")
-        images = self.world.scan(IMAGES)
-        if images:
-            out.append(f"{len(images)} image rows left")
-        raw = self._header(tx_id)
+                out.append(f"item {item['pk']['S']} keeps {left}")
+        if self.rows[IMAGES]:
+            out.append(f"{len(self.rows[IMAGES])} image rows left")
         named = read_record(raw).spilled_rows if raw else set()
-        for row in self.world.scan(TX):
+        for row in self.rows[TX]:
             sk = row[s.TX_SK]["S"]
             if sk != s.TX_HEADER_SK and row[s.TX_PK]["S"] == tx_id and sk not in named:
                 out.append(f"body row {sk} left")
@@ -352,6 +356,9 @@ class _Run:
 
 
 def run_schedule(world: World, schedule: Schedule) -> Result:
-    """Execute and check one schedule on a freshly reset world."""
-    world.reset()
-    return _Run(world, schedule).execute()
+    """Execute and check one schedule on the world (left reset for the next one)."""
+    run = _Run(world, schedule)
+    try:
+        return run.execute()
+    finally:
+        world.reset(getattr(run, "rows", None))

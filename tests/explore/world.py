@@ -45,8 +45,9 @@ class World:
         self.doors = {slot: Door(make_client(), send) for slot in SLOTS}
         self.final_client = make_client()
         self.roles = {TX: "tx", IMAGES: "img", DATA: "data"}
-        TransactionManager(self.admin, TX, IMAGES).create_tables()
+        TransactionManager(self.admin, TX, IMAGES, max_workers=1).create_tables()
         create_data_table(self.admin, DATA)
+        self.reset()
 
     def scan(self, table: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -58,18 +59,23 @@ class World:
                 return items
             params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def reset(self) -> None:
-        """Empty every table and put the initial items back."""
+    def rows(self) -> dict[str, list[dict[str, Any]]]:
+        """Every row of the three tables."""
+        return {table: self.scan(table) for table in (TX, IMAGES, DATA)}
+
+    def reset(self, rows: dict[str, list[dict[str, Any]]] | None = None) -> None:
+        """Back to the initial items and empty protocol tables (``rows``: what is there now)."""
+        rows = self.rows() if rows is None else rows
         keys = {TX: (s.TX_PK, s.TX_SK), IMAGES: (s.IMAGE_PK, s.IMAGE_SK), DATA: ("pk",)}
         for table, names in keys.items():
-            for row in self.scan(table):
+            for row in rows[table]:
+                if table == DATA and INITIAL.get(row["pk"]["S"]) == row:
+                    continue
                 self.admin.delete_item(TableName=table, Key={n: row[n] for n in names})
+        present = [row for row in rows[DATA] if INITIAL.get(row["pk"]["S"]) == row]
         for item in INITIAL.values():
-            if item is not None:
+            if item is not None and item not in present:
                 self.admin.put_item(TableName=DATA, Item=item)
-
-    def items(self) -> dict[str, dict[str, Any]]:
-        return {row["pk"]["S"]: row for row in self.scan(DATA)}
 
 
 def _config() -> Config:
