@@ -78,22 +78,41 @@ class Policy:
 
 
 def _idle_worker(frame: FrameType) -> bool:
-    """An idle pool worker sits in ``work_queue.get`` (a C call: no frame of its own)."""
+    """A pool worker waiting in ``work_queue.get`` (a C call: no frame of its own) with
+    nothing queued: it runs nothing until a participant submits work."""
     code = frame.f_code
-    return (
+    if not (
         os.path.basename(code.co_filename) == "thread.py"
         and code.co_name == "_worker"
         and "work_queue.get" in linecache.getline(code.co_filename, frame.f_lineno)
-    )
+    ):
+        return False
+    queue = frame.f_locals.get("work_queue")
+    return queue is None or queue.empty()
 
 
 def _waiting_on_thread(frame: FrameType) -> bool:
-    """Blocked until another thread acts: futures' wait, Event.wait, Thread.join."""
+    """Blocked until another thread acts: futures' wait, Event.wait, Thread.join.
+
+    A thread whose event is already set (or whose future is done) was woken and
+    only waits for the CPU: it is running, not blocked.
+    """
     code = frame.f_code
-    return os.path.basename(code.co_filename) == "threading.py" and code.co_name in (
+    if os.path.basename(code.co_filename) != "threading.py" or code.co_name not in (
         "wait",
         "_wait_for_tstate_lock",
-    )
+    ):
+        return False
+    outer: FrameType | None = frame
+    while outer is not None:
+        name = os.path.basename(outer.f_code.co_filename)
+        this = outer.f_locals.get("self")
+        if name == "threading.py" and isinstance(this, threading.Event):
+            return not this.is_set()
+        if name == "_base.py" and outer.f_code.co_name in ("result", "exception"):
+            return this is not None and not this.done()
+        outer = outer.f_back
+    return True
 
 
 @dataclass
@@ -167,9 +186,11 @@ class Gate:
     # -- choosing ----------------------------------------------------------------------------
 
     def _participants(self) -> list[threading.Thread]:
+        # Not filtered on is_alive(): a thread just started is not "alive" until it has
+        # signalled its start, while the thread that started it waits for that signal.
         me = threading.current_thread()
         gone = self._baseline | self._done
-        return [t for t in threading.enumerate() if t not in gone and t is not me and t.is_alive()]
+        return [t for t in threading.enumerate() if t not in gone and t is not me]
 
     def _snapshot(self) -> tuple[bool, bool, tuple[int, ...]]:
         """(still, anyone left, the blocked threads), under the lock.
@@ -188,7 +209,9 @@ class Gate:
                 left = True
                 continue
             frame = frames.get(ident)
-            if frame is None or _idle_worker(frame):
+            if frame is None:  # starting or ending this instant
+                return False, True, ()
+            if _idle_worker(frame):
                 continue
             left = True
             if ident == me or not _waiting_on_thread(frame):
