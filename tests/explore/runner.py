@@ -7,8 +7,11 @@ Only public entry points drive the protocol: ``TransactionManager.begin/resume``
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 import random
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -150,7 +153,13 @@ class _Run:
             raise
         except Exception as exc:
             self.note(Seen(owner, action, f"unexpected {type(exc).__name__}", tuple(requests)))
-            self.problems.append(f"{owner} {action} raised {type(exc).__name__}: {exc}")
+            stack = traceback.extract_tb(exc.__traceback__)
+            where = stack[-4:]
+            if isinstance(exc, RecursionError):  # where it loops, not where it overflowed
+                counts = Counter((f.name, os.path.basename(f.filename), f.lineno) for f in stack)
+                where = [f for f in stack if counts[(f.name, os.path.basename(f.filename), f.lineno)] > 5][:4]
+            frames = " < ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})" for f in reversed(where))
+            self.problems.append(f"{owner} {action} raised {type(exc).__name__}: {exc} at {frames}")
             return False, exc
         self.note(Seen(owner, action, "ok", tuple(requests)))
         return True, value
