@@ -160,8 +160,10 @@ def _interleavings(world: World, first: Result, bound: int) -> Iterator[Result]:
     stack: list[Result | tuple[int, ...]] = [first]
     while stack:
         top = stack.pop()
-        result = top if isinstance(top, Result) else run_schedule(
-            world, replace(first.schedule, pick=top)
+        result = (
+            top
+            if isinstance(top, Result)
+            else run_schedule(world, replace(first.schedule, pick=top))
         )
         yield result
         taken = result.choices
@@ -170,7 +172,7 @@ def _interleavings(world: World, first: Result, bound: int) -> Iterator[Result]:
             for alt in range(len(owners)):
                 if alt == index or owners[alt] == owners[index]:
                     continue
-                new = tuple(i for i, _ in taken[:step]) + (alt,)
+                new = (*(i for i, _ in taken[:step]), alt)
                 if _preemptions(new, taken) <= bound:
                     stack.append(new)
 

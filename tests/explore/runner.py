@@ -1,4 +1,4 @@
-"""Run one schedule on a :class:`World`: the participants' threads, the gate, the final sweep, checks.
+"""Run one schedule on a :class:`World`: participants' threads, the gate, a final sweep, checks.
 
 Only public entry points drive the protocol: ``TransactionManager.begin/resume``,
 ``Transaction`` requests, ``commit``/``rollback``, ``Sweeper.run``,
@@ -8,10 +8,10 @@ Only public entry points drive the protocol: ``TransactionManager.begin/resume``
 from __future__ import annotations
 
 import os
-from collections import Counter
 import random
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -153,13 +153,9 @@ class _Run:
             raise
         except Exception as exc:
             self.note(Seen(owner, action, f"unexpected {type(exc).__name__}", tuple(requests)))
-            stack = traceback.extract_tb(exc.__traceback__)
-            where = stack[-4:]
-            if isinstance(exc, RecursionError):  # where it loops, not where it overflowed
-                counts = Counter((f.name, os.path.basename(f.filename), f.lineno) for f in stack)
-                where = [f for f in stack if counts[(f.name, os.path.basename(f.filename), f.lineno)] > 5][:4]
-            frames = " < ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})" for f in reversed(where))
-            self.problems.append(f"{owner} {action} raised {type(exc).__name__}: {exc} at {frames}")
+            self.problems.append(
+                f"{owner} {action} raised {type(exc).__name__}: {exc} at {_where(exc)}"
+            )
             return False, exc
         self.note(Seen(owner, action, "ok", tuple(requests)))
         return True, value
@@ -173,8 +169,7 @@ class _Run:
             except TransactionNotFoundError:
                 value = None
             if value is not None:
-                ok, value = self.attempt(owner, action, lambda v=value: v)
-                return value
+                return self.attempt(owner, action, lambda v=value: v)[1]
             self.gate.park(owner, 6)
             self.gate.step(owner, "await record")
         self.note(Seen(owner, action, "no record"))
@@ -197,7 +192,7 @@ class _Run:
         named = [(f"c{i}r{j}", OPS[r[0]], r[1]) for j, r in enumerate(script.requests)]
         writes = [n for n in named if n[1] != "get"]
         batched = script.batch and len(writes) >= 2
-        for j, (name, op, pk) in enumerate(named):
+        for name, op, pk in named:
             if batched and op != "get":
                 if (name, op, pk) != writes[0]:
                     continue
@@ -362,6 +357,16 @@ class _Run:
             if sk != s.TX_HEADER_SK and row[s.TX_PK]["S"] == tx_id and sk not in named:
                 out.append(f"body row {sk} left")
         return out
+
+
+def _where(exc: BaseException) -> str:
+    """Where an unexpected error came from (for a RecursionError: the frames that loop)."""
+    stack = traceback.extract_tb(exc.__traceback__)
+    where = stack[-4:]
+    if isinstance(exc, RecursionError):
+        counts = Counter((f.filename, f.lineno) for f in stack)
+        where = [f for f in stack if counts[(f.filename, f.lineno)] > 5][:4]
+    return " < ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})" for f in where[::-1])
 
 
 def run_schedule(world: World, schedule: Schedule) -> Result:

@@ -116,9 +116,14 @@ def random_schedule(rng: random.Random) -> Schedule:
         sweeper=rng.random() < 0.4,
         recover=rng.random() < 0.2,
     )
+    kind = rng.choice(FAULT_KINDS)
+    if kind == "pause" and rng.random() < 0.7:
+        # A pause past the rollback age matters when someone rolls back meanwhile.
+        schedule = replace(schedule, sweeper=True)
     owners = [o for o in schedule.owners for _ in range(3 if o.startswith("c") else 1)]
-    fault = Fault(rng.choice(owners), rng.choice(FAULT_KINDS), rng.randrange(MAX_FAULT_CALL))
-    return replace(schedule, fault=fault)
+    # Coordinators make 5-20 calls: aim at the early ones more often than the late ones.
+    at = min(rng.randrange(MAX_FAULT_CALL), rng.randrange(MAX_FAULT_CALL))
+    return replace(schedule, fault=Fault(rng.choice(owners), kind, at))
 
 
 def smaller(schedule: Schedule) -> list[Schedule]:
@@ -153,7 +158,7 @@ def _refit(fault: Fault | None, removed: str) -> Fault | None:
 
 
 def _with_script(s: Schedule, i: int, script: Script) -> Schedule:
-    scripts = s.scripts[:i] + (script,) + s.scripts[i + 1 :]
+    scripts = (*s.scripts[:i], script, *s.scripts[i + 1 :])
     return replace(s, scripts=scripts)
 
 
