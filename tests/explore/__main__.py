@@ -65,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         with started(kind) as world:
             if args.exhaustive:
-                tally = exhaustive(world, args.preemptions, args.mutant)
+                tally = exhaustive(
+                    world,
+                    args.preemptions,
+                    args.mutant,
+                    progress=lambda t: print(t.line(), file=sys.stderr, flush=True),
+                )
             else:
                 # Each backend gets its own slice of seeds: together they cover more.
                 seed = args.seed * 1_000_003 + kinds.index(kind)

@@ -136,10 +136,15 @@ SMALLEST = (
 )
 
 
-def exhaustive(world: World, preemptions: int, mutant: str | None = None) -> Tally:
+def exhaustive(
+    world: World,
+    preemptions: int,
+    mutant: str | None = None,
+    progress: Callable[[Tally], None] | None = None,
+) -> Tally:
     """Every fault (participant, kind, call) x every interleaving with <= ``preemptions``
     preemptions, for each script pair of :data:`SMALLEST`."""
-    return explore(world, _exhaustive(world, preemptions), mutant=mutant)
+    return explore(world, _exhaustive(world, preemptions), mutant=mutant, progress=progress)
 
 
 def _exhaustive(world: World, bound: int) -> Iterator[Result]:
