@@ -1,0 +1,170 @@
+"""What each scripted request does, and the invariants checked after a schedule.
+
+Every write carries a marker naming the request (``w`` on a put's item, an
+attribute ``u_<request>`` set by an update that also does ``ADD n 1``), so the
+final items say exactly which requests were applied and how often.
+
+The TX record is read as stored (``ddbtx.schema``'s attribute names; each
+request as ``{o: op, t: table, k: key, n: nonce, p: params}``), not through
+the core's classes, so the checks survive the core's reshaping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddbtx import schema as s
+
+from .world import DATA, INITIAL
+
+Item = dict[str, Any]
+
+
+def request_params(rq: str, op: str, pk: str, n: int) -> dict[str, Any]:
+    """The boto3 parameters of scripted request ``rq`` (``n`` makes a put's value unique)."""
+    key = {"pk": {"S": pk}}
+    if op == "put":
+        return {"TableName": DATA, "Item": {**key, "n": {"N": str(n)}, "w": {"S": rq}}}
+    if op == "update":
+        return {
+            "TableName": DATA,
+            "Key": key,
+            "UpdateExpression": "ADD #n :one SET #m = :t",
+            "ExpressionAttributeNames": {"#n": "n", "#m": f"u_{rq}"},
+            "ExpressionAttributeValues": {":one": {"N": "1"}, ":t": {"BOOL": True}},
+        }
+    return {"TableName": DATA, "Key": key}
+
+
+@dataclass
+class Listed:
+    """One request as the TX record lists it."""
+
+    op: str
+    pk: str
+    marker: str | None  #: the request name for a put or update (None: delete, get, spilled)
+    nonce: str
+
+    def describe(self) -> str:
+        return f"{self.op} {self.pk}" + (f" ({self.marker})" if self.marker else "")
+
+
+@dataclass
+class Record:
+    state: str
+    finished: bool
+    listed: dict[str, Listed] = field(default_factory=dict)  #: by item
+    spilled_rows: set[str] = field(default_factory=set)  #: sort keys of named body rows
+
+
+def read_record(raw: Item) -> Record:
+    record = Record(raw[s.TX_STATE]["S"], raw.get(s.TX_FINISHED) == {"BOOL": True})
+    for rid, value in raw.get(s.TX_REQUESTS, {"M": {}})["M"].items():
+        m = value["M"]
+        pk = m["k"]["M"]["pk"]["S"]
+        params = m.get("p", {}).get("M", {})
+        marker = None
+        if "Item" in params:
+            marker = params["Item"]["M"].get("w", {}).get("S")
+        elif "ExpressionAttributeNames" in params:
+            marker = params["ExpressionAttributeNames"]["M"].get("#m", {}).get("S", "")[2:]
+        record.listed[pk] = Listed(m["o"]["S"], pk, marker or None, m["n"]["S"])
+        if "x" in m:
+            record.spilled_rows.add(f"r#{rid}#{m['n']['S']}")
+    return record
+
+
+def expected_item(pk: str, listed: Listed | None, put_items: dict[str, Item]) -> Item | None:
+    """The item after a commit that applied ``listed`` (None: nothing listed) exactly once."""
+    before = INITIAL[pk]
+    if listed is None or listed.op == "get":
+        return before
+    if listed.op == "delete":
+        return None
+    if listed.op == "put":
+        return put_items.get(listed.marker or "")
+    base = dict(before or {"pk": {"S": pk}})
+    base["n"] = {"N": str(int(base.get("n", {"N": "0"})["N"]) + 1)}
+    base[f"u_{listed.marker}"] = {"BOOL": True}
+    return base
+
+
+@dataclass
+class Seen:
+    """What one participant saw from one public call."""
+
+    owner: str
+    action: str  #: e.g. "c1r0 update a", "commit", "resume", "recover"
+    outcome: str  #: "ok", an exception class name, or "crash"
+    requests: tuple[tuple[str, str, str], ...] = ()  #: (name, op, item) the call made
+
+    def line(self) -> str:
+        return f"{self.owner} {self.action} -> {self.outcome}"
+
+
+def check(
+    raw: Item | None,
+    items: dict[str, Item],
+    residue: list[str],
+    seen: list[Seen],
+    put_items: dict[str, Item],
+) -> list[str]:
+    """Every invariant of the issue, from the final record and items; the violations."""
+    problems = list(residue)
+    record = read_record(raw) if raw is not None else None
+    if record is None:
+        state = s.STATE_ROLLED_BACK  # never recorded: nothing may have changed
+    else:
+        state = record.state
+        if state == s.STATE_PENDING or not record.finished:
+            problems.append(f"record left unfinished in state {state}")
+    listed = record.listed if record is not None and state == s.STATE_COMMITTED else {}
+    for pk in INITIAL:
+        want = expected_item(pk, listed.get(pk), put_items)
+        got = items.get(pk)
+        if want != got:
+            what = listed[pk].describe() if pk in listed else "nothing"
+            problems.append(
+                f"item {pk}: {_show(got)}, expected {_show(want)} "
+                f"(record {state}, lists {what} on {pk})"
+            )
+    for obs in seen:
+        # No record: nothing was ever recorded (an empty commit writes nothing either).
+        problems += _promises(obs, state, listed) if record is not None else []
+    return problems
+
+
+def _promises(obs: Seen, state: str, listed: dict[str, Listed]) -> list[str]:
+    """What a call that returned tells about the outcome."""
+    out: list[str] = []
+    if obs.action == "commit" and obs.outcome == "ok" and state != s.STATE_COMMITTED:
+        out.append(f"{obs.owner}'s commit() returned normally, but the record is {state}")
+    if obs.action == "commit" and obs.outcome == "TransactionRolledBackError" and state != "R":
+        out.append(f"{obs.owner}'s commit() said rolled back, but the record is {state}")
+    if obs.action == "rollback" and obs.outcome == "ok" and state != s.STATE_ROLLED_BACK:
+        out.append(f"{obs.owner}'s rollback() returned normally, but the record is {state}")
+    if obs.outcome != "ok" or state != s.STATE_COMMITTED:
+        return out
+    for name, op, pk in obs.requests:
+        entry = listed.get(pk)
+        if entry is None:
+            out.append(f"{obs.owner}'s {name} ({op} {pk}) returned normally; not listed")
+        elif op != "get" and (entry.op != op or (op != "delete" and entry.marker != name)):
+            out.append(
+                f"{obs.owner}'s {name} ({op} {pk}) returned normally; the committed record "
+                f"lists {entry.describe()} on {pk} instead"
+            )
+    return out
+
+
+def _show(item: Item | None) -> str:
+    if item is None:
+        return "absent"
+    parts = []
+    for name in sorted(item):
+        if name == "pk":
+            continue
+        ((kind, value),) = item[name].items()
+        parts.append(f"{name}={value}" if kind != "BOOL" else name)
+    return "{" + ", ".join(parts) + "}"
