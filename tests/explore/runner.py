@@ -284,7 +284,7 @@ class _Run:
             for door in doors.values():
                 door.close()
             for tm in self.tms.values():
-                tm.protocol.close()  # the per-item pool's threads (no public close yet)
+                tm.close()  # the per-item pool's threads
         if self.gate.problem:
             self.problems.append(self.gate.problem)
         if any(t.is_alive() for t in threads):

@@ -78,7 +78,11 @@ def test_given_a_planted_mutant_then_the_explorer_finds_it(world: World, mutant:
     # Given the protocol with one step broken (a mutant of tests/faults/mutants.py)
     # When random schedules run until the first anomaly
     tally = explore(
-        world, random_schedules(MUTANT_SEED, MUTANT_BUDGET), mutant=mutant, stop_after=1, do_shrink=False
+        world,
+        random_schedules(MUTANT_SEED, MUTANT_BUDGET),
+        mutant=mutant,
+        stop_after=1,
+        do_shrink=False,
     )
     # Then one is found, with a replay line naming the mutant, and the same schedule
     # passes on the real protocol: the mutant made the difference

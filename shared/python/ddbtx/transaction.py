@@ -176,6 +176,10 @@ class TransactionManager:
             sleep=sleep,
         )
 
+    def close(self) -> None:
+        """Stop the pool of per-item step threads; a later step starts a new one."""
+        self.protocol.close()
+
     # -- tables ----------------------------------------------------------------
 
     def create_tables(self) -> None:
