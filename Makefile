@@ -16,7 +16,7 @@ CDK := $(RUN) node_modules/.bin/cdk
 PYTEST_ARGS ?=
 CDK_ARGS ?=
 
-.PHONY: setup test faults demo wheel-demo lint bench synth diff deploy bootstrap destroy clean
+.PHONY: setup test faults explore demo wheel-demo lint bench synth diff deploy bootstrap destroy clean
 
 setup: .venv/.synced node_modules/.installed
 
@@ -43,6 +43,16 @@ test: setup
 faults: setup
 	$(RUN) pytest -n 2 -m slow $(PYTEST_ARGS)
 	$(RUN) python -m tests.faults.run $(FAULT_ARGS)
+
+# Seeded interleavings of 2-4 coordinators, a sweeper and a recover on one transaction,
+# with a fault, on both emulators at once (one process each). The seed is the commit's,
+# so each commit explores new schedules and any finding replays from its printed line.
+EXPLORE_SCHEDULES ?= 1500
+EXPLORE_SEED ?= $(shell printf '%d' 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1))
+explore: setup
+	$(RUN) python -m tests.explore --backend moto --schedules $(EXPLORE_SCHEDULES) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS) & moto=$$!; \
+	$(RUN) python -m tests.explore --backend dynalite --schedules $(EXPLORE_SCHEDULES) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS); dyn=$$?; \
+	wait $$moto; mot=$$?; exit $$(( dyn || mot ))
 
 demo: setup
 	$(RUN) ddbtx demo
