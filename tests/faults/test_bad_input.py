@@ -94,7 +94,7 @@ def test_given_a_reserved_name_behind_expression_attribute_names_then_it_is_refu
 
 
 @pytest.mark.parametrize(
-    "update", ["SET = :n", "SET balance = :n ADD", "REMOVE", "SET balance = balance +"]
+    "update", ["SET = :n", "SET balance = :n ADD", "REMOVE :n", "SET balance = balance + :n +"]
 )
 def test_given_an_invalid_update_expression_then_dynamodb_rejects_it_and_all_is_undone(
     tm: TransactionManager, tables: Tables, unchanged: dict[str, Any], update: str

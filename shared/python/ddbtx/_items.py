@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
+from decimal import Decimal
 from typing import Any
 
 from . import schema
@@ -55,6 +57,63 @@ def key_of(item: Item, key_names: tuple[str, ...]) -> Item:
     return {name: item[name] for name in key_names}
 
 
+#: DynamoDB's number syntax (as Java's BigDecimal reads it, without NaN or infinities).
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+#: DynamoDB numbers: up to 38 significant digits, magnitude 1E-130 to 9.99...E+125.
+MAX_NUMBER_DIGITS, MIN_NUMBER_EXPONENT, MAX_NUMBER_EXPONENT = 38, -130, 125
+
+
+def canonical_number(text: Any) -> str:
+    """The one spelling DynamoDB stores and returns for a number: plain decimal, no padding.
+
+    ``"10"``, ``"1E+1"``, ``"10.0"`` and ``"010"`` are all ``"10"``; ``"-0"`` is ``"0"``.
+
+    Raises
+    ------
+    ValueError
+        If DynamoDB would reject the number (syntax, over 38 significant digits,
+        magnitude out of range), with DynamoDB's reason.
+    """
+    if not isinstance(text, str) or not _NUMBER.fullmatch(text):
+        raise ValueError(f"the parameter cannot be converted to a numeric value: {text!r:.60}")
+    sign, digits, exponent = Decimal(text).as_tuple()
+    assert isinstance(exponent, int)  # the syntax above admits no NaN or infinity
+    significant = "".join(map(str, digits)).lstrip("0")
+    if not significant:
+        return "0"
+    stripped = significant.rstrip("0")
+    exponent += len(significant) - len(stripped)
+    if len(stripped) > MAX_NUMBER_DIGITS:
+        raise ValueError("attempting to store more than 38 significant digits in a Number")
+    magnitude = exponent + len(stripped) - 1  # the power of ten of the leading digit
+    if magnitude > MAX_NUMBER_EXPONENT:
+        raise ValueError("number overflow: magnitude larger than supported range")
+    if magnitude < MIN_NUMBER_EXPONENT:
+        raise ValueError("number underflow: magnitude smaller than supported range")
+    return format(Decimal((sign, tuple(map(int, stripped)), exponent)), "f")
+
+
+def canonical_key_value(value: dict[str, Any]) -> dict[str, Any]:
+    """One form per key value: numbers as DynamoDB spells them, binary as bytes.
+
+    botocore sends a ``str`` B value as its UTF-8 bytes, so ``{"B": "ab"}`` and
+    ``{"B": b"ab"}`` name the same item. Other types are returned unchanged.
+    """
+    ((kind, raw),) = value.items()
+    if kind == "N":
+        return {"N": canonical_number(raw)}
+    if kind == "B" and isinstance(raw, str):
+        return {"B": raw.encode()}
+    if kind == "B" and isinstance(raw, bytearray | memoryview):
+        return {"B": bytes(raw)}
+    return value
+
+
+def canonical_key(key: Item) -> Item:
+    """``key`` with every value in its canonical form (see :func:`canonical_key_value`)."""
+    return {name: canonical_key_value(value) for name, value in key.items()}
+
+
 def _canonical(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return {"__b64": base64.b64encode(value).decode()}
@@ -66,8 +125,11 @@ def _canonical(value: Any) -> Any:
 
 
 def request_id(table: str, key: Item) -> str:
-    """A stable id for "this item in this table": one request per item per transaction."""
-    text = json.dumps([table, _canonical(key)], separators=(",", ":"))
+    """A stable id for "this item in this table": one request per item per transaction.
+
+    Every spelling of one key (``1E+1`` and ``10``, a ``str`` and its bytes) has one id.
+    """
+    text = json.dumps([table, _canonical(canonical_key(key))], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

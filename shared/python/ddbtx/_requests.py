@@ -7,11 +7,12 @@ leaves the transaction exactly as it was.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import schema
-from ._items import MAX_ITEM_BYTES, Item, item_size, request_id
+from ._items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, request_id
 from .errors import InvalidRequestError
 
 Op = Literal["put", "update", "delete", "get"]
@@ -35,6 +36,15 @@ PLACEHOLDER_PREFIX = "ddbtx"
 
 #: Bytes the protocol adds to an item at most, besides an in-item image.
 PROTOCOL_OVERHEAD = 160
+
+#: A table's key attributes, hash first, each with its type (S, N or B), or None
+#: where only the name is known. A plain sequence of names checks names only.
+KeyTypes = Mapping[str, str | None]
+
+#: Placeholders in expressions: DynamoDB's grammar has no string literals, so a
+#: ``#`` or ``:`` always starts one (no quoting can hide one).
+_PLACEHOLDER = re.compile(r"[#:][0-9A-Za-z_]+")
+_EXPRESSIONS = ("ConditionExpression", "UpdateExpression")
 
 _CLAUSE = re.compile(r"(?<![#:\w.])(SET|REMOVE|ADD|DELETE)(?!\w)", re.IGNORECASE)
 
@@ -74,7 +84,9 @@ def _check_names(names: Any, table: str) -> None:
     if not isinstance(names, dict):
         raise _fail("ExpressionAttributeNames must be a dict", table)
     for placeholder, real in names.items():
-        if not (isinstance(placeholder, str) and placeholder.startswith("#")):
+        if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
+            raise _fail(f"placeholder {placeholder!r} is not '#' and letters, digits or _", table)
+        if not placeholder.startswith("#"):
             raise _fail(f"placeholder {placeholder!r} must start with '#'", table)
         if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
             raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
@@ -92,31 +104,81 @@ def _check_values(values: Any, table: str) -> None:
     if not isinstance(values, dict):
         raise _fail("ExpressionAttributeValues must be a dict", table)
     for placeholder, value in values.items():
-        if not (isinstance(placeholder, str) and placeholder.startswith(":")):
+        if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
+            raise _fail(f"placeholder {placeholder!r} is not ':' and letters, digits or _", table)
+        if not placeholder.startswith(":"):
             raise _fail(f"placeholder {placeholder!r} must start with ':'", table)
         if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
             raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
         _check_av(placeholder, value, table)
 
 
-def _check_key(key: Any, key_names: tuple[str, ...], table: str) -> Item:
+def _check_placeholders(params: dict[str, Any], table: str) -> None:
+    """Every placeholder defined is used, and every one used is defined, as DynamoDB demands.
+
+    DynamoDB rejects the whole request otherwise; the protocol's own writes add
+    placeholders of their own, so without this check such a request could be
+    applied (or worse, read one of the protocol's placeholders).
+    """
+    expressions = [params[p] for p in _EXPRESSIONS if params.get(p) is not None]
+    used = set(_PLACEHOLDER.findall(" ".join(expressions)))
+    for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
+        defined = params.get(param)
+        if defined is None:
+            mentioned = ", ".join(sorted(t for t in used if t.startswith(sigil)))
+            if mentioned:
+                raise _fail(f"{mentioned} used in an expression but {param} is missing", table)
+            continue
+        if not defined:
+            raise _fail(f"{param} must not be empty", table)
+        if not expressions:
+            raise _fail(f"{param} can only be specified when using expressions", table)
+        undefined = ", ".join(sorted(t for t in used if t.startswith(sigil) and t not in defined))
+        if undefined:
+            raise _fail(f"{undefined} used in an expression but not defined in {param}", table)
+        unused = ", ".join(sorted(set(defined) - used))
+        if unused:
+            raise _fail(f"{param} has entries no expression uses: {unused}", table)
+
+
+def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
+    if isinstance(key_names, Mapping):
+        return key_names
+    return dict.fromkeys(key_names)
+
+
+def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
+    """The key in canonical form (hash first), after checking it against the key schema."""
     if not isinstance(key, dict) or not key:
         raise _fail("Key is missing or empty", table)
-    if set(key) != set(key_names):
+    if set(key) != set(key_types):
         raise _fail(
-            f"Key must have exactly the key attributes {sorted(key_names)}, got {sorted(key)}",
+            f"Key must have exactly the key attributes {sorted(key_types)}, got {sorted(key)}",
             table,
         )
-    for name, value in key.items():
+    canonical: Item = {}
+    for name, expected in key_types.items():
+        value = key[name]
         _check_av(name, value, table)
         ((kind, raw),) = value.items()
         if kind not in ("S", "N", "B") or raw in ("", b""):
             raise _fail(f"key attribute {name!r} must be a non-empty S, N or B", table)
-    return {name: key[name] for name in key_names}
+        if expected is not None and kind != expected:
+            raise _fail(f"type mismatch for key {name!r}: expected {expected}, got {kind}", table)
+        try:
+            canonical[name] = canonical_key_value(value)
+        except ValueError as exc:
+            raise _fail(f"key attribute {name!r}: {exc}", table) from None
+    return canonical
 
 
-def build(op: Op, params: dict[str, Any], key_names: tuple[str, ...]) -> Request:
+def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -> Request:
     """Validate boto3-style ``params`` for ``op`` and return a :class:`Request`.
+
+    ``key_names`` are the table's key attributes, hash first: names, or names
+    mapped to their types to check those too. The request's key (also inside
+    ``params``) is put in canonical form, so that every spelling of one item
+    has one request id.
 
     Raises
     ------
@@ -129,16 +191,19 @@ def build(op: Op, params: dict[str, Any], key_names: tuple[str, ...]) -> Request
     unknown = set(params) - _ALLOWED[op]
     if unknown:
         raise _fail(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
+    key_types = _key_types(key_names)
     _check_names(params.get("ExpressionAttributeNames"), table)
     _check_values(params.get("ExpressionAttributeValues"), table)
     if op in _RETURN_VALUES:
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:
             raise _fail(f"ReturnValues={rv!r} is not supported for {op}_item", table)
-    for text_param in ("ConditionExpression", "UpdateExpression"):
+    for text_param in _EXPRESSIONS:
         value = params.get(text_param)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise _fail(f"{text_param} must be a non-empty string", table)
+    _check_placeholders(params, table)
+    params = dict(params)
     if op == "put":
         item = params.get("Item")
         if not isinstance(item, dict) or not item:
@@ -150,10 +215,11 @@ def build(op: Op, params: dict[str, Any], key_names: tuple[str, ...]) -> Request
                     table,
                 )
             _check_av(name, value, table)
-        missing = [k for k in key_names if k not in item]
+        missing = [k for k in key_types if k not in item]
         if missing:
             raise _fail(f"Item lacks key attributes {missing}", table)
-        key = _check_key({k: item[k] for k in key_names}, key_names, table)
+        key = _check_key({k: item[k] for k in key_types}, key_types, table)
+        params["Item"] = {**item, **key}
         size = item_size(item) + PROTOCOL_OVERHEAD
         if size > MAX_ITEM_BYTES:
             raise _fail(
@@ -163,18 +229,20 @@ def build(op: Op, params: dict[str, Any], key_names: tuple[str, ...]) -> Request
                 key,
             )
     else:
-        key = _check_key(params.get("Key"), key_names, table)
-    if op == "update" and not params.get("UpdateExpression"):
-        raise _fail("UpdateExpression is missing", table, key)
-    return Request(op=op, table=table, key=key, params=dict(params), rid=request_id(table, key))
+        key = _check_key(params.get("Key"), key_types, table)
+        params["Key"] = key
+    return Request(op=op, table=table, key=key, params=params, rid=request_id(table, key))
 
 
 def merge_set(update_expression: str, assignments: str) -> str:
     """Add ``assignments`` to the SET clause of a user's update expression.
 
     DynamoDB allows each clause keyword once, so protocol assignments must join
-    the user's own SET clause rather than start a second one.
+    the user's own SET clause rather than start a second one. An update with no
+    expression (DynamoDB then only makes sure the item exists) is the SET alone.
     """
+    if not update_expression:
+        return f"SET {assignments}"
     matches = [m for m in _CLAUSE.finditer(update_expression) if m.group(1).upper() == "SET"]
     if not matches:
         return f"{update_expression} SET {assignments}"

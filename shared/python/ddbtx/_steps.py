@@ -447,7 +447,7 @@ class ItemSteps:
         return_values: str,
     ) -> dict[str, Any]:
         """The user's UpdateExpression with protocol assignments joined to its SET clause."""
-        update = merge_set(req.params["UpdateExpression"], protocol_sets)
+        update = merge_set(req.params.get("UpdateExpression") or "", protocol_sets)
         return call(
             self.p.client,
             "update_item",

@@ -12,7 +12,7 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ from ._dynamo import call
 from ._items import Item, flag, is_locked_by, item_size, lock_owner, request_id, strip
 from ._protocol import Protocol, SweepOutcome, new_tx_id, user_view
 from ._record import Header, new_lock_value, new_nonce
-from ._requests import Op, Request, build
+from ._requests import KeyTypes, Op, Request, build
 from ._steps import INLINE_IMAGE_LIMIT, ItemSteps, _wrap
 from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES, AddRefused, Local, RecordView, _Decided
 from .errors import (
@@ -102,6 +102,11 @@ class TransactionManager:
         Bound on concurrent per-item steps (completion, catch-up); 1 is serial.
     finished_ttl
         How long a finished TX record is kept before DynamoDB TTL may delete it.
+    key_schemas
+        Key attributes per data table, hash first, to skip ``DescribeTable``:
+        names (``("pk",)``), or names mapped to types (``{"pk": "S"}``) so that
+        key types are checked before anything is written, as they are for a
+        table whose schema is read.
 
     Examples
     --------
@@ -132,7 +137,7 @@ class TransactionManager:
         contention: Contention = Contention.WOUND_WAIT,
         max_workers: int = 32,
         finished_ttl: timedelta = timedelta(days=1),
-        key_schemas: dict[str, tuple[str, ...]] | None = None,
+        key_schemas: dict[str, Sequence[str] | KeyTypes] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         if lock_wait < 0 or stale_after <= 0 or wound_patience < 0 or max_workers < 1:
@@ -164,7 +169,10 @@ class TransactionManager:
         self.wound_patience = wound_patience
         self.contention = Contention(contention)
         self.rng = rng or random.Random()
-        self._keys: dict[str, tuple[str, ...]] = dict(key_schemas or {})
+        self._keys: dict[str, KeyTypes] = {
+            table: keys if isinstance(keys, Mapping) else dict.fromkeys(keys)
+            for table, keys in (key_schemas or {}).items()
+        }
         self._put_paths: dict[str, str] = {}  # per table: did the last put insert or replace?
         self.protocol = self.p = Protocol(
             client,
@@ -195,16 +203,21 @@ class TransactionManager:
 
     def key_names(self, table: str) -> tuple[str, ...]:
         """The key attribute names of a data table (hash first), read once and cached."""
-        names = self._keys.get(table)
-        if names is None:
+        return tuple(self.key_types(table))
+
+    def key_types(self, table: str) -> KeyTypes:
+        """A data table's key attributes (hash first) and their types, read once and cached."""
+        keys = self._keys.get(table)
+        if keys is None:
             try:
                 desc = call(self.client, "describe_table", TableName=table)["Table"]
             except TableNotFound as exc:
                 raise InvalidRequestError(f"table {table!r} does not exist", table=table) from exc
             schema_ = sorted(desc["KeySchema"], key=lambda k: k["KeyType"] != "HASH")
-            names = tuple(k["AttributeName"] for k in schema_)
-            self._keys[table] = names
-        return names
+            types = {a["AttributeName"]: a["AttributeType"] for a in desc["AttributeDefinitions"]}
+            keys = {k["AttributeName"]: types.get(k["AttributeName"]) for k in schema_}
+            self._keys[table] = keys
+        return keys
 
     # -- transactions ----------------------------------------------------------
 
@@ -357,8 +370,8 @@ class TransactionManager:
             if "ReturnValues" in params:
                 raise InvalidRequestError("ReturnValues is not supported in transact_write")
             table = params.get("TableName")
-            key_names = self.key_names(table) if isinstance(table, str) and table else ()
-            built.append(build(op, params, key_names))
+            key_types = self.key_types(table) if isinstance(table, str) and table else {}
+            built.append(build(op, params, key_types))
         if not built:
             return "native"
         if len({(r.table, r.rid) for r in built}) != len(built):
@@ -366,13 +379,9 @@ class TransactionManager:
         size = sum(item_size(r.params.get("Item") or r.key) for r in built)
         if len(built) <= 100 and size <= 4 * 1024 * 1024 and self._native_write(built):
             return "native"
-        tx = self.begin()
-        try:
+        # As a `with` block: a failure to clean up after an error never hides the error.
+        with self.transaction() as tx:
             tx.write_all(requests)
-            tx.commit()
-        finally:
-            if tx.state != s.STATE_PENDING:
-                tx.delete()
         return "protocol"
 
     def _native_write(self, requests: list[Request]) -> bool:
@@ -388,6 +397,11 @@ class TransactionManager:
                 condition = f"({r.condition}) AND {condition}"
             params = {k: v for k, v in r.params.items() if k != "ExpressionAttributeNames"}
             params.update(ConditionExpression=condition, ExpressionAttributeNames=names)
+            if r.op == "update" and not r.params.get("UpdateExpression"):
+                # UpdateItem with no expression only makes sure the item exists, but an
+                # Update here needs one: removing an attribute never written is the same.
+                params["UpdateExpression"] = "REMOVE #ddbtxv"
+                names["#ddbtxv"] = s.ATTR_VERDICT
             kind = {"put": "Put", "update": "Update", "delete": "Delete"}[r.op]
             items.append({kind: params})
         try:
@@ -431,8 +445,7 @@ class TransactionManager:
             finally:
                 tx.rollback()
                 tx.delete()
-        self.key_names(TableName)
-        build("get", {"TableName": TableName, "Key": Key}, self.key_names(TableName))
+        build("get", {"TableName": TableName, "Key": Key}, self.key_types(TableName))
         for _ in range(8):
             resp = call(
                 self.client, "get_item", TableName=TableName, Key=Key, ConsistentRead=ConsistentRead
@@ -560,8 +573,8 @@ class Transaction:
     def _build(self, op: Op, params: dict[str, Any]) -> Request:
         table = params.get("TableName") if isinstance(params, dict) else None
         try:
-            key_names = self.manager.key_names(table) if isinstance(table, str) and table else ()
-            return build(op, params, key_names)
+            key_types = self.manager.key_types(table) if isinstance(table, str) and table else {}
+            return build(op, params, key_types)
         except InvalidRequestError as exc:
             raise InvalidRequestError(
                 str(exc).split(" [")[0], tx_id=self.id, table=exc.table, key=exc.key
