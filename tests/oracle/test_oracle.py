@@ -19,29 +19,20 @@ from .shapes import SHAPES, Shape
 #: Each case is expected to diverge (strict): when a fix lands it turns red, and
 #: its entry is deleted. Path "*" is every path.
 KNOWN_DIVERGENCES: dict[tuple[str, str], int] = {
-    # 1: a conditional delete after a read lock ignores its condition.
-    **{
-        (f"delete/{shape}", "after_get"): 1
-        for shape in (
-            "cond-false",
-            "cond-syntax-error",
-            "cond-reserved",
-            "N/cond-false",
-            "B/cond-false",
-            "SR/cond-false",
-            "G/cond-false",
-        )
-    },
-    # 6: items near 400 KB cannot be written, updated or deleted.
+    # 6: a documented limit, not a bug to fix here: within about 113 bytes of 400 KB a
+    # put's request body, within 75 an update's saved image, and within 52 a delete's
+    # lock no longer fits in one DynamoDB item (README, "Items near 400 KB"); ddbtx
+    # refuses with InvalidRequestError saying so, and leaves nothing behind.
     **{
         (f"{op}/size/{size}-{kind}", "*"): 6
-        for size in ("400kb-64", "400kb")
-        for op, kind in (
-            ("put", "new"),
-            ("put", "replace"),
-            ("update", "update"),
-            ("delete", "delete"),
+        for size, kinds in (
+            ("400kb-64", (("put", "new"), ("put", "replace"), ("update", "update"))),
+            (
+                "400kb",
+                (("put", "new"), ("put", "replace"), ("update", "update"), ("delete", "delete")),
+            ),
         )
+        for op, kind in kinds
     },
 }
 
@@ -184,7 +175,7 @@ def _expectation(request: pytest.FixtureRequest, shape: Shape, path: str) -> Non
     known = KNOWN_DIVERGENCES.get((shape.id, path)) or KNOWN_DIVERGENCES.get((shape.id, "*"))
     if known:
         request.applymarker(
-            pytest.mark.xfail(strict=True, reason=f"issue 11 class {known}: lead fixing")
+            pytest.mark.xfail(strict=True, reason=f"issue 11 class {known}: documented limit")
         )
 
 

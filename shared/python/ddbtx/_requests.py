@@ -34,8 +34,20 @@ _AV_TYPES = {"S", "N", "B", "BOOL", "NULL", "SS", "NS", "BS", "L", "M"}
 #: Placeholders the protocol adds to user expressions; user placeholders may not use them.
 PLACEHOLDER_PREFIX = "ddbtx"
 
-#: Bytes the protocol adds to an item at most, besides an in-item image.
-PROTOCOL_OVERHEAD = 160
+#: Bytes of an item a lock takes: ``_tx:id`` = "<tx id, 29 characters>/<nonce, 8>".
+LOCK_BYTES = len(schema.ATTR_LOCK) + 29 + 1 + 8
+#: Bytes a transaction adds to an item at most, besides an in-item image (which is kept
+#: in the images table whenever it does not fit): the lock, the applied flag, and either
+#: ``_tx:new`` (inserted to hold the lock) or ``_tx:ext`` (image kept elsewhere). A delete
+#: adds the lock and ``_tx:del``. DynamoDB counts these toward the item's 400 KB, so an
+#: item over ``MAX_ITEM_BYTES - PROTOCOL_OVERHEAD`` bytes cannot take part in a transaction.
+PROTOCOL_OVERHEAD = (
+    LOCK_BYTES
+    + len(schema.ATTR_APPLIED)
+    + 1
+    + max(len(schema.ATTR_TRANSIENT), len(schema.ATTR_IMAGE_EXTERNAL))
+    + 1
+)
 
 #: A table's key attributes, hash first, each with its type (S, N or B), or None
 #: where only the name is known. A plain sequence of names checks names only.
@@ -220,18 +232,23 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
             raise _fail(f"Item lacks key attributes {missing}", table)
         key = _check_key({k: item[k] for k in key_types}, key_types, table)
         params["Item"] = {**item, **key}
-        size = item_size(item) + PROTOCOL_OVERHEAD
-        if size > MAX_ITEM_BYTES:
-            raise _fail(
-                f"item is {size} bytes with protocol attributes, over the "
-                f"{MAX_ITEM_BYTES}-byte DynamoDB limit",
-                table,
-                key,
-            )
+        size = item_size(item)
+        if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
+            raise _fail(too_large(size), table, key)
     else:
         key = _check_key(params.get("Key"), key_types, table)
         params["Key"] = key
     return Request(op=op, table=table, key=key, params=params, rid=request_id(table, key))
+
+
+def too_large(size: int | None = None) -> str:
+    """Why an item cannot take part in a transaction: what must fit in one DynamoDB item."""
+    what = f"the item is {size} bytes" if size is not None else "the item is too large"
+    return (
+        f"{what}: in a transaction its lock ({PROTOCOL_OVERHEAD} bytes at most), its saved "
+        f"image or its request body must fit in one {MAX_ITEM_BYTES}-byte DynamoDB item next "
+        "to ddbtx's own attributes (README: items near 400 KB); write it natively instead"
+    )
 
 
 def merge_set(update_expression: str, assignments: str) -> str:

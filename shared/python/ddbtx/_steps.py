@@ -15,7 +15,7 @@ from . import schema as s
 from ._dynamo import call
 from ._items import MAX_ITEM_BYTES, Item, flag, item_size, lock_owner, strip
 from ._record import new_lock_value, new_nonce
-from ._requests import PROTOCOL_OVERHEAD, Request, merge_set
+from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large
 from ._view import Local, rejected
 from .errors import (
     ConditionalCheckFailedError,
@@ -82,7 +82,7 @@ class ItemSteps:
                         continue
                     guessing = False
                 except ValidationFailed as exc:
-                    raise rejected(self.tx.id, [req], exc) from exc
+                    raise self._rejected(req, exc) from exc
             item = self.p.read_item(req.table, req.key)
             owner = lock_owner(item)
             if item is None or owner is None:
@@ -271,6 +271,12 @@ class ItemSteps:
         except ValidationFailed as exc:
             raise rejected(self.tx.id, [req], exc) from exc
 
+    def _rejected(self, req: Request, exc: ValidationFailed) -> InvalidRequestError:
+        """DynamoDB refused a write; an item too large for its lock is said so exactly."""
+        if "size" in str(exc).lower():
+            return InvalidRequestError(too_large(), tx_id=self.tx.id, table=req.table, key=req.key)
+        return rejected(self.tx.id, [req], exc)
+
     def _condition_false(self, req: Request) -> ConditionalCheckFailedError:
         return ConditionalCheckFailedError(
             "the request's condition is false", tx_id=self.tx.id, table=req.table, key=req.key
@@ -306,7 +312,7 @@ class ItemSteps:
                 ExpressionAttributeValues=_used(values, ":ddbtxt", condition),
             )
         except ValidationFailed as exc:
-            raise rejected(self.tx.id, [req], exc) from exc
+            raise self._rejected(req, exc) from exc
         except ConditionFailed as exc:
             item = self.p.read_item(req.table, req.key)
             lock = (item or {}).get(s.ATTR_LOCK, {}).get("S")
@@ -331,8 +337,8 @@ class ItemSteps:
         condition = APPLY
         if check_condition and not local.transient:
             condition = _with_user_condition(req, condition)
-        image_attrs = self._image_attrs(local, values)
         try:
+            image_attrs = self._image_attrs(local, values)
             if req.op == "put":
                 return self._apply_put(local, image_attrs, condition, names, values)
             return self._apply_update(local, image_attrs, condition, names, values)

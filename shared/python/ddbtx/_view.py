@@ -21,7 +21,7 @@ from typing import Any
 from . import schema as s
 from ._items import Item, item_size
 from ._record import Entry, Header, RecordStore, entry_to_av
-from ._requests import Request
+from ._requests import Request, too_large
 from .errors import DuplicateRequestError, InvalidRequestError, ValidationFailed
 
 logger = logging.getLogger(__name__)
@@ -316,6 +316,12 @@ class RecordView:
                 [{"PutRequest": {"Item": self.store.body_row(self.tx_id, e)}} for e in entries],
             )
         except ValidationFailed as exc:
+            if "size" in str(exc).lower() and len(entries) == 1:
+                req = entries[0]
+                error = InvalidRequestError(
+                    too_large(), tx_id=self.tx_id, table=req.table, key=req.key
+                )
+                raise AddRefused(error) from exc
             raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
         with self._lock:
             self.spilled.update(e.rid for e in entries)
