@@ -139,17 +139,7 @@ class ItemSteps:
             values[":ddbtxt"] = {"BOOL": True}
             sets += ", #ddbtxd = :ddbtxt"
         condition = _with_user_condition(req, LOCK_EXISTING)
-        resp = call(
-            self.p.client,
-            "update_item",
-            TableName=req.table,
-            Key=req.key,
-            UpdateExpression=f"SET {sets}",
-            ConditionExpression=condition,
-            ExpressionAttributeNames=_used(names, sets, condition),
-            ExpressionAttributeValues=_used(values, sets, condition),
-            ReturnValues="ALL_OLD",
-        )
+        resp = self._update(req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD")
         local.pre = strip(resp.get("Attributes"))
         local.transient = False
         local.locked = True
@@ -236,18 +226,8 @@ class ItemSteps:
         names, values = self._lock_names(local)
         names["#ddbtxv"] = s.ATTR_VERDICT
         condition = VERDICT.format(condition=req.condition)
-        used = _used(values, condition)
         try:
-            call(
-                self.p.client,
-                "update_item",
-                TableName=req.table,
-                Key=req.key,
-                UpdateExpression="REMOVE #ddbtxv",
-                ConditionExpression=condition,
-                ExpressionAttributeNames=_used(names, "#ddbtxv", condition),
-                **({"ExpressionAttributeValues": used} if used else {}),
-            )
+            self._update(req, "REMOVE #ddbtxv", condition, names, values)
         except ConditionFailed:
             return
         raise self._condition_false(req)
@@ -301,16 +281,7 @@ class ItemSteps:
         if not local.transient:
             condition = _with_user_condition(req, condition)
         try:
-            call(
-                self.p.client,
-                "update_item",
-                TableName=req.table,
-                Key=req.key,
-                UpdateExpression="SET #ddbtxd = :ddbtxt",
-                ConditionExpression=condition,
-                ExpressionAttributeNames=_used(names, "#ddbtxd", condition),
-                ExpressionAttributeValues=_used(values, ":ddbtxt", condition),
-            )
+            self._update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
         except ValidationFailed as exc:
             raise self._rejected(req, exc) from exc
         except ConditionFailed as exc:
@@ -454,6 +425,20 @@ class ItemSteps:
     ) -> dict[str, Any]:
         """The user's UpdateExpression with protocol assignments joined to its SET clause."""
         update = merge_set(req.params.get("UpdateExpression") or "", protocol_sets)
+        return self._update(req, update, condition, names, values, ReturnValues=return_values)
+
+    def _update(
+        self,
+        req: Request,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """One conditional UpdateItem of the request's item, passing only the placeholders
+        its expressions use (DynamoDB rejects unused ones)."""
+        used_values = _used(values, update, condition)
         return call(
             self.p.client,
             "update_item",
@@ -462,8 +447,8 @@ class ItemSteps:
             UpdateExpression=update,
             ConditionExpression=condition,
             ExpressionAttributeNames=_used(names, update, condition),
-            ExpressionAttributeValues=_used(values, update, condition),
-            ReturnValues=return_values,
+            **({"ExpressionAttributeValues": used_values} if used_values else {}),
+            **extra,
         )
 
     def save_image(self, local: Local, image: Item) -> None:
