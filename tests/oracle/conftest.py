@@ -7,7 +7,6 @@ the HTTP round trip): the oracle makes some 30,000 calls per emulator.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 
 import boto3
 import pytest
@@ -21,12 +20,17 @@ from .runner import Twins
 @pytest.fixture(scope="module")
 def twins(request: pytest.FixtureRequest, emulators: dict[str, LocalDynamo]) -> Iterator[Twins]:
     """The twin tables on the emulator named by the case's parameter (moto or dynalite)."""
-    with ExitStack() as stack:
-        if request.param == "moto":
-            stack.enter_context(mock_aws())
-            client = boto3.client("dynamodb", **LOCAL_CREDENTIALS)
-        else:
-            client = emulators[request.param].client()
+    # The mock shares moto's state with the session's moto server: keep others' data.
+    mock = mock_aws()
+    if request.param == "moto":
+        mock.start(reset=False)
+        client = boto3.client("dynamodb", **LOCAL_CREDENTIALS)
+    else:
+        client = emulators[request.param].client()
+    try:
         made = Twins.create(client)
         yield made
         made.drop()
+    finally:
+        if request.param == "moto":
+            mock.stop(remove_data=False)
