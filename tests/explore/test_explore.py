@@ -99,3 +99,27 @@ def test_given_the_protocol_when_random_schedules_run_then_no_anomaly(world: Wor
     # Then every invariant held in every schedule
     assert tally.schedules == SMALL_RUN
     assert not tally.findings, "\n".join(f.report() for f in tally.findings)
+
+
+#: Schedules the explorer found failing before issue 15's fixes (replay lines).
+FOUND_BEFORE_THE_FIXES = {
+    # c2 takes c over; c0 took c2's lock for its own stray and undid it.
+    "stray-by-nonce": "seed=1697151834 pol=rand mw=1 c0=uc:commit c1=:commit c2=:commit "
+    "sw=0 rc=0 fault=-",
+    # A lost answer, then a committed put never applied.
+    "unapplied-put": "seed=2424524899 pol=pct4 mw=4 c0=ga,pb:commit c1=ub:commit c2=dc:commit "
+    "sw=0 rc=0 fault=c0:lost@3",
+    # A refused write_all left a planned request behind; commit took it over forever.
+    "refused-batch": "seed=743912397 pol=pct3 mw=1 c0=ub:commit c1=ua,ub:commit/w sw=1 rc=0 "
+    "fault=c0:after@0",
+}
+
+
+@pytest.mark.parametrize("found", sorted(FOUND_BEFORE_THE_FIXES))
+def test_given_a_schedule_that_failed_before_the_fixes_then_it_passes(
+    world: World, found: str
+) -> None:
+    # Given a schedule the explorer found failing on the code before issue 15's fixes
+    schedule = Schedule.parse(FOUND_BEFORE_THE_FIXES[found])
+    # When it runs, then every invariant holds
+    assert run_schedule(world, schedule).problems == []
