@@ -121,17 +121,36 @@ def test_given_every_kind_of_lock_when_listed_then_each_row_says_what_it_is(
 
 @pytest.fixture
 def expired_rows(
-    make_lock: MakeLock, make_mutex: Callable[..., Mutex], freeze: Callable[[FifoLock, str], None]
+    make_lock: MakeLock, make_mutex: Callable[..., Mutex], ddb: Any, locks: str
 ) -> Callable[[], None]:
-    """Rows for the sweeper: an expiring mutex, the queue row of a waiter that died,
-    counters (lease row, FIFO head) and a mutex that never expires."""
+    """Rows for the sweeper: two rows of the earlier layouts, an expiring mutex (TTL,
+    no counter) and the queue row of a FIFO waiter that died, then counters (lease
+    row, FIFO head) and a mutex of this layout, which keeps its counter."""
 
     def make() -> None:
-        assert make_mutex("worker-1", expire_after=30.0).acquire("invoice-1")
+        ddb.put_item(
+            TableName=locks,
+            Item={
+                schema.LOCK_PK: {"S": "invoice-1"},
+                schema.LOCK_SK: {"S": "mutex"},
+                "owner": {"S": "worker-1"},
+                "rvn": {"S": "old"},
+                schema.LOCK_TTL: {"N": str(int(WALL_START + 30))},
+            },
+        )
         assert make_mutex("worker-2").acquire("invoice-2")
         make_lock(LeaseLockClient, "host-a").acquire("Moe")
         make_lock(FifoLock, "p1").acquire("orders")
-        freeze(make_lock(FifoLock, "p2"), "orders")
+        ddb.put_item(
+            TableName=locks,
+            Item={
+                schema.LOCK_PK: {"S": "orders"},
+                schema.LOCK_SK: {"S": "fifo#default#00000000000000000002"},
+                "owner": {"S": "p2"},
+                "rvn": {"S": "dead"},
+                schema.LOCK_TTL: {"N": str(int(WALL_START + LEASE + GC_MARGIN))},
+            },
+        )
 
     return make
 

@@ -14,21 +14,20 @@ from ..tables import create_table_if_missing
 from ._rows import (
     EXPIRES,
     FENCE,
-    HELD,
     HOLD,
     LEASE_SK,
     MUTEX_SK,
+    NEXT,
     OWNER,
     RVN,
-    SERVING,
     Item,
     expressions,
-    get_bool,
     get_int,
     get_num,
     get_str,
     parse_fifo_sk,
 )
+from .fifo import entries as fifo_entries
 
 logger = logging.getLogger(__name__)
 
@@ -89,14 +88,14 @@ class LockRow:
     namespace : str or None
         FIFO namespace.
     state : {"held", "free", "waiting"}
-        ``waiting`` is a FIFO queue row; ``free`` a lease row or FIFO head
-        nobody holds (kept for its counter).
+        ``waiting`` is a FIFO waiter (an entry on its head row); ``free`` a
+        mutex or lease row or FIFO head nobody holds (kept for its counter).
     owner : str or None
     fencing_token : int or None
-        Lease: the counter (the holder's token while held). FIFO head: the
-        ticket now serving.
+        Mutex and lease: the counter (the holder's token while held). FIFO
+        head: the holder's ticket, or when free the last ticket issued.
     ticket : int or None
-        A FIFO queue row's ticket.
+        A FIFO waiter's ticket.
     queue_position : int or None
         1 for the queue row first in line, 2 for the next, ...
     expires_at : float or None
@@ -127,32 +126,42 @@ def _scan(client: Any, table: str, **params: Any) -> tuple[list[Item], int, Item
     )
 
 
-def _row(item: Item) -> LockRow | None:
+def _rows(item: Item) -> list[LockRow]:
+    """What one table row says: one lock row, or a FIFO head's holder and waiters."""
     resource = get_str(item, schema.LOCK_PK) or ""
     sort_key = get_str(item, schema.LOCK_SK) or ""
     owner = get_str(item, OWNER)
     rvn = get_str(item, RVN)
-    if sort_key == MUTEX_SK:
-        expiry = get_num(item, schema.LOCK_TTL)
-        return LockRow(resource, "mutex", None, "held", owner, None, None, None, expiry, rvn)
-    if sort_key == LEASE_SK:
-        state: Literal["held", "free"] = "held" if get_str(item, HOLD) else "free"
-        return LockRow(
-            resource, "lease", None, state, owner, get_int(item, FENCE), None, None,
-            get_num(item, EXPIRES), rvn,
-        )  # fmt: skip
+    if sort_key in (MUTEX_SK, LEASE_SK):
+        kind: Literal["mutex", "lease"] = "mutex" if sort_key == MUTEX_SK else "lease"
+        # A mutex written before mutexes kept their row (no counter) is held while it exists.
+        held = get_str(item, HOLD) or (kind == "mutex" and owner is not None)
+        state: Literal["held", "free"] = "held" if held else "free"
+        expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
+        return [
+            LockRow(resource, kind, None, state, owner, get_int(item, FENCE), None, None,
+                    expiry, rvn)
+        ]  # fmt: skip
     parsed = parse_fifo_sk(sort_key)
     if parsed is None:
-        return None
+        return []
     namespace, ticket = parsed
-    if ticket is None:
-        state = "held" if get_bool(item, HELD) else "free"
-        return LockRow(
-            resource, "fifo", namespace, state, owner, get_int(item, SERVING), None, None,
-            get_num(item, EXPIRES), rvn,
-        )  # fmt: skip
-    expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
-    return LockRow(resource, "fifo", namespace, "waiting", owner, None, ticket, None, expiry, rvn)
+    if ticket is not None:
+        return []  # a queue row of the earlier layout: nobody reads it, the sweeper removes it
+    queue = fifo_entries(item)
+    if not queue:
+        return [LockRow(resource, "fifo", namespace, "free", None, get_int(item, NEXT))]
+    holder, *waiters = queue
+    rows = [
+        LockRow(resource, "fifo", namespace, "held", holder.owner, holder.ticket, None, None,
+                holder.expires, holder.rvn)
+    ]  # fmt: skip
+    rows += [
+        LockRow(resource, "fifo", namespace, "waiting", w.owner, None, w.ticket, None,
+                w.expires, w.rvn)
+        for w in waiters
+    ]  # fmt: skip
+    return rows
 
 
 def list_locks(client: Any, table: str) -> list[LockRow]:
@@ -170,7 +179,8 @@ def list_locks(client: Any, table: str) -> list[LockRow]:
     start: Item | None = None
     while True:
         items, _, start = _scan(client, table, **({"ExclusiveStartKey": start} if start else {}))
-        rows.extend(row for row in map(_row, items) if row is not None)
+        for item in items:
+            rows.extend(_rows(item))
         if start is None:
             break
     rows.sort(key=lambda r: (r.resource, r.kind, r.namespace or "", r.ticket or 0))
