@@ -127,30 +127,22 @@ def expired_rows(
     no counter) and the queue row of a FIFO waiter that died, then counters (lease
     row, FIFO head) and a mutex of this layout, which keeps its counter."""
 
+    def legacy(resource: str, sort_key: str, owner: str, ttl: float) -> None:
+        item = {
+            schema.LOCK_PK: {"S": resource},
+            schema.LOCK_SK: {"S": sort_key},
+            "owner": {"S": owner},
+            "rvn": {"S": f"old-{owner}"},
+            schema.LOCK_TTL: {"N": str(int(ttl))},
+        }
+        ddb.put_item(TableName=locks, Item=item)
+
     def make() -> None:
-        ddb.put_item(
-            TableName=locks,
-            Item={
-                schema.LOCK_PK: {"S": "invoice-1"},
-                schema.LOCK_SK: {"S": "mutex"},
-                "owner": {"S": "worker-1"},
-                "rvn": {"S": "old"},
-                schema.LOCK_TTL: {"N": str(int(WALL_START + 30))},
-            },
-        )
+        legacy("invoice-1", "mutex", "worker-1", WALL_START + 30)
         assert make_mutex("worker-2").acquire("invoice-2")
         make_lock(LeaseLockClient, "host-a").acquire("Moe")
         make_lock(FifoLock, "p1").acquire("orders")
-        ddb.put_item(
-            TableName=locks,
-            Item={
-                schema.LOCK_PK: {"S": "orders"},
-                schema.LOCK_SK: {"S": "fifo#default#00000000000000000002"},
-                "owner": {"S": "p2"},
-                "rvn": {"S": "dead"},
-                schema.LOCK_TTL: {"N": str(int(WALL_START + LEASE + GC_MARGIN))},
-            },
-        )
+        legacy("orders", "fifo#default#00000000000000000002", "p2", WALL_START + LEASE + GC_MARGIN)
 
     return make
 

@@ -249,12 +249,15 @@ class HeldLock:
 
     def _report_lost(self) -> None:
         logger.warning("lost %r: taken over after its lease ran out", self)
-        if self._on_lost is None:
+        self._notify("on_lost", self._on_lost)
+
+    def _notify(self, name: str, callback: Callable[[HeldLock], None] | None) -> None:
+        if callback is None:
             return
         try:
-            self._on_lost(self)
+            callback(self)
         except Exception:  # a failing callback must not stop other heartbeats
-            logger.exception("on_lost callback failed for %r", self)
+            logger.exception("%s callback failed for %r", name, self)
 
     def _beat(self) -> None:
         try:
@@ -271,12 +274,7 @@ class HeldLock:
             return
         self._warned = True
         logger.warning("%r in danger: %.3fs of its lease left", self, self.remaining())
-        if self._on_danger is None:
-            return
-        try:
-            self._on_danger(self)
-        except Exception:  # a failing callback must not stop other heartbeats
-            logger.exception("on_danger callback failed for %r", self)
+        self._notify("on_danger", self._on_danger)
 
 
 class Heartbeats:
