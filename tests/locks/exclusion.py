@@ -55,27 +55,17 @@ class Counter:
 
 
 class Grants:
-    """Fencing tokens in the order holders entered the critical section, and how
-    many grants each worker had when the first worker finished."""
+    """Fencing tokens in the order holders entered the critical section."""
 
     def __init__(self, workers: int, rounds: int) -> None:
         self.tokens: list[int] = []
         self.done = [0] * workers
-        self.at_first_finish: list[int] | None = None
-        self._rounds = rounds
         self._guard = threading.Lock()
 
     def entered(self, index: int, token: int) -> None:
         with self._guard:
             self.tokens.append(token)
             self.done[index] += 1
-            if self.done[index] == self._rounds and self.at_first_finish is None:
-                self.at_first_finish = list(self.done)
-
-    @property
-    def fairness(self) -> float:
-        counts = self.at_first_finish or [0]
-        return min(counts) / max(max(counts), 1)
 
 
 def run_workers(worker: Callable[[int], None], workers: int = WORKERS) -> list[BaseException]:

@@ -236,3 +236,19 @@ def test_given_bad_sweep_arguments_then_value_error_naming_it_and_no_request(
     with count_requests(ddb) as counts, pytest.raises(ValueError, match=argument):
         sweep_expired_page(ddb, locks, **kwargs)
     assert counts.total == 0
+
+
+def test_given_an_expired_mutex_of_this_layout_when_swept_then_freed_and_its_counter_kept(
+    make_mutex: Callable[..., Mutex], ddb: Any, locks: str
+) -> None:
+    # Given: a holder whose expiry (30 s, by its wall clock) is long past, and one without
+    assert make_mutex("worker-1", expire_after=30.0).acquire_token("invoice-1") == 1
+    assert make_mutex("worker-2").acquire("invoice-2")
+    # When
+    kept = sweep_expired_rows(ddb, locks, now=WALL_START + 30 + 10, grace=60.0)
+    freed = sweep_expired_rows(ddb, locks, now=LATER, grace=5.0)
+    # Then: freed, never deleted; the next grant's token continues the count
+    assert (kept, freed) == (0, 1)
+    rows = {r.resource: (r.state, r.owner, r.fencing_token) for r in list_locks(ddb, locks)}
+    assert rows == {"invoice-1": ("free", None, 1), "invoice-2": ("held", "worker-2", 1)}
+    assert make_mutex("worker-3").acquire_token("invoice-1") == 2

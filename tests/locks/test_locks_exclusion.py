@@ -1,6 +1,9 @@
 """Mutual exclusion under real threads: clients run acquire/increment/release cycles
 on one resource, for each lock, with the losers waiting rather than failing. The
-default run is 4 clients x 5 cycles; the 20 x 50 stress variant is marked slow."""
+default run is 4 clients x 5 cycles; the 20 x 50 stress variant is marked slow.
+Fairness is not asserted here, where thread scheduling decides it: the FIFO
+order is proven in virtual time (test_locks_fifo), and the claims of the lease
+lock too (test_locks_lease)."""
 
 from __future__ import annotations
 
@@ -67,7 +70,7 @@ def check_run(
 
 
 @pytest.mark.parametrize("kind", ["mutex", "lease", "fifo"])
-def test_given_4_clients_when_each_runs_5_cycles_then_exclusive_fenced_and_fair(
+def test_given_4_clients_when_each_runs_5_cycles_then_exclusive_and_fenced(
     backend: LocalDynamo, locks: str, data_table: str, ddb: Any, kind: str
 ) -> None:
     # Given
@@ -76,8 +79,6 @@ def test_given_4_clients_when_each_runs_5_cycles_then_exclusive_fenced_and_fair(
     grants = run_kind(kind, backend, locks, counter, workers=4, rounds=5)
     # Then
     check_run(kind, ddb, locks, counter, grants, 20)
-    if kind == "fifo":  # ticket order: nobody had half the others' turns when one finished
-        assert grants.fairness >= 0.5
 
 
 @pytest.mark.slow
@@ -91,5 +92,3 @@ def test_given_20_clients_when_each_runs_50_cycles_then_the_counter_is_exactly_1
     grants = run_kind(kind, backend, locks, counter, workers=WORKERS, rounds=ROUNDS)
     # Then
     check_run(kind, ddb, locks, counter, grants, WORKERS * ROUNDS)
-    if kind == "fifo":  # ticket order: nobody had half the others' turns when one finished
-        assert grants.fairness >= 0.5

@@ -36,9 +36,19 @@ _KEY_SCHEMA = [
     {"AttributeName": schema.LOCK_SK, "KeyType": "RANGE"},
 ]
 
-# Sweep candidates: past their TTL by more than the grace, and carrying no
-# counter (lease rows and FIFO heads never have a TTL, this is belt and braces).
-SWEEP_FILTER = "#ttl < :cutoff AND attribute_not_exists(#fence) AND attribute_not_exists(#next)"
+# Sweep candidates: past their TTL by more than the grace and carrying no
+# counter (rows of the earlier layouts; rows with a counter never have a TTL, this
+# is belt and braces), or a held mutex whose holder's own expiry estimate lies
+# more than the grace in the past (freed, never deleted: it keeps its counter).
+SWEEP_FILTER = (
+    "(#ttl < :cutoff AND attribute_not_exists(#fence) AND attribute_not_exists(#next))"
+    " OR (#sk = :mutex AND attribute_exists(#owner) AND attribute_exists(#fence)"
+    " AND #exp < :cutoff)"
+)
+# Free an expired mutex: its holder and expiry exactly as read (a new acquire
+# changes the rvn), keeping the fencing counter.
+SWEEP_FREE = "#rvn = :rvn AND #exp = :exp AND attribute_exists(#fence)"
+_FREE = "REMOVE #owner, #rvn, #at, #exp"
 # Sweep delete: the row is exactly as read (a heartbeat changes rvn and TTL, a
 # new acquire changes rvn) and still carries no counter.
 SWEEP_DELETE = (
@@ -247,11 +257,14 @@ def sweep_expired_page(
         client,
         table,
         **params,
-        **expressions({":cutoff": cutoff}, FilterExpression=SWEEP_FILTER),
+        **expressions({":cutoff": cutoff, ":mutex": MUTEX_SK}, FilterExpression=SWEEP_FILTER),
     )
     deleted = 0
     for item in items:
         sort_key = get_str(item, schema.LOCK_SK) or ""
+        if FENCE in item:
+            deleted += _free_expired_mutex(client, table, item)
+            continue
         parsed = parse_fifo_sk(sort_key)
         is_queue_row = parsed is not None and parsed[1] is not None
         rvn = get_str(item, RVN)
@@ -272,13 +285,38 @@ def sweep_expired_page(
     return SweepResult(deleted=deleted, scanned=scanned, next_key=next_key)
 
 
-def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
-    """Delete mutex and FIFO queue rows whose TTL is more than ``grace`` seconds
-    before ``now`` and that DynamoDB TTL has not removed yet; return how many.
+def _free_expired_mutex(client: Any, table: str, item: Item) -> int:
+    rvn, expiry = get_str(item, RVN), get_num(item, EXPIRES)
+    if rvn is None or expiry is None:
+        return 0
+    try:
+        call(
+            client,
+            "update_item",
+            TableName=table,
+            Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
+            **expressions(
+                {":rvn": rvn, ":exp": expiry},
+                ConditionExpression=SWEEP_FREE,
+                UpdateExpression=_FREE,
+            ),
+        )
+    except ConditionFailed:
+        return 0  # re-acquired since the scan read it
+    logger.info("freed mutex %s of %s: expired", item[schema.LOCK_PK], get_str(item, OWNER))
+    return 1
 
-    Each delete is conditioned on the row being unchanged since it was read.
-    Rows with a counter (lease rows, FIFO heads) are never deleted. For a page
-    budget use :func:`sweep_expired_page`.
+
+def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
+    """Delete rows of the earlier layouts (mutex and FIFO queue rows) whose TTL is
+    more than ``grace`` seconds before ``now`` and that DynamoDB TTL has not
+    removed yet, and free held mutexes whose holder's expiry (``expire_after``,
+    by the holder's wall clock) lies more than ``grace`` in the past; return how
+    many rows were deleted or freed.
+
+    Each write is conditioned on the row being unchanged since it was read.
+    Rows with a counter (mutex and lease rows, FIFO heads) are never deleted.
+    For a page budget use :func:`sweep_expired_page`.
 
     Examples
     --------
