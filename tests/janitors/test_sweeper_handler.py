@@ -12,7 +12,7 @@ import pytest
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
-from ddbtx.locks import Mutex
+from ddbtx.locks import Mutex, list_locks
 from ddbtx.recovery import key_from_json
 from ddbtx.sweeper import CURSOR_ID, ConfigError
 from helpers import assert_clean, data_state, scan
@@ -205,9 +205,15 @@ def test_given_expired_lock_rows_when_swept_then_only_expired_counterless_rows_g
     # When the sweeper runs
     report = sweeper().handler(scheduled_event(), LambdaContext())
 
-    # Then only the expired mutex row is deleted
+    # Then only the expired mutex is freed (its row stays: it carries its fencing counter)
     assert report["lock_rows_deleted"] == 1
-    assert sorted(r[s.LOCK_PK]["S"] for r in scan(ddb, t.locks)) == ["fenced", "live-job"]
+    assert sorted(r[s.LOCK_PK]["S"] for r in scan(ddb, t.locks)) == [
+        "fenced",
+        "live-job",
+        "old-job",
+    ]
+    held = {r.resource: r.state for r in list_locks(ddb, t.locks)}
+    assert held == {"fenced": "free", "live-job": "held", "old-job": "free"}
 
 
 def record_scans(module: Any, table: str) -> list[dict[str, Any] | None]:

@@ -100,10 +100,30 @@ def make_lock(
         lock_client.close()
 
 
+class Monotonic:
+    """A monotonic clock for mutexes (which never sleep): moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
-def make_mutex(backend: LocalDynamo, locks: str, wall: Wall) -> Callable[..., Mutex]:
+def mono() -> Monotonic:
+    return Monotonic()
+
+
+@pytest.fixture
+def make_mutex(
+    backend: LocalDynamo, locks: str, wall: Wall, mono: Monotonic
+) -> Callable[..., Mutex]:
+    """``make_mutex(owner, **options)``: its own boto3 client, the test's clocks."""
+
     def make(owner: str, **options: Any) -> Mutex:
-        return Mutex(backend.client(), locks, owner=owner, wall_clock=wall, **options)
+        settings: dict[str, Any] = {"wall_clock": wall, "clock": mono, **options}
+        return Mutex(backend.client(), locks, owner=owner, **settings)
 
     return make
 
@@ -111,12 +131,12 @@ def make_mutex(backend: LocalDynamo, locks: str, wall: Wall) -> Callable[..., Mu
 @pytest.fixture
 def freeze() -> Iterator[Callable[[FifoLock, str], None]]:
     """``freeze(fifo, resource)``: while someone holds ``resource``, that client queues
-    for it and then stops for good before its first look at the queue, like a process
-    that died waiting. Its queue row stays, never renewed. Ended after the test."""
+    for it and then stops for good before its first look at the head, like a process
+    that died waiting. Its entry stays, never renewed. Ended after the test."""
     frozen: list[tuple[Stall, threading.Thread]] = []
 
     def make(fifo: FifoLock, resource: str) -> None:
-        stall = Stall(fifo.client, "Query")
+        stall = Stall(fifo.client, "GetItem")
 
         def wait() -> None:
             with contextlib.suppress(Crash):

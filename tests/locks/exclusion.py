@@ -54,6 +54,20 @@ class Counter:
         return int(item.get("Item", {}).get("n", {}).get("N", "0"))
 
 
+class Grants:
+    """Fencing tokens in the order holders entered the critical section."""
+
+    def __init__(self, workers: int, rounds: int) -> None:
+        self.tokens: list[int] = []
+        self.done = [0] * workers
+        self._guard = threading.Lock()
+
+    def entered(self, index: int, token: int) -> None:
+        with self._guard:
+            self.tokens.append(token)
+            self.done[index] += 1
+
+
 def run_workers(worker: Callable[[int], None], workers: int = WORKERS) -> list[BaseException]:
     """Run ``worker(i)`` in ``workers`` real threads; return what they raised."""
     errors: list[BaseException] = []
@@ -73,9 +87,15 @@ def run_workers(worker: Callable[[int], None], workers: int = WORKERS) -> list[B
 
 
 def run_lock_clients(
-    kind: type[LeaseLockClient | FifoLock], backend: LocalDynamo, locks: str, counter: Counter
+    kind: type[LeaseLockClient | FifoLock],
+    backend: LocalDynamo,
+    locks: str,
+    counter: Counter,
+    grants: Grants,
+    workers: int = WORKERS,
+    rounds: int = ROUNDS,
 ) -> list[BaseException]:
-    """Each worker: its own client and lock client on real time, ROUNDS blocking
+    """Each worker: its own client and lock client on real time, ``rounds`` blocking
     acquire/increment/release cycles on one resource."""
 
     def worker(index: int) -> None:
@@ -85,8 +105,10 @@ def run_lock_clients(
             heartbeat_period=20.0, min_poll=0.01, max_poll=0.5,
             clock=time.monotonic, wall_clock=time.time, sleep=time.sleep,
         ) as lock_client:  # fmt: skip
-            for _ in range(ROUNDS):
-                with lock_client.acquire("counter", wait=math.inf):
+            for _ in range(rounds):
+                with lock_client.acquire("counter", wait=math.inf) as lock:
+                    with counter.critical():
+                        grants.entered(index, lock.fencing_token)
                     counter.increment(client)
 
-    return run_workers(worker)
+    return run_workers(worker, workers)

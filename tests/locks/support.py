@@ -150,6 +150,48 @@ class Stall:
         self._go.set()
 
 
+class LoseOnce:
+    """Lose the response of ``client``'s first ``operation`` call that ``matches`` its
+    parameters: the request is applied, its answer never arrives, and botocore
+    sends it again (the ``lost`` fault of :mod:`ddbtx.chaos`, aimed by content
+    rather than by call index). ``between`` runs after the first attempt applied
+    and before the retry."""
+
+    def __init__(
+        self,
+        client: Any,
+        operation: str,
+        matches: Callable[[dict[str, Any]], bool],
+        between: Callable[[], object] | None = None,
+    ) -> None:
+        self.fired = False
+        self._client = client
+        self._matches = matches
+        self._between = between
+        self._armed = False
+        self._params = f"provide-client-params.dynamodb.{operation}"
+        self._send = f"before-send.dynamodb.{operation}"
+        client.meta.events.register(self._params, self._look)
+        client.meta.events.register(self._send, self._lose)
+
+    def _look(self, params: dict[str, Any], **_: Any) -> None:
+        if not self.fired and self._matches(params):
+            self._armed = True
+
+    def _lose(self, request: Any, **_: Any) -> None:
+        from botocore.exceptions import ReadTimeoutError
+        from botocore.httpsession import URLLib3Session
+
+        if not self._armed:
+            return
+        self._armed = False
+        self.fired = True
+        URLLib3Session().send(request)  # applied by DynamoDB...
+        if self._between is not None:
+            self._between()
+        raise ReadTimeoutError(endpoint_url=request.url)  # ...but the answer never arrives
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Poll ``condition`` in real time (a guard against hangs, not a timing assertion)."""
     give_up = time.monotonic() + timeout

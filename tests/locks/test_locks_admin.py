@@ -121,17 +121,28 @@ def test_given_every_kind_of_lock_when_listed_then_each_row_says_what_it_is(
 
 @pytest.fixture
 def expired_rows(
-    make_lock: MakeLock, make_mutex: Callable[..., Mutex], freeze: Callable[[FifoLock, str], None]
+    make_lock: MakeLock, make_mutex: Callable[..., Mutex], ddb: Any, locks: str
 ) -> Callable[[], None]:
-    """Rows for the sweeper: an expiring mutex, the queue row of a waiter that died,
-    counters (lease row, FIFO head) and a mutex that never expires."""
+    """Rows for the sweeper: two rows of the earlier layouts, an expiring mutex (TTL,
+    no counter) and the queue row of a FIFO waiter that died, then counters (lease
+    row, FIFO head) and a mutex of this layout, which keeps its counter."""
+
+    def legacy(resource: str, sort_key: str, owner: str, ttl: float) -> None:
+        item = {
+            schema.LOCK_PK: {"S": resource},
+            schema.LOCK_SK: {"S": sort_key},
+            "owner": {"S": owner},
+            "rvn": {"S": f"old-{owner}"},
+            schema.LOCK_TTL: {"N": str(int(ttl))},
+        }
+        ddb.put_item(TableName=locks, Item=item)
 
     def make() -> None:
-        assert make_mutex("worker-1", expire_after=30.0).acquire("invoice-1")
+        legacy("invoice-1", "mutex", "worker-1", WALL_START + 30)
         assert make_mutex("worker-2").acquire("invoice-2")
         make_lock(LeaseLockClient, "host-a").acquire("Moe")
         make_lock(FifoLock, "p1").acquire("orders")
-        freeze(make_lock(FifoLock, "p2"), "orders")
+        legacy("orders", "fifo#default#00000000000000000002", "p2", WALL_START + LEASE + GC_MARGIN)
 
     return make
 
@@ -225,3 +236,19 @@ def test_given_bad_sweep_arguments_then_value_error_naming_it_and_no_request(
     with count_requests(ddb) as counts, pytest.raises(ValueError, match=argument):
         sweep_expired_page(ddb, locks, **kwargs)
     assert counts.total == 0
+
+
+def test_given_an_expired_mutex_of_this_layout_when_swept_then_freed_and_its_counter_kept(
+    make_mutex: Callable[..., Mutex], ddb: Any, locks: str
+) -> None:
+    # Given: a holder whose expiry (30 s, by its wall clock) is long past, and one without
+    assert make_mutex("worker-1", expire_after=30.0).acquire_token("invoice-1") == 1
+    assert make_mutex("worker-2").acquire("invoice-2")
+    # When
+    kept = sweep_expired_rows(ddb, locks, now=WALL_START + 30 + 10, grace=60.0)
+    freed = sweep_expired_rows(ddb, locks, now=LATER, grace=5.0)
+    # Then: freed, never deleted; the next grant's token continues the count
+    assert (kept, freed) == (0, 1)
+    rows = {r.resource: (r.state, r.owner, r.fencing_token) for r in list_locks(ddb, locks)}
+    assert rows == {"invoice-1": ("free", None, 1), "invoice-2": ("held", "worker-2", 1)}
+    assert make_mutex("worker-3").acquire_token("invoice-1") == 2

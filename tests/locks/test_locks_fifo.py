@@ -1,6 +1,6 @@
-"""The FIFO lock: ticket order, one-write grants (the stalled-ticket double grant of
-the seed design cannot happen), dead waiters and holders skipped after a lease,
-O(1) polls, lost responses, and mutual exclusion under real threads."""
+"""The FIFO lock: ticket order, a ticket and its entry in one write (the stalled-ticket
+double grant of the seed design cannot happen), handoff without a grant write, dead
+waiters and holders skipped after a lease, one-item polls, and lost responses."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ddbtx.instrumentation import count_requests
 from ddbtx.locks import GC_MARGIN, FifoLock, LockNotGrantedError, LockRow, list_locks
 
 from .conftest import LEASE, MAX_POLL, Wall
-from .support import Stall, VirtualTime, wait_until
+from .support import LoseOnce, Stall, VirtualTime, wait_until
 
 MakeLock = Callable[..., Any]
 Freeze = Callable[[FifoLock, str], None]
@@ -123,27 +123,55 @@ def test_given_a_held_lock_when_another_tries_once_then_denied_and_no_row_is_lef
     # When
     with count_requests(other.client) as counts, pytest.raises(LockNotGrantedError):
         other.acquire(R, wait=0)
-    # Then: the fast path and a ticket told it the lock is held; nothing was queued
-    assert dict(counts.by_operation) == {"UpdateItem": 2}
+    # Then: one conditional write ("nobody there") told it the lock is held; nothing queued
+    assert dict(counts.by_operation) == {"UpdateItem": 1}
     assert waiting(ddb, locks) == []
     assert head(ddb, locks).owner == "p1"
 
 
-def test_given_a_held_lock_when_a_waiter_times_out_then_it_removes_its_row(
-    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
+def test_given_waiters_when_the_lock_passes_along_then_enter_polls_and_release_are_all_it_costs(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
 ) -> None:
-    # Given
+    # Given: a holder and one waiter, counted from before the waiter enters
+    holder, fifo = make_lock(FifoLock, "p1"), make_lock(FifoLock, "p2")
+    lock = holder.acquire(R)
+    with count_requests(fifo.client) as waiter, count_requests(holder.client) as releaser:
+        thread = vt.spawn(log.waiter(fifo))
+        wait_until(lambda: "p2" in dict(waiting(ddb, locks)), "p2 queued")
+        # When
+        lock.release()
+        with vt.idle():
+            thread.join(timeout=30)
+    # Then: the waiter sent one write (its entry, which the release turned into the
+    # grant) and its own release; everything else was a one-item read of the head
+    assert log.owners == ["p2"]
+    assert waiter.by_operation["UpdateItem"] == 2
+    assert set(waiter.by_operation) == {"UpdateItem", "GetItem"}
+    assert waiter.items_read == waiter.by_operation["GetItem"]
+    assert dict(releaser.by_operation) == {"UpdateItem": 1}
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["answered", "leave-answer-lost"])
+def test_given_a_held_lock_when_a_waiter_times_out_then_it_removes_its_row(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, lost: bool
+) -> None:
+    # Given: a heartbeating holder; with lost, the waiter's leaving is applied but its
+    # answer lost (the retry finds the entry gone)
     holder, other = make_lock(FifoLock, "p1"), make_lock(FifoLock, "p2")
     lock = holder.acquire(R)
     beating = vt.every(9.0, lock.heartbeat)
+    leaving = LoseOnce(other.client, "UpdateItem", lambda p: lost and "REMOVE" in str(p))
     # When
     start = vt.now()
     with pytest.raises(LockNotGrantedError):
         other.acquire(R, wait=5.0)
     beating.set()
     # Then
+    assert leaving.fired is lost
     assert vt.now() - start == pytest.approx(5.0)
     assert waiting(ddb, locks) == []
+    assert head(ddb, locks).owner == "p1"
+    assert lock.release() is True
 
 
 def test_given_queued_waiters_when_the_holder_releases_then_grants_follow_ticket_order(
@@ -168,40 +196,38 @@ def test_given_queued_waiters_when_the_holder_releases_then_grants_follow_ticket
     assert waiting(ddb, locks) == []
 
 
-# --- the stalled ticket: one conditional write per grant -------------------------------
+# --- the stalled ticket: a ticket and its entry are one write ---------------------------
 
 
-def test_given_a_ticket_stalled_before_its_row_when_a_later_ticket_enters_then_never_both(
+def test_given_a_ticket_stalled_before_its_first_look_when_a_later_one_comes_then_never_both(
     make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
 ) -> None:
     """Seed design: 41 takes a ticket and stalls before writing its queue row; 42
     sees an empty queue and enters; 41 writes its row, sees nobody ahead, enters too.
-    Here 42's grant moves the now-serving pointer past 41, so 41 queues again."""
-    # Given: p40 holds; p41 has taken its ticket and is stalled before its queue row
+    Here 41's ticket and its entry are one write, so 42 sees 41 ahead; and the
+    release hands the lock to 41 before 41 has even looked."""
+    # Given: p40 holds; p41 has entered and is stalled before its first look at the head
     p40, p41, p42 = (make_lock(FifoLock, name) for name in ("p40", "p41", "p42"))
     lock40 = p40.acquire(R)
-    stall = Stall(p41.client, "PutItem", vt)
+    stall = Stall(p41.client, "GetItem", vt)
     thread41 = vt.spawn(log.waiter(p41))
-    assert stall.reached.wait(30)
+    with vt.idle():
+        assert stall.reached.wait(30)
     lock40.release()
-    # When: p42 comes and finds no queue row ahead
-    lock42 = p42.acquire(R, wait=0)
-    stall.go()  # p41 writes its row at last
-
-    def requeued() -> list[int]:
-        return [t for owner, t in waiting(ddb, locks) if owner == "p41" and t and t > 3]
-
-    wait_until(lambda: bool(requeued()), "p41 queued again")
-    # Then: p41 was passed over (tickets 1 p40, 2 p41, 3 p42) and waits behind p42
-    assert lock42.fencing_token == 3
-    assert head(ddb, locks).owner == "p42"
+    # When: p42 comes
+    with pytest.raises(LockNotGrantedError):
+        p42.acquire(R, wait=0)
+    thread42 = vt.spawn(log.waiter(p42))
+    wait_until(lambda: "p42" in dict(waiting(ddb, locks)), "p42 queued")
+    # Then: p41 holds already (lowest ticket), p42 waits behind it
+    assert (head(ddb, locks).owner, head(ddb, locks).fencing_token) == ("p41", 2)
     assert log.grants == []
-    (ticket41,) = requeued()
-    lock42.release()
+    stall.go()
     with vt.idle():
         thread41.join(timeout=30)
+        thread42.join(timeout=30)
     assert log.errors == []
-    assert [(owner, token) for owner, token, _ in log.grants] == [("p41", ticket41)]
+    assert [(owner, token) for owner, token, _ in log.grants] == [("p41", 2), ("p42", 3)]
 
 
 # --- dead waiters and holders ---------------------------------------------------------
@@ -280,14 +306,11 @@ class Reads:
         self._params = dict(params)
 
     def _response(self, parsed: dict[str, Any], model: Any, **_: Any) -> None:
-        if model.name == "Query":
-            self.calls.append(("Query", self._params, len(parsed.get("Items", []))))
-        elif model.name == "BatchGetItem":
-            items = sum(len(v) for v in parsed.get("Responses", {}).values())
-            self.calls.append(("BatchGetItem", self._params, items))
+        if model.name in ("GetItem", "Query", "BatchGetItem", "Scan"):
+            self.calls.append((model.name, self._params, 1 if parsed.get("Item") else 0))
 
 
-def test_given_a_long_queue_when_waiters_poll_then_each_reads_two_items_at_most_all_ahead(
+def test_given_a_long_queue_when_waiters_poll_then_each_poll_reads_the_head_alone(
     make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
 ) -> None:
     # Given: a holder that keeps heartbeating, and six waiters; the first and the last
@@ -310,8 +333,6 @@ def test_given_a_long_queue_when_waiters_poll_then_each_reads_two_items_at_most_
     ]
     reads = Reads(fifos[-1].client)
     threads = enqueue(vt, log, ddb, locks, *fifos)
-    last_ticket = dict(waiting(ddb, locks))["w6"]
-    assert last_ticket is not None
     # When: forty virtual seconds of waiting
     vt.sleep(40.0)
     beating.set()
@@ -319,17 +340,14 @@ def test_given_a_long_queue_when_waiters_poll_then_each_reads_two_items_at_most_
     with vt.idle():
         for thread in threads:
             thread.join(timeout=30)
-    # Then: every read of the last waiter returned at most two items, all before its ticket
+    # Then: every read of the last waiter was one consistent GetItem of the head
     assert log.owners == [f"w{i}" for i in range(1, 7)]
     assert len(reads.calls) > 5
-    assert max(items for _, _, items in reads.calls) <= 2
-    mine = f"fifo#default#{last_ticket:020d}"
-    for operation, params, _ in reads.calls:
-        if operation == "Query":
-            assert params["ExpressionAttributeValues"][":upper"]["S"] < mine
-        else:
-            (request,) = params["RequestItems"].values()
-            assert all(k["sk"]["S"] < mine for k in request["Keys"])
+    head_key = {"pk": {"S": R}, "sk": {"S": "fifo#default#"}}
+    for operation, params, items in reads.calls:
+        assert (operation, params["Key"], params["ConsistentRead"], items) == (
+            "GetItem", head_key, True, 1,
+        )  # fmt: skip
     # and the first in line backed off: doubling from min_poll, never beyond max_poll
     first = sleeps["w1"]
     assert first[:4] == [0.1, 0.2, 0.4, 0.8]
@@ -339,66 +357,94 @@ def test_given_a_long_queue_when_waiters_poll_then_each_reads_two_items_at_most_
 # --- lost responses -------------------------------------------------------------------
 
 
-def test_given_a_lost_fast_path_response_when_the_sdk_retries_then_the_grant_is_recognised(
+def test_given_a_lost_try_once_response_when_the_sdk_retries_then_the_grant_is_recognised(
     make_lock: MakeLock, ddb: Any, locks: str
 ) -> None:
-    # Given
+    # Given: the entry is applied, its answer lost; the retry fails its "nobody there"
     fifo = make_lock(FifoLock, "p1")
     chaos = Chaos(fifo.client)
     chaos.arm("lost", at=0)
     # When
     lock = fifo.acquire(R, wait=0)
-    # Then
-    assert chaos.fired
-    assert head(ddb, locks).owner == "p1"
-    assert head(ddb, locks).fencing_token == lock.fencing_token
+    # Then: one read of the head found our own entry, with our ticket
+    assert chaos.fired and chaos.calls == ["UpdateItem", "GetItem"]
+    assert (head(ddb, locks).owner, head(ddb, locks).fencing_token) == ("p1", 1)
+    assert lock.fencing_token == 1
     assert lock.release() is True
+    assert head(ddb, locks).state == "free"
 
 
-def test_given_a_lost_grant_response_when_the_sdk_retries_then_the_grant_is_recognised(
-    make_lock: MakeLock, ddb: Any, locks: str
+def test_given_a_lost_try_once_response_and_a_waiter_in_between_then_still_the_grant_holds(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
 ) -> None:
-    # Given: a burnt ticket makes the next acquire take the slow path
-    # (fast path, ticket, look ahead, grant) while the lock is free
-    holder, other, fifo = (make_lock(FifoLock, n) for n in ("p1", "p2", "p3"))
-    lock = holder.acquire(R)
-    with pytest.raises(LockNotGrantedError):
-        other.acquire(R, wait=0)
-    lock.release()
-    chaos = Chaos(fifo.client)
-    chaos.arm("lost", at=3)
+    # Given: p1's try-once is applied (p1 holds), then p2 enters, then p1's answer is lost
+    p1, p2 = make_lock(FifoLock, "p1"), make_lock(FifoLock, "p2")
+    threads: list[Any] = []
+
+    def p2_enters() -> None:
+        threads.append(vt.spawn(log.waiter(p2)))
+        wait_until(lambda: "p2" in dict(waiting(ddb, locks)), "p2 queued")
+
+    lost = LoseOnce(p1.client, "UpdateItem", lambda params: True, between=p2_enters)
     # When
-    granted = fifo.acquire(R, wait=0)
-    # Then
-    assert chaos.fired and chaos.calls == ["UpdateItem", "UpdateItem", "Query", "UpdateItem"]
-    assert (head(ddb, locks).owner, head(ddb, locks).fencing_token) == ("p3", 3)
-    assert granted.fencing_token == 3
-    assert waiting(ddb, locks) == []
+    lock = p1.acquire(R, wait=0)
+    # Then: p1's lower ticket is the holder; p2 gets it after p1's release
+    assert lost.fired
+    assert (lock.fencing_token, head(ddb, locks).owner) == (1, "p1")
+    lock.release()
+    with vt.idle():
+        threads[0].join(timeout=30)
+    assert [(owner, token) for owner, token, _ in log.grants] == [("p2", 2)]
 
 
-@pytest.mark.parametrize(
-    ("call", "lost"), [(1, "UpdateItem"), (2, "PutItem")], ids=["ticket", "join"]
-)
-def test_given_a_lost_waiter_write_response_when_the_sdk_retries_then_it_still_queues_and_wins(
-    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log, call: int, lost: str
+def test_given_a_lost_enter_response_while_held_when_the_sdk_retries_then_it_queues_once(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
 ) -> None:
-    # Given: while p1 holds, p2's ticket or queue-row write is applied but its response
-    # lost (a retried ticket burns one number; a retried join meets its own row)
+    # Given: while p1 holds, p2's entry is applied but its answer lost
     holder, fifo = make_lock(FifoLock, "p1"), make_lock(FifoLock, "p2")
     lock = holder.acquire(R)
     chaos = Chaos(fifo.client)
-    chaos.arm("lost", at=call)
+    chaos.arm("lost", at=0)
     thread = vt.spawn(log.waiter(fifo))
     wait_until(lambda: "p2" in dict(waiting(ddb, locks)), "p2 queued")
     # When
     lock.release()
     with vt.idle():
         thread.join(timeout=30)
-    # Then
-    assert chaos.fired and chaos.calls[call] == lost
+    # Then: one ticket, recognised by a read, and granted next
+    assert chaos.fired and chaos.calls[:2] == ["UpdateItem", "GetItem"]
     assert log.errors == []
-    assert log.owners == ["p2"]
+    assert [(owner, token) for owner, token, _ in log.grants] == [("p2", 2)]
     assert waiting(ddb, locks) == []
+    assert head(ddb, locks).state == "free"
+
+
+def test_given_a_lost_skip_response_when_a_dead_waiter_is_removed_then_order_and_count_hold(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log, freeze: Freeze
+) -> None:
+    # Given: a dead waiter behind the holder, and w2 behind it whose removal of the
+    # dead entry is applied but its answer lost
+    lock = make_lock(FifoLock, "holder").acquire(R)
+    freeze(make_lock(FifoLock, "dead"), R)
+    w2 = make_lock(FifoLock, "w2")
+    lost = LoseOnce(
+        w2.client,
+        "UpdateItem",
+        lambda p: (
+            "ConditionExpression" in p and (":seen" in p.get("ExpressionAttributeValues", {}))
+        ),
+    )
+    threads = enqueue(vt, log, ddb, locks, w2)
+    # When
+    lock.release()
+    with vt.idle():
+        threads[0].join(timeout=30)
+    # Then
+    assert lost.fired
+    assert log.errors == []
+    assert log.owners == ["w2"]
+    assert head(ddb, locks).state == "free"
+    assert make_lock(FifoLock, "later").acquire(R, wait=0).fencing_token == 4
 
 
 @pytest.mark.parametrize("operation", ["heartbeat", "release"])

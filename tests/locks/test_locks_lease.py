@@ -23,7 +23,7 @@ from ddbtx.locks import (
 )
 
 from .conftest import LEASE, MAX_POLL, Wall
-from .support import VirtualTime
+from .support import LoseOnce, VirtualTime
 
 MakeLock = Callable[..., Any]
 
@@ -67,8 +67,14 @@ def test_given_a_free_resource_when_acquired_heartbeaten_and_released_then_one_r
     assert dict(releasing.by_operation) == {"UpdateItem": 1}
 
 
+#: What a denied ``wait=0`` costs: the failed grant returns the row it failed on
+#: (ReturnValuesOnConditionCheckFailure, documented by AWS and honoured by moto); dynalite
+#: ignores that parameter, so there the client reads the row it must remember.
+DENIED_TRY = {"moto": {"UpdateItem": 1}, "dynalite": {"UpdateItem": 1, "GetItem": 1}}
+
+
 def test_given_a_held_lock_when_another_client_tries_once_then_one_request_denies_it(
-    make_lock: MakeLock, ddb: Any, locks: str
+    make_lock: MakeLock, ddb: Any, locks: str, backend: LocalDynamo
 ) -> None:
     # Given
     holder, other = make_lock(LeaseLockClient, "host-a"), make_lock(LeaseLockClient, "host-b")
@@ -77,7 +83,7 @@ def test_given_a_held_lock_when_another_client_tries_once_then_one_request_denie
     with count_requests(other.client) as counts, pytest.raises(LockNotGrantedError):
         other.acquire("Moe", wait=0)
     # Then
-    assert dict(counts.by_operation) == {"UpdateItem": 1}
+    assert dict(counts.by_operation) == DENIED_TRY[backend.kind]
     assert lease_row(ddb, locks) == {"state": "held", "owner": "host-a", "token": 1}
 
 
@@ -110,7 +116,8 @@ def test_given_a_released_lock_when_waiting_acquirers_poll_then_the_first_to_loo
     # Then: granted well before a lease, within one poll of the release
     assert 5.0 <= vt.now() - start <= 5.0 + MAX_POLL
     assert lock_b.fencing_token == 2
-    assert counts.by_operation["UpdateItem"] == 2  # the failed first try and the grant
+    # the failed first try, its claim once it had waited claim_after (1 s), and the grant
+    assert counts.by_operation["UpdateItem"] == 3
     assert counts.by_operation["GetItem"] >= 2
 
 
@@ -340,3 +347,227 @@ def test_given_a_lost_release_response_and_a_new_grant_before_the_retry_then_the
     assert lease_row(ddb, locks)["owner"] == "host-b"
     assert lock_b.heartbeat() is True
     assert lock_b.release() is True
+
+
+# --- claims: no starvation (issue 13, goal 2) ------------------------------------------
+
+
+def claim_of(ddb: Any, locks: str, resource: str = "Moe") -> str | None:
+    item = ddb.get_item(
+        TableName=locks, Key={"pk": {"S": resource}, "sk": {"S": "lease"}}, ConsistentRead=True
+    )["Item"]
+    return item.get("claim", {}).get("S")
+
+
+def test_given_a_waiter_past_claim_after_when_the_holder_releases_and_retries_then_waiter_wins(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
+) -> None:
+    # Given: host-b has waited longer than claim_after (1 s) behind host-a
+    a, b = make_lock(LeaseLockClient, "host-a"), make_lock(LeaseLockClient, "host-b")
+    lock_a = a.acquire("Moe")
+    granted: list[Any] = []
+    thread = vt.spawn(lambda: granted.append(b.acquire("Moe")))
+    vt.sleep(3.0)
+    assert claim_of(ddb, locks) is not None
+    # When: host-a releases and at once tries again (the unfair lock's fast path)
+    lock_a.release()
+    with pytest.raises(LockNotGrantedError):
+        a.acquire("Moe", wait=0)
+    with vt.idle():
+        thread.join(timeout=30)
+    # Then: the claimer got it and its claim is gone
+    (lock_b,) = granted
+    assert (lock_b.owner, lock_b.fencing_token) == ("host-b", 2)
+    assert claim_of(ddb, locks) is None
+
+
+def test_given_a_claim_nobody_renews_when_the_lock_is_free_then_it_lapses_after_a_lease(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
+) -> None:
+    # Given: a claim by a waiter that died (never renewed), on a free lock
+    lc = make_lock(LeaseLockClient, "host-a")
+    lc.acquire("Moe").release()
+    ddb.update_item(
+        TableName=locks,
+        Key={"pk": {"S": "Moe"}, "sk": {"S": "lease"}},
+        UpdateExpression="SET claim = :c, crvn = :r",
+        ExpressionAttributeValues={":c": {"S": "ghost"}, ":r": {"S": "r1"}},
+    )
+    # When
+    start = vt.now()
+    lock = make_lock(LeaseLockClient, "host-b").acquire("Moe")
+    # Then: respected for a lease, then claimed over and granted
+    assert LEASE <= vt.now() - start <= LEASE + MAX_POLL
+    assert lock.fencing_token == 2
+    assert claim_of(ddb, locks) is None
+
+
+def test_given_a_claimer_whose_wait_runs_out_then_it_drops_its_claim(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
+) -> None:
+    # Given
+    holder = make_lock(LeaseLockClient, "host-a")
+    lock = holder.acquire("Moe")
+    beating = vt.every(9.0, lock.heartbeat)
+    # When
+    with pytest.raises(LockNotGrantedError):
+        make_lock(LeaseLockClient, "host-b").acquire("Moe", wait=5.0)
+    beating.set()
+    # Then
+    assert claim_of(ddb, locks) is None
+    assert lock.release() is True
+
+
+def test_given_a_lost_claim_response_when_the_sdk_retries_then_the_claim_holds(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
+) -> None:
+    # Given: host-b's claim is applied but its answer lost
+    a, b = make_lock(LeaseLockClient, "host-a"), make_lock(LeaseLockClient, "host-b")
+    lock_a = a.acquire("Moe")
+    lost = LoseOnce(
+        b.client, "UpdateItem", lambda p: p["UpdateExpression"].startswith("SET #claim")
+    )
+    granted: list[Any] = []
+    thread = vt.spawn(lambda: granted.append(b.acquire("Moe")))
+    vt.sleep(3.0)
+    # When
+    lock_a.release()
+    with pytest.raises(LockNotGrantedError):
+        a.acquire("Moe", wait=0)
+    with vt.idle():
+        thread.join(timeout=30)
+    # Then
+    assert lost.fired
+    assert [lk.owner for lk in granted] == ["host-b"]
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, "1"])
+def test_given_a_bad_claim_after_then_value_error_naming_it(
+    make_lock: MakeLock, value: Any
+) -> None:
+    with pytest.raises(ValueError, match="claim_after"):
+        make_lock(LeaseLockClient, "host-a", claim_after=value)
+
+
+# --- wait=0 takeover across calls (issue 13, goal 3) ----------------------------------------
+
+
+def test_given_a_dead_holder_when_tried_once_now_and_a_lease_later_then_taken_over(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
+) -> None:
+    # Given: host-a dies holding the lock; host-b runs once a minute (wait=0)
+    dead = make_lock(LeaseLockClient, "host-a").acquire("Moe")
+    b = make_lock(LeaseLockClient, "host-b")
+    with pytest.raises(LockNotGrantedError):
+        b.acquire("Moe", wait=0)  # only looks
+    # When: a lease and more later
+    vt.sleep(60.0)
+    start = vt.now()
+    lock = b.acquire("Moe", wait=0)
+    # Then: taken over without sleeping
+    assert vt.now() == start
+    assert lock.fencing_token == dead.fencing_token + 1
+    assert dead.heartbeat() is False
+
+
+def test_given_a_live_holder_when_tried_once_a_lease_apart_then_never_taken(
+    make_lock: MakeLock, vt: VirtualTime
+) -> None:
+    # Given: host-a heartbeats every 9 s
+    lock_a = make_lock(LeaseLockClient, "host-a").acquire("Moe")
+    beating = vt.every(9.0, lock_a.heartbeat)
+    b = make_lock(LeaseLockClient, "host-b")
+    # When: host-b tries once every 25 s (more than a lease) for a while
+    denied = 0
+    for _ in range(4):
+        with pytest.raises(LockNotGrantedError):
+            b.acquire("Moe", wait=0)
+        denied += 1
+        vt.sleep(25.0)
+    beating.set()
+    # Then
+    assert denied == 4
+    assert not lock_a.lost and lock_a.release() is True
+
+
+def test_given_a_cold_start_when_a_dead_holder_is_found_then_the_first_call_only_observes(
+    make_lock: MakeLock, vt: VirtualTime
+) -> None:
+    # Given: the holder died long ago; a new client (a new Lambda container) arrives
+    make_lock(LeaseLockClient, "host-a").acquire("Moe")
+    vt.sleep(600.0)
+    fresh = make_lock(LeaseLockClient, "host-b")
+    # When / Then
+    with pytest.raises(LockNotGrantedError):
+        fresh.acquire("Moe", wait=0)
+    vt.sleep(LEASE)
+    assert fresh.acquire("Moe", wait=0).fencing_token == 2
+
+
+def test_given_a_lost_wait0_takeover_response_when_the_sdk_retries_then_it_is_recognised(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
+) -> None:
+    # Given
+    make_lock(LeaseLockClient, "host-a").acquire("Moe")
+    b = make_lock(LeaseLockClient, "host-b")
+    with pytest.raises(LockNotGrantedError):
+        b.acquire("Moe", wait=0)
+    vt.sleep(LEASE)
+    lost = LoseOnce(b.client, "UpdateItem", lambda p: ":seen" in p["ExpressionAttributeValues"])
+    # When
+    lock = b.acquire("Moe", wait=0)
+    # Then
+    assert lost.fired
+    assert lease_row(ddb, locks) == {
+        "state": "held",
+        "owner": "host-b",
+        "token": lock.fencing_token,
+    }
+
+
+# --- lock in danger (issue 13, goal 5) -------------------------------------------------------
+
+
+def test_given_failing_heartbeats_when_less_than_the_danger_part_is_left_then_on_danger_once(
+    make_lock: MakeLock, vt: VirtualTime
+) -> None:
+    # Given: heartbeats that fail (throttled on every attempt); danger below 40 % of the lease
+    warned: list[HeldLock] = []
+    lc = make_lock(LeaseLockClient, "host-a", on_danger=warned.append, danger_fraction=0.4)
+    lock = lc.acquire("Moe")
+    chaos = Chaos(lc.client)
+    # When: a failed beat with 60 % left, then two with less than 40 % left
+    vt.sleep(0.4 * LEASE)
+    chaos.arm("throttle", at=0)
+    lock._beat()
+    early = list(warned)
+    vt.sleep(0.3 * LEASE)
+    for at in (0, 0):
+        chaos.arm("throttle", at=at)
+        lock._beat()
+    # Then: warned once, while still held; a good heartbeat re-arms the warning
+    assert (early, warned) == ([], [lock])
+    assert lock.is_held() and lock.in_danger
+    chaos.disarm()
+    assert lock.heartbeat() and not lock.in_danger
+    vt.sleep(0.7 * LEASE)
+    chaos.arm("throttle", at=0)
+    lock._beat()
+    assert warned == [lock, lock]
+
+
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"danger_fraction": 0}, "danger_fraction"),
+        ({"danger_fraction": 1.0}, "danger_fraction"),
+        ({"danger_fraction": "half"}, "danger_fraction"),
+        ({"on_danger": "not callable"}, "on_danger"),
+        ({"on_lost": 3}, "on_lost"),
+    ],
+)
+def test_given_bad_danger_settings_then_value_error_naming_them(
+    make_lock: MakeLock, options: dict[str, Any], argument: str
+) -> None:
+    with pytest.raises(ValueError, match=argument):
+        make_lock(LeaseLockClient, "host-a", **options)

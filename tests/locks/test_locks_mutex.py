@@ -1,13 +1,20 @@
-"""The conditional-put mutex: one write per acquire, never releases another owner's lock."""
+"""The mutex: one write per acquire and release, never frees another owner's lock,
+fencing tokens that never restart, and an expiry no skewed clock can bring forward."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from ddbtx.chaos import Chaos
 from ddbtx.instrumentation import count_requests
+from ddbtx.local import LocalDynamo
 from ddbtx.locks import Mutex, list_locks
+
+from .conftest import Monotonic, Wall
+from .support import LoseOnce
 
 MakeMutex = Callable[..., Mutex]
 
@@ -53,9 +60,11 @@ def test_given_a_released_mutex_when_acquired_again_then_it_is_granted(
     # When
     released = holder.release("invoice-42")
     released_again = holder.release("invoice-42")
-    # Then
+    # Then: the row stays, free, with its fencing counter
     assert (released, released_again) == (True, False)
-    assert list_locks(ddb, locks) == []
+    assert [(r.state, r.owner, r.fencing_token) for r in list_locks(ddb, locks)] == [
+        ("free", None, 1)
+    ]
     assert other.acquire("invoice-42") is True
 
 
@@ -70,26 +79,117 @@ def test_given_mutexes_when_acquired_and_released_then_each_is_exactly_one_reque
         assert not other.acquire("invoice-42")
         assert holder.release("invoice-42")
     # Then
-    assert dict(mine.by_operation) == {"PutItem": 1, "DeleteItem": 1}
-    assert dict(theirs.by_operation) == {"PutItem": 1}
+    assert dict(mine.by_operation) == {"UpdateItem": 2}
+    assert dict(theirs.by_operation) == {"UpdateItem": 1}
 
 
-def test_given_an_expiring_mutex_when_its_expiry_passes_then_the_row_no_longer_blocks(
-    make_mutex: MakeMutex, wall: Any, ddb: Any, locks: str
+def test_given_acquires_and_releases_by_several_owners_then_tokens_strictly_increase(
+    make_mutex: MakeMutex, ddb: Any, locks: str
 ) -> None:
-    # Given: a holder that died; DynamoDB TTL has not deleted its row (it may take days)
-    dead = make_mutex("worker-1", expire_after=30.0)
-    other = make_mutex("worker-2")
-    assert dead.acquire("invoice-42")
-    wall.now += 29.0
-    assert other.acquire("invoice-42") is False
+    # Given
+    a, b = make_mutex("worker-1"), make_mutex("worker-2")
+    tokens = []
     # When
-    wall.now += 2.0
-    taken = other.acquire("invoice-42")
+    for mutex in (a, b, a, b):
+        token = mutex.acquire_token("invoice-42")
+        assert token is not None and mutex.fencing_token("invoice-42") == token
+        tokens.append(token)
+        assert mutex.release("invoice-42")
     # Then
-    assert taken is True
+    assert tokens == [1, 2, 3, 4]
+    assert b.acquire_token("invoice-42") == 5
+    assert a.acquire_token("invoice-42") is None
+
+
+def test_given_an_expiring_mutex_whose_holder_died_then_it_is_taken_after_expire_after(
+    make_mutex: MakeMutex, mono: Monotonic, ddb: Any, locks: str
+) -> None:
+    # Given: a holder that died; another object saw its lock held
+    dead = make_mutex("worker-1", expire_after=30.0)
+    other = make_mutex("worker-2", expire_after=30.0)
+    assert dead.acquire_token("invoice-42") == 1
+    assert other.acquire("invoice-42") is False
+    mono.now += 29.0
+    assert other.acquire("invoice-42") is False
+    assert dead.is_held("invoice-42")
+    # When: 30 s after the other first saw the unchanged record, on its own clock
+    mono.now += 1.0
+    token = other.acquire_token("invoice-42")
+    # Then
+    assert token == 2
+    assert not dead.is_held("invoice-42")
     assert [r.owner for r in list_locks(ddb, locks)] == ["worker-2"]
     assert dead.release("invoice-42") is False
+
+
+def test_given_a_fresh_object_when_a_lock_is_held_then_its_first_try_only_observes(
+    make_mutex: MakeMutex, mono: Monotonic
+) -> None:
+    # Given: a holder acquired long ago; a new object (a cold start) has seen nothing
+    assert make_mutex("worker-1", expire_after=30.0).acquire("invoice-42")
+    mono.now += 3600.0
+    late = make_mutex("worker-2", expire_after=30.0)
+    # When / Then: no takeover before it has watched the record for expire_after
+    assert late.acquire("invoice-42") is False
+    mono.now += 29.0
+    assert late.acquire("invoice-42") is False
+    mono.now += 1.0
+    assert late.acquire("invoice-42") is True
+
+
+@pytest.mark.parametrize("skew", [-60.0, 60.0], ids=["waiter-60s-behind", "waiter-60s-ahead"])
+def test_given_skewed_wall_clocks_when_a_live_lock_is_tried_then_it_is_never_taken_early(
+    make_mutex: MakeMutex, mono: Monotonic, wall: Wall, skew: float, ddb: Any, locks: str
+) -> None:
+    # Given: the holder's and the waiter's wall clocks a minute apart (the flaw of
+    # wall-clock expiry: a live lock taken 0.35 s into a 4 s hold)
+    holder = make_mutex("worker-1", expire_after=4.0)
+    waiter = make_mutex("worker-2", expire_after=4.0, wall_clock=lambda: wall() + skew)
+    assert holder.acquire("invoice-42")
+    # When: the waiter tries every 0.35 s through the 4 s hold
+    taken = []
+    for _ in range(11):
+        mono.now += 0.35
+        taken.append(waiter.acquire("invoice-42"))
+    # Then
+    assert taken == [False] * 11
+    assert holder.is_held("invoice-42")
+    assert holder.release("invoice-42") is True
+
+
+def test_given_a_denied_acquire_then_what_it_remembers_costs_one_read_only_where_needed(
+    make_mutex: MakeMutex, backend: LocalDynamo
+) -> None:
+    # Given
+    assert make_mutex("worker-1").acquire("invoice-42")
+    plain, expiring = make_mutex("worker-2"), make_mutex("worker-3", expire_after=30.0)
+    # When
+    with count_requests(plain.client) as without, count_requests(expiring.client) as with_expiry:
+        assert not plain.acquire("invoice-42")
+        assert not expiring.acquire("invoice-42")
+    # Then: without expiry nothing is remembered; with it, the failed write returns the
+    # row (ReturnValuesOnConditionCheckFailure, documented by AWS, honoured by moto),
+    # while dynalite ignores that parameter and the record is read instead
+    assert dict(without.by_operation) == {"UpdateItem": 1}
+    reads = {"moto": {}, "dynalite": {"GetItem": 1}}[backend.kind]
+    assert dict(with_expiry.by_operation) == {"UpdateItem": 1, **reads}
+
+
+def test_given_a_lost_takeover_response_when_the_sdk_retries_then_the_grant_is_recognised(
+    make_mutex: MakeMutex, mono: Monotonic, ddb: Any, locks: str
+) -> None:
+    # Given: a dead holder watched for expire_after; the takeover's answer is lost
+    assert make_mutex("worker-1", expire_after=30.0).acquire("invoice-42")
+    other = make_mutex("worker-2", expire_after=30.0)
+    assert other.acquire("invoice-42") is False
+    mono.now += 30.0
+    lost = LoseOnce(other.client, "UpdateItem", lambda params: True)
+    # When
+    token = other.acquire_token("invoice-42")
+    # Then: the replay met its own record; one token was taken twice over at most
+    assert lost.fired
+    assert token is not None and token >= 2
+    assert [(r.owner, r.fencing_token) for r in list_locks(ddb, locks)] == [("worker-2", token)]
 
 
 def test_given_a_lost_acquire_response_when_the_sdk_retries_then_the_owner_still_holds(
@@ -121,4 +221,4 @@ def test_given_a_lost_release_response_when_the_sdk_retries_then_release_reports
     # Then
     assert chaos.fired
     assert released is True
-    assert list_locks(ddb, locks) == []
+    assert [r.state for r in list_locks(ddb, locks)] == ["free"]

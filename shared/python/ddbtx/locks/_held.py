@@ -15,6 +15,7 @@ from .._dynamo import call
 from ..errors import ConditionFailed, LockLostError
 from ._rows import (
     Item,
+    check_fraction,
     check_lease,
     check_owner,
     check_polls,
@@ -63,6 +64,9 @@ class HeldLock:
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
     _renew_write: ClassVar[tuple[str, str]]
     _release_write: ClassVar[tuple[str, str]]
+    #: Values and attribute-name placeholders of this grant's writes beyond the shared ones.
+    _extra_values: dict[str, object]
+    _extra_names: dict[str, str]
 
     def __init__(
         self,
@@ -91,6 +95,11 @@ class HeldLock:
         self._io = threading.Lock()
         self._keeper: Heartbeats | None = None
         self._on_lost: Callable[[HeldLock], None] | None = None
+        self._on_danger: Callable[[HeldLock], None] | None = None
+        self._danger = lock_client.danger_fraction
+        self._warned = False
+        self._extra_values = {}
+        self._extra_names = {}
 
     def __repr__(self) -> str:
         where = self.resource if self.namespace is None else f"{self.resource}/{self.namespace}"
@@ -107,7 +116,14 @@ class HeldLock:
             TableName=self._lc.table,
             Key=self._key,
             **expressions(
-                {":hold": self._hold, ":true": True, ":false": False, **values},
+                {
+                    ":hold": self._hold,
+                    ":true": True,
+                    ":false": False,
+                    **self._extra_values,
+                    **values,
+                },
+                names=self._extra_names,
                 ConditionExpression=condition,
                 UpdateExpression=update,
             ),
@@ -134,7 +150,18 @@ class HeldLock:
     def is_held(self) -> bool:
         """Whether this holder may still act: not released, not lost, and its lease
         (counted from the start of the last successful heartbeat) not yet over."""
-        return self._state == "held" and self._clock() - self._confirmed < self.lease_duration
+        return self._state == "held" and self.remaining() > 0
+
+    def remaining(self) -> float:
+        """Seconds of lease left, counted from the start of the last successful
+        heartbeat on this client's monotonic clock (negative once over)."""
+        return self._confirmed + self.lease_duration - self._clock()
+
+    @property
+    def in_danger(self) -> bool:
+        """Still held, but less than ``danger_fraction`` of the lease is left: the
+        heartbeats since have failed, and a waiter may take over once it runs out."""
+        return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def heartbeat(self) -> bool:
         """Renew the lease now (the heartbeat thread does this every period).
@@ -152,6 +179,7 @@ class HeldLock:
                 self._state = "lost"
             else:
                 self._confirmed = sent
+                self._warned = False
                 return True
         self._forget()
         self._report_lost()
@@ -204,9 +232,15 @@ class HeldLock:
 
     # -- heartbeat thread side -------------------------------------------------
 
-    def _attach(self, keeper: Heartbeats, on_lost: Callable[[HeldLock], None] | None) -> None:
+    def _attach(
+        self,
+        keeper: Heartbeats,
+        on_lost: Callable[[HeldLock], None] | None,
+        on_danger: Callable[[HeldLock], None] | None = None,
+    ) -> None:
         self._keeper = keeper
         self._on_lost = on_lost
+        self._on_danger = on_danger
         keeper.add(self)
 
     def _forget(self) -> None:
@@ -215,18 +249,32 @@ class HeldLock:
 
     def _report_lost(self) -> None:
         logger.warning("lost %r: taken over after its lease ran out", self)
-        if self._on_lost is None:
+        self._notify("on_lost", self._on_lost)
+
+    def _notify(self, name: str, callback: Callable[[HeldLock], None] | None) -> None:
+        if callback is None:
             return
         try:
-            self._on_lost(self)
+            callback(self)
         except Exception:  # a failing callback must not stop other heartbeats
-            logger.exception("on_lost callback failed for %r", self)
+            logger.exception("%s callback failed for %r", name, self)
 
     def _beat(self) -> None:
         try:
             self.heartbeat()
         except Exception:  # transient: the next period tries again, the lease has slack
             logger.warning("heartbeat failed for %r", self, exc_info=True)
+            self._check_danger()
+
+    def _check_danger(self) -> None:
+        """After a failed heartbeat: warn once (until a heartbeat succeeds again) when
+        less than ``danger_fraction`` of the lease is left, so the holder can stop
+        before a waiter may take over."""
+        if self._warned or not self.in_danger:
+            return
+        self._warned = True
+        logger.warning("%r in danger: %.3fs of its lease left", self, self.remaining())
+        self._notify("on_danger", self._on_danger)
 
 
 class Heartbeats:
@@ -348,11 +396,19 @@ class LockClient:
     heartbeat_period : float
         Seconds between heartbeats; must be shorter than the lease.
     min_poll, max_poll : float, optional
-        A waiter's poll delay doubles from ``min_poll`` (default 50 ms) up to
+        A waiter's poll delay doubles from ``min_poll`` (default 50 ms; FIFO: 10 ms) up to
         ``max_poll`` (default 1 s, or the heartbeat period if shorter). A sleep
         never runs past the moment the watched lease would run out.
     on_lost : callable, optional
         Called from the heartbeat thread with a lock a heartbeat found taken over.
+    on_danger : callable, optional
+        Called from the heartbeat thread with a held lock whose heartbeat just
+        failed (a request error, not a takeover) when less than
+        ``danger_fraction`` of its lease is left; once until a heartbeat
+        succeeds again. Stop working under the lock before the lease runs out.
+    danger_fraction : float, optional
+        The part of the lease below which a lock counts as in danger (default
+        0.5, between 0 and 1 exclusive).
     clock, wall_clock, sleep : callable, optional
         Monotonic seconds (all lease judging), epoch seconds (TTL values and
         display-only expiry estimates), and the waiter's sleep. Inject them in tests.
@@ -369,6 +425,7 @@ class LockClient:
 
     _default_lease = 10.0
     _default_heartbeat = 3.0
+    _default_min_poll = 0.05
     _kind = "lock"
 
     def __init__(
@@ -382,6 +439,8 @@ class LockClient:
         min_poll: float | None = None,
         max_poll: float | None = None,
         on_lost: Callable[[HeldLock], None] | None = None,
+        on_danger: Callable[[HeldLock], None] | None = None,
+        danger_fraction: float = 0.5,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         sleep: Sleep = time.sleep,
@@ -391,16 +450,25 @@ class LockClient:
             self._default_lease if lease_duration is None else lease_duration,
             self._default_heartbeat if heartbeat_period is None else heartbeat_period,
         )
-        self._polls = check_polls(min_poll, max_poll, self.heartbeat_period)
+        self._polls = check_polls(
+            min_poll, max_poll, self.heartbeat_period, default_low=self._default_min_poll
+        )
+        self.danger_fraction = check_fraction(danger_fraction, "danger_fraction")
+        for name, callback in (("on_lost", on_lost), ("on_danger", on_danger)):
+            if callback is not None and not callable(callback):
+                raise ValueError(f"{name} must be callable, not {type(callback).__name__}")
         self.client = client
         self.table = table
         self._on_lost = on_lost
+        self._on_danger = on_danger
         self._clock = clock
         self._wall = wall_clock
         self._sleep = sleep
         self._heartbeats = Heartbeats(
             self.heartbeat_period, f"ddbtx-{self._kind}-heartbeat-{self.owner}"
         )
+        self._paces: dict[tuple[str, str], Any] = {}  # FIFO: grant pace per lock
+        self._paces_guard = threading.Lock()
 
     def held(self) -> list[HeldLock]:
         """The locks this client holds and heartbeats."""
@@ -426,4 +494,4 @@ class LockClient:
             raise RuntimeError(f"this {type(self).__name__} is closed")
 
     def _keep(self, lock: HeldLock) -> None:
-        lock._attach(self._heartbeats, self._on_lost)
+        lock._attach(self._heartbeats, self._on_lost, self._on_danger)

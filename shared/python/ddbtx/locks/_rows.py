@@ -6,15 +6,19 @@ range key ``schema.LOCK_SK`` says which lock it is:
 ======================  ===============================  ===============================
 row                     sort key                         carries
 ======================  ===============================  ===============================
-mutex                   ``mutex``                        owner, rvn; TTL only with expiry
-lease lock              ``lease``                        holder, rvn, fencing counter
-FIFO head               ``fifo#<namespace>#``            ticket counter, now-serving
-                                                         pointer, holder, rvn
-FIFO queue row          ``fifo#<namespace>#<ticket>``    one waiter: owner, rvn, TTL
+mutex                   ``mutex``                        owner, rvn, fencing counter
+lease lock              ``lease``                        holder, rvn, fencing counter,
+                                                         a waiter's claim
+FIFO head               ``fifo#<namespace>#``            ticket counter, entry count, and
+                                                         per entry ``t_<id>`` (its ticket)
+                                                         and ``w_<id>`` (owner, rvn, lease)
 ======================  ===============================  ===============================
 
-Rows that carry a counter (lease rows, FIFO heads) never get a TTL value and
-are never deleted, so fencing tokens and tickets never restart.
+Every row that carries a counter (mutex and lease rows, FIFO heads) is kept
+when its lock is released, never gets a TTL value and is never deleted by this
+package (only ``ddbtx locks break`` clears a holder, keeping the counter), so
+fencing tokens and tickets never restart. Mutex rows written before mutexes
+had fencing tokens may carry a TTL; the sweeper still collects those.
 """
 
 from __future__ import annotations
@@ -61,6 +65,11 @@ NEXT: Final = "next"  #: N, FIFO head: last ticket issued
 SERVING: Final = "serving"  #: N, FIFO head: ticket of the latest grant (the fencing token)
 HELD: Final = "held"  #: BOOL, FIFO head: the serving ticket still holds the lock
 TICKET: Final = "ticket"  #: N, queue row: its ticket
+COUNT: Final = "n"  #: N, FIFO head: how many entries (waiters and holder) it carries
+ENTRY_TICKET: Final = "t_"  #: prefix of a FIFO entry's ticket attribute (N)
+ENTRY: Final = "w_"  #: prefix of a FIFO entry's map attribute: owner, rvn, lease, exp
+CLAIM: Final = "claim"  #: S, lease row: hold id of the waiter the next free grant is kept for
+CLAIM_RVN: Final = "crvn"  #: S, lease row: changes whenever the claim is (re)made
 ACQUIRED_AT: Final = "at"  #: N, mutex: wall-clock acquire time (display only)
 
 _NAMES: Final = {
@@ -80,6 +89,9 @@ _NAMES: Final = {
     "#held": HELD,
     "#ticket": TICKET,
     "#at": ACQUIRED_AT,
+    "#n": COUNT,
+    "#claim": CLAIM,
+    "#crvn": CLAIM_RVN,
 }
 _NAME_TOKEN = re.compile(r"#\w+")
 _VALUE_TOKEN = re.compile(r":\w+")
@@ -126,6 +138,15 @@ def check_duration(value: object, argument: str) -> float:
     return float(value)
 
 
+def check_fraction(value: object, argument: str) -> float:
+    """A number strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{argument} must be a number, not {type(value).__name__}")
+    if not 0 < value < 1:
+        raise ValueError(f"{argument} must lie strictly between 0 and 1, not {value}")
+    return float(value)
+
+
 def check_wait(wait: object) -> float:
     """``0`` (try once), a positive number of seconds, or ``math.inf``."""
     if isinstance(wait, bool) or not isinstance(wait, int | float):
@@ -146,11 +167,12 @@ def check_lease(lease_duration: object, heartbeat_period: object) -> tuple[float
 
 
 def check_polls(
-    min_poll: float | None, max_poll: float | None, period: float
+    min_poll: float | None, max_poll: float | None, period: float, *, default_low: float = 0.05
 ) -> tuple[float, float]:
-    """Poll bounds; by default from 50 ms doubling up to 1 s (never beyond the heartbeat)."""
+    """Poll bounds; by default from ``default_low`` doubling up to 1 s (never beyond
+    the heartbeat)."""
     high = check_duration(max_poll, "max_poll") if max_poll is not None else min(1.0, period)
-    low = check_duration(min_poll, "min_poll") if min_poll is not None else min(0.05, high)
+    low = check_duration(min_poll, "min_poll") if min_poll is not None else min(default_low, high)
     if low > high:
         raise ValueError(f"min_poll ({low}) must not exceed max_poll ({high})")
     return low, high
@@ -211,19 +233,28 @@ def av(value: object) -> dict[str, Any]:
         return {"S": value}
     if isinstance(value, bytes):
         return {"B": value}
+    if isinstance(value, Mapping):
+        return {"M": {str(k): av(v) for k, v in value.items()}}
     raise TypeError(f"no AttributeValue for {type(value).__name__}")
 
 
-def expressions(values: Mapping[str, object] | None = None, **texts: str) -> dict[str, Any]:
+def expressions(
+    values: Mapping[str, object] | None = None,
+    *,
+    names: Mapping[str, str] | None = None,
+    **texts: str,
+) -> dict[str, Any]:
     """``ConditionExpression=...`` etc. plus exactly the placeholder maps they use.
 
     DynamoDB rejects unused placeholders, so names and values are picked by the
     ``#name`` and ``:value`` tokens the texts contain; ``values`` may hold more.
+    ``names`` adds placeholders of its own (a FIFO entry's attribute names).
     """
     params: dict[str, Any] = dict(texts)
-    names = {p for text in texts.values() for p in _NAME_TOKEN.findall(text)}
-    if names:
-        params["ExpressionAttributeNames"] = {p: _NAMES[p] for p in sorted(names)}
+    used = {p for text in texts.values() for p in _NAME_TOKEN.findall(text)}
+    if used:
+        known = {**_NAMES, **(names or {})}
+        params["ExpressionAttributeNames"] = {p: known[p] for p in sorted(used)}
     wanted = {p for text in texts.values() for p in _VALUE_TOKEN.findall(text)}
     if wanted:
         given = values or {}

@@ -14,21 +14,20 @@ from ..tables import create_table_if_missing
 from ._rows import (
     EXPIRES,
     FENCE,
-    HELD,
     HOLD,
     LEASE_SK,
     MUTEX_SK,
+    NEXT,
     OWNER,
     RVN,
-    SERVING,
     Item,
     expressions,
-    get_bool,
     get_int,
     get_num,
     get_str,
     parse_fifo_sk,
 )
+from .fifo import entries as fifo_entries
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +36,19 @@ _KEY_SCHEMA = [
     {"AttributeName": schema.LOCK_SK, "KeyType": "RANGE"},
 ]
 
-# Sweep candidates: past their TTL by more than the grace, and carrying no
-# counter (lease rows and FIFO heads never have a TTL, this is belt and braces).
-SWEEP_FILTER = "#ttl < :cutoff AND attribute_not_exists(#fence) AND attribute_not_exists(#next)"
+# Sweep candidates: past their TTL by more than the grace and carrying no
+# counter (rows of the earlier layouts; rows with a counter never have a TTL, this
+# is belt and braces), or a held mutex whose holder's own expiry estimate lies
+# more than the grace in the past (freed, never deleted: it keeps its counter).
+SWEEP_FILTER = (
+    "(#ttl < :cutoff AND attribute_not_exists(#fence) AND attribute_not_exists(#next))"
+    " OR (#sk = :mutex AND attribute_exists(#owner) AND attribute_exists(#fence)"
+    " AND #exp < :cutoff)"
+)
+# Free an expired mutex: its holder and expiry exactly as read (a new acquire
+# changes the rvn), keeping the fencing counter.
+SWEEP_FREE = "#rvn = :rvn AND #exp = :exp AND attribute_exists(#fence)"
+_FREE = "REMOVE #owner, #rvn, #at, #exp"
 # Sweep delete: the row is exactly as read (a heartbeat changes rvn and TTL, a
 # new acquire changes rvn) and still carries no counter.
 SWEEP_DELETE = (
@@ -89,14 +98,14 @@ class LockRow:
     namespace : str or None
         FIFO namespace.
     state : {"held", "free", "waiting"}
-        ``waiting`` is a FIFO queue row; ``free`` a lease row or FIFO head
-        nobody holds (kept for its counter).
+        ``waiting`` is a FIFO waiter (an entry on its head row); ``free`` a
+        mutex or lease row or FIFO head nobody holds (kept for its counter).
     owner : str or None
     fencing_token : int or None
-        Lease: the counter (the holder's token while held). FIFO head: the
-        ticket now serving.
+        Mutex and lease: the counter (the holder's token while held). FIFO
+        head: the holder's ticket, or when free the last ticket issued.
     ticket : int or None
-        A FIFO queue row's ticket.
+        A FIFO waiter's ticket.
     queue_position : int or None
         1 for the queue row first in line, 2 for the next, ...
     expires_at : float or None
@@ -127,32 +136,42 @@ def _scan(client: Any, table: str, **params: Any) -> tuple[list[Item], int, Item
     )
 
 
-def _row(item: Item) -> LockRow | None:
+def _rows(item: Item) -> list[LockRow]:
+    """What one table row says: one lock row, or a FIFO head's holder and waiters."""
     resource = get_str(item, schema.LOCK_PK) or ""
     sort_key = get_str(item, schema.LOCK_SK) or ""
     owner = get_str(item, OWNER)
     rvn = get_str(item, RVN)
-    if sort_key == MUTEX_SK:
-        expiry = get_num(item, schema.LOCK_TTL)
-        return LockRow(resource, "mutex", None, "held", owner, None, None, None, expiry, rvn)
-    if sort_key == LEASE_SK:
-        state: Literal["held", "free"] = "held" if get_str(item, HOLD) else "free"
-        return LockRow(
-            resource, "lease", None, state, owner, get_int(item, FENCE), None, None,
-            get_num(item, EXPIRES), rvn,
-        )  # fmt: skip
+    if sort_key in (MUTEX_SK, LEASE_SK):
+        kind: Literal["mutex", "lease"] = "mutex" if sort_key == MUTEX_SK else "lease"
+        # A mutex written before mutexes kept their row (no counter) is held while it exists.
+        held = get_str(item, HOLD) or (kind == "mutex" and owner is not None)
+        state: Literal["held", "free"] = "held" if held else "free"
+        expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
+        return [
+            LockRow(resource, kind, None, state, owner, get_int(item, FENCE), None, None,
+                    expiry, rvn)
+        ]  # fmt: skip
     parsed = parse_fifo_sk(sort_key)
     if parsed is None:
-        return None
+        return []
     namespace, ticket = parsed
-    if ticket is None:
-        state = "held" if get_bool(item, HELD) else "free"
-        return LockRow(
-            resource, "fifo", namespace, state, owner, get_int(item, SERVING), None, None,
-            get_num(item, EXPIRES), rvn,
-        )  # fmt: skip
-    expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
-    return LockRow(resource, "fifo", namespace, "waiting", owner, None, ticket, None, expiry, rvn)
+    if ticket is not None:
+        return []  # a queue row of the earlier layout: nobody reads it, the sweeper removes it
+    queue = fifo_entries(item)
+    if not queue:
+        return [LockRow(resource, "fifo", namespace, "free", None, get_int(item, NEXT))]
+    holder, *waiters = queue
+    rows = [
+        LockRow(resource, "fifo", namespace, "held", holder.owner, holder.ticket, None, None,
+                holder.expires, holder.rvn)
+    ]  # fmt: skip
+    rows += [
+        LockRow(resource, "fifo", namespace, "waiting", w.owner, None, w.ticket, None,
+                w.expires, w.rvn)
+        for w in waiters
+    ]  # fmt: skip
+    return rows
 
 
 def list_locks(client: Any, table: str) -> list[LockRow]:
@@ -170,7 +189,8 @@ def list_locks(client: Any, table: str) -> list[LockRow]:
     start: Item | None = None
     while True:
         items, _, start = _scan(client, table, **({"ExclusiveStartKey": start} if start else {}))
-        rows.extend(row for row in map(_row, items) if row is not None)
+        for item in items:
+            rows.extend(_rows(item))
         if start is None:
             break
     rows.sort(key=lambda r: (r.resource, r.kind, r.namespace or "", r.ticket or 0))
@@ -237,11 +257,14 @@ def sweep_expired_page(
         client,
         table,
         **params,
-        **expressions({":cutoff": cutoff}, FilterExpression=SWEEP_FILTER),
+        **expressions({":cutoff": cutoff, ":mutex": MUTEX_SK}, FilterExpression=SWEEP_FILTER),
     )
     deleted = 0
     for item in items:
         sort_key = get_str(item, schema.LOCK_SK) or ""
+        if FENCE in item:
+            deleted += _free_expired_mutex(client, table, item)
+            continue
         parsed = parse_fifo_sk(sort_key)
         is_queue_row = parsed is not None and parsed[1] is not None
         rvn = get_str(item, RVN)
@@ -262,13 +285,38 @@ def sweep_expired_page(
     return SweepResult(deleted=deleted, scanned=scanned, next_key=next_key)
 
 
-def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
-    """Delete mutex and FIFO queue rows whose TTL is more than ``grace`` seconds
-    before ``now`` and that DynamoDB TTL has not removed yet; return how many.
+def _free_expired_mutex(client: Any, table: str, item: Item) -> int:
+    rvn, expiry = get_str(item, RVN), get_num(item, EXPIRES)
+    if rvn is None or expiry is None:
+        return 0
+    try:
+        call(
+            client,
+            "update_item",
+            TableName=table,
+            Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
+            **expressions(
+                {":rvn": rvn, ":exp": expiry},
+                ConditionExpression=SWEEP_FREE,
+                UpdateExpression=_FREE,
+            ),
+        )
+    except ConditionFailed:
+        return 0  # re-acquired since the scan read it
+    logger.info("freed mutex %s of %s: expired", item[schema.LOCK_PK], get_str(item, OWNER))
+    return 1
 
-    Each delete is conditioned on the row being unchanged since it was read.
-    Rows with a counter (lease rows, FIFO heads) are never deleted. For a page
-    budget use :func:`sweep_expired_page`.
+
+def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
+    """Delete rows of the earlier layouts (mutex and FIFO queue rows) whose TTL is
+    more than ``grace`` seconds before ``now`` and that DynamoDB TTL has not
+    removed yet, and free held mutexes whose holder's expiry (``expire_after``,
+    by the holder's wall clock) lies more than ``grace`` in the past; return how
+    many rows were deleted or freed.
+
+    Each write is conditioned on the row being unchanged since it was read.
+    Rows with a counter (mutex and lease rows, FIFO heads) are never deleted.
+    For a page budget use :func:`sweep_expired_page`.
 
     Examples
     --------

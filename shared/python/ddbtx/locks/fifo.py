@@ -1,25 +1,27 @@
-"""The fair FIFO lock: a ticket counter, a queue of waiters, and a now-serving
-pointer on the same head row, so that a grant is one conditional write.
+"""The fair FIFO lock: one head row per resource and namespace carries the ticket
+counter and every live ticket (waiters and holder); the holder is the lowest.
 
-Why the pointer: in the seed design a client that takes ticket 41 and stalls
-before writing its queue row lets ticket 42 see an empty queue and enter; when
-41 then writes its row it sees nobody ahead either, and enters too. Here the
-lock is held by the ticket in ``serving`` while ``held`` is true, and a ticket
-can only move ``serving`` forward, with a condition that nobody holds and that
-the pointer is still behind it. 41 finds ``serving`` = 42 ahead of its own
-ticket, so it knows it was passed over and queues again.
+Why one row: the seed design kept a queue row per waiter, so a client that
+took ticket 41 and stalled before writing its row let ticket 42 see an empty
+queue and enter, and when 41 then wrote its row it entered too. Here taking a
+ticket and entering the queue is one write on the head (``next`` + 1 and the
+entry ``t_<id>`` = that ticket), so there is no gap between them. And the
+lock is *defined* as held by the lowest ticket on the head: releasing is
+removing one's entry, which hands the lock to the next ticket without any
+grant write. A waiter learns its turn from one ``GetItem`` of the head, which
+also shows every ticket ahead, so nothing else is ever read.
 
-Rows (hash = resource):
+Head row (hash = resource, sort ``fifo#<ns>#``, never a TTL, never deleted):
 
-* head ``fifo#<ns>#``: ``next`` (last ticket issued), ``serving``, ``held``,
-  and the holder's ``hold``/``owner``/``rvn``/``lease``. Never a TTL.
-* queue ``fifo#<ns>#<ticket>``: one waiting ticket, its ``hold``, ``rvn``
-  (renewed by heartbeats while it waits), ``lease`` and a TTL.
+* ``next``: last ticket issued (the fencing counter); ``n``: entries on the row;
+* per entry: ``t_<id>`` its ticket, ``w_<id>`` a map of owner, ``rvn``
+  (renewed by heartbeats, of waiters and holder alike), lease and the writer's
+  wall-clock expiry estimate (display and garbage collection only).
 
-A waiter watches only the nearest row ahead of its ticket: one ``Query``
-reading backwards from its own sort key with ``Limit=2`` returns that row (or
-the head, when no queue row is ahead) and the row before it, so a waiter also
-knows when it is second in line.
+Cost under contention: one write to enter, the polls, one write to release.
+The row grows by about 200 bytes per waiting ticket (DynamoDB's item limit of
+400 KB allows about 2000 waiters on one resource and namespace), and a poll
+reads that one item.
 """
 
 from __future__ import annotations
@@ -29,119 +31,118 @@ import logging
 import math
 from dataclasses import dataclass
 
-from .. import schema
 from .._dynamo import call
-from ..errors import ConditionFailed, LockNotGrantedError
+from ..errors import ConditionFailed, LockError, LockNotGrantedError, ValidationFailed
 from ._held import Backoff, HeldLock, LockClient, Watch, observe
 from ._rows import (
     DEFAULT_NAMESPACE,
+    ENTRY,
+    ENTRY_TICKET,
     EXPIRES,
     GC_MARGIN,
-    HELD,
-    HOLD,
     LEASE,
-    NEXT,
     OWNER,
     RVN,
-    SERVING,
-    TICKET,
     Item,
-    av,
     check_namespace,
     check_resource,
     check_wait,
     expressions,
     fifo_head_sk,
-    fifo_queue_sk,
-    get_bool,
     get_int,
     get_num,
     get_str,
     key,
     new_id,
-    parse_fifo_sk,
-    ttl_at,
+    was_retried,
 )
 
 logger = logging.getLogger(__name__)
 
-_HOLDER = (
-    "#held = :true, #hold = :hold, #owner = :owner, #rvn = :hold, #lease = :lease, #exp = :exp"
+# Enter the queue: take ticket next+1 and write our entry in the same write, so
+# no ticket ever exists without its entry. A replay of our own applied entry
+# (lost response) fails here instead of taking a second ticket.
+FIFO_ENTER = "attribute_not_exists(#t)"
+# Try once (wait=0): enter only when the head carries no entry at all, so the
+# new ticket is the lowest, i.e. the holder, and nobody is jumped.
+FIFO_TRY = "(attribute_not_exists(#n) OR #n = :zero) AND attribute_not_exists(#t)"
+_ENTER = (
+    "SET #next = if_not_exists(#next, :zero) + :one, #t = if_not_exists(#next, :zero) + :one,"
+    " #w = :entry ADD #n :one"
 )
+# Heartbeat of an entry (waiter or holder): only while it is still on the head
+# with our ticket; an entry judged dead has been removed and must not return.
+FIFO_RENEW = "#t = :ticket"
+_RENEW = "SET #w.#rvn = :rvn, #w.#exp = :exp"
+# Release, or leave the queue: remove our own entry (still ours) and nothing else.
+FIFO_LEAVE = "#t = :ticket"
+_LEAVE = "REMOVE #t, #w ADD #n :minus"
+# Skip a dead entry directly ahead: remove it only if its rvn is still the one
+# we watched for its whole lease (a heartbeat since, or its leaving, fails this).
+FIFO_SKIP = "#w.#rvn = :seen"
 
-# Fast path: nobody holds and no ticket was issued since the last grant, so
-# taking ticket next+1 and the grant in one write jumps nobody (or: replay of
-# our own fast path after a lost response).
-FIFO_FAST = "attribute_not_exists(#pk) OR (#held = :false AND #next = #serving) OR #hold = :hold"
-_FAST = (
-    "SET #next = if_not_exists(#next, :zero) + :one,"
-    " #serving = if_not_exists(#next, :zero) + :one, " + _HOLDER
-)
-# Taking a ticket is an unconditional counter increment that also creates the head.
-_TICKET = (
-    "SET #next = if_not_exists(#next, :zero) + :one,"
-    " #serving = if_not_exists(#serving, :zero), #held = if_not_exists(#held, :false)"
-)
-# The grant: nobody holds and the pointer has not passed our ticket (or replay
-# of our own grant). This single write is what makes two holders impossible.
-FIFO_GRANT = "(#held = :false AND #serving < :ticket) OR #hold = :hold"
-_GRANT = "SET #serving = :ticket, " + _HOLDER
-# Takeover by the first waiter: the holder's rvn stayed unchanged for its whole
-# lease (or replay of our own takeover).
-FIFO_TAKEOVER = "(#serving = :serving AND #rvn = :seen) OR #hold = :hold"
-# Holder heartbeat: only while this grant holds; a takeover replaces #hold.
-FIFO_RENEW = "#hold = :hold AND #held = :true"
-_RENEW = "SET #rvn = :rvn, #exp = :exp"
-# Release this grant; #hold stays, so a replay of our applied release passes.
-FIFO_RELEASE = "#hold = :hold"
-_RELEASE = "SET #held = :false REMOVE #owner, #rvn, #exp"
-# Join the queue under a fresh ticket (or replay of our own join).
-QUEUE_JOIN = "attribute_not_exists(#pk) OR #hold = :hold"
-# Waiter heartbeat: only while our row is still there; a waiter judged dead
-# has had its row deleted and must not bring it back.
-QUEUE_RENEW = "#hold = :hold"
-_QUEUE_RENEW = "SET #rvn = :rvn, #ttl = :ttl, #exp = :exp"
-# Skip a dead waiter ahead: delete its row only if it has not heartbeated
-# since we judged it.
-QUEUE_SKIP = "#rvn = :seen"
+
+def _entry_names(hold: str) -> dict[str, str]:
+    return {"#t": f"{ENTRY_TICKET}{hold}", "#w": f"{ENTRY}{hold}"}
 
 
 @dataclass(frozen=True)
-class _Head:
-    serving: int
-    held: bool
-    rvn: str
-    lease: float
+class Entry:
+    """One ticket on a FIFO head: the holder (lowest) or a waiter."""
 
-
-@dataclass(frozen=True)
-class _Ahead:
+    hold: str
     ticket: int
+    owner: str | None
     rvn: str
     lease: float
-    sort_key: str
+    expires: float | None
+
+
+def entries(item: Item, default_lease: float = 0.0) -> list[Entry]:
+    """The entries of a head row, lowest ticket (the holder) first."""
+    found = []
+    for name, _value in item.items():
+        if not name.startswith(ENTRY_TICKET):
+            continue
+        hold = name[len(ENTRY_TICKET) :]
+        ticket = get_int(item, name)
+        body = item.get(f"{ENTRY}{hold}", {}).get("M", {})
+        if ticket is None:
+            continue
+        found.append(
+            Entry(
+                hold=hold,
+                ticket=ticket,
+                owner=get_str(body, OWNER),
+                rvn=get_str(body, RVN) or "",
+                lease=get_num(body, LEASE) or default_lease,
+                expires=get_num(body, EXPIRES),
+            )
+        )
+    found.sort(key=lambda e: e.ticket)
+    return found
 
 
 class FifoHeldLock(HeldLock):
     """A granted FIFO lock; ``fencing_token`` is its ticket."""
 
     _renew_write = (FIFO_RENEW, _RENEW)
-    _release_write = (FIFO_RELEASE, _RELEASE)
+    _release_write = (FIFO_LEAVE, _LEAVE)
 
 
 class FifoLock(LockClient):
-    """A fair lock: grants follow ticket order, and the grant is one conditional
-    write on a now-serving pointer, so two holders are impossible.
+    """A fair lock: grants follow ticket order, and the holder is the lowest ticket
+    on one head row, so two holders are impossible and a handoff needs no write.
 
-    Waiters poll with backoff and read only the nearest row ahead of them.
-    A waiter or holder that stops heartbeating is skipped once its rvn has
-    stayed unchanged for its lease on the watching waiter's monotonic clock;
-    the waiters behind keep their order. Queue rows carry a TTL (garbage
-    collection only; rows past it are treated as gone); the head row with the
-    counters never does. The fencing token is the grant's ticket.
+    Waiters poll the head with backoff, paced by how fast they have seen
+    tickets served. An entry (waiter or holder) that stops heartbeating is
+    removed by the ticket right behind it once its rvn has stayed unchanged
+    for its lease on that waiter's monotonic clock; the others keep their
+    order. An entry whose wall-clock expiry lies more than ``GC_MARGIN`` in the
+    past counts as gone at once. The fencing token is the grant's ticket.
 
     Parameters are those of :class:`~ddbtx.locks.LockClient`; the lease
-    defaults to 60 s with a heartbeat every 30 s.
+    defaults to 60 s with a heartbeat every 30 s, and polls start at 10 ms.
 
     Examples
     --------
@@ -153,16 +154,22 @@ class FifoLock(LockClient):
 
     _default_lease = 60.0
     _default_heartbeat = 30.0
+    _default_min_poll = 0.01
     _kind = "fifo"
+
+    def _pace(self, resource: str, namespace: str) -> _Pace:
+        with self._paces_guard:
+            pace: _Pace = self._paces.setdefault((resource, namespace), _Pace())
+            return pace
 
     def acquire(
         self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
     ) -> FifoHeldLock:
         """Acquire ``resource`` in ``namespace`` after every earlier live ticket.
 
-        An uncontended acquire (nobody holds, nobody queued) is one request.
-        ``wait=0`` tries once and never leaves a queue row; a waiter whose
-        ``wait`` runs out removes its row and raises
+        An uncontended acquire is one request, and so is ``wait=0`` (granted
+        only if nobody holds or waits; it never leaves an entry). A waiter
+        whose ``wait`` runs out removes its entry and raises
         :class:`~ddbtx.errors.LockNotGrantedError`.
         """
         check_resource(resource)
@@ -178,7 +185,7 @@ class FifoLock(LockClient):
 
 
 class _Waiter:
-    """One acquire call: its ticket, its queue row, and what it watches."""
+    """One acquire call: its ticket, its entry on the head, and what it watches."""
 
     def __init__(self, fifo: FifoLock, resource: str, namespace: str, deadline: float) -> None:
         self.fifo = fifo
@@ -186,155 +193,90 @@ class _Waiter:
         self.namespace = namespace
         self.deadline = deadline
         self.hold = new_id()
+        self.names = _entry_names(self.hold)
         self.ticket = 0
-        self.joined = False
-        self.renew_due = math.inf
+        self.entered = False
+        self.renewed_at = 0.0  # send time of our last rvn write (join or renew)
         self.head_key = key(resource, fifo_head_sk(namespace))
 
     # -- the protocol ------------------------------------------------------------
 
     def run(self, *, try_once: bool) -> FifoHeldLock:
-        lock = self._fast_path()
-        if lock is not None:
-            return lock
-        head = self._take_ticket()
-        if try_once:
-            ahead = None if head.held else self._look_ahead()[0]
-            if isinstance(ahead, _Head) and not ahead.held and ahead.serving < self.ticket:
-                lock = self._grant(FIFO_GRANT, {})
-                if lock is not None:
-                    return lock
+        head = self._enter(FIFO_TRY if try_once else FIFO_ENTER)
+        if head is None:
             raise self._not_granted()
-        if head.held:
-            self._join()
+        if try_once:
+            if self._lowest(head):
+                return self._granted()
+            self._leave()  # a lost response let someone in between: not ours
+            raise self._not_granted()
         return self._wait(head)
 
-    def _wait(self, ticket_head: _Head) -> FifoHeldLock:
+    def _wait(self, head: Item) -> FifoHeldLock:
         fifo = self.fifo
         low, high = fifo._polls
         backoff = Backoff(low, high)
-        pace = _Pace()
-        pace.observe(ticket_head.serving, fifo._clock())
+        pace = fifo._pace(self.resource, self.namespace)
         watch: Watch | None = None
-        step: tuple[str, int] | None = None
-        ahead, head = self._look_ahead()
+        step: tuple[int, int] | None = None
         while True:
             now = fifo._clock()
-            if head is not None:
-                pace.observe(head.serving, now)
-            if isinstance(ahead, _Head):
-                if ahead.serving >= self.ticket:
-                    self._requeue()  # passed over while our row was missing or judged dead
-                    watch = None
-                    ahead, head = self._look_ahead()
-                    continue
-                if not ahead.held:
-                    lock = self._grant(FIFO_GRANT, {})
-                    if lock is not None:
-                        return lock
-                    ahead, head = self._look_ahead()  # another ticket won the grant
-                    continue
-                target = ("head", ahead.serving)
-            else:
-                target = ("queue", ahead.ticket)
-            if not self.joined:
-                self._join()
-            far = None if isinstance(ahead, _Head) else pace.far_pause(self.ticket, head)
-            place = target if far is None or far > 0 else ("second", head.serving if head else 0)
+            queue = entries(head, fifo.lease_duration)
+            mine = next((e for e in queue if e.hold == self.hold), None)
+            if mine is None or mine.ticket != self.ticket:
+                head = self._reenter()  # judged dead while alive (paused for a lease)
+                watch = None
+                continue
+            ahead = [e for e in queue if e.ticket < self.ticket]
+            stale = next((e for e in ahead if self._expired(e)), None)
+            if stale is not None:
+                self._skip(stale)  # past its garbage-collection time: gone
+                head = self._read()
+                continue
+            if not ahead:
+                return self._granted()
+            pace.observe(ahead[0].ticket, now)
+            target = ahead[-1]
+            place = (target.ticket, ahead[0].ticket)
             if place != step:
-                # A new holder, a new row ahead, or (second in line) a new grant:
-                # our turn may be one short hold away, so look again soon.
+                # A new entry right ahead or a new holder: our turn may be one
+                # short hold away, so look again soon.
                 backoff.reset()
                 step = place
-            fresh = observe(watch, target, ahead.rvn, ahead.lease, now)
+            fresh = observe(watch, ("entry", target.ticket), target.rvn, target.lease, now)
             if fresh is watch and fresh.remaining(now) <= 0:
-                if isinstance(ahead, _Head):
-                    values = {":serving": ahead.serving, ":seen": ahead.rvn}
-                    lock = self._grant(FIFO_TAKEOVER, values)
-                    if lock is not None:
-                        return lock
-                else:
-                    self._skip(ahead)
+                self._skip(target)
                 watch = None
-                ahead, head = self._look_ahead()
+                head = self._read()
                 continue
             watch = fresh
-            if now >= self.renew_due and not self._renew_row():
-                self._requeue()  # judged dead while alive (paused for a lease)
-                watch = None
-                ahead, head = self._look_ahead()
-                continue
+            renew_due = self.renewed_at + fifo.heartbeat_period
+            if now >= renew_due:
+                if not self._renew():
+                    head = self._reenter()
+                    watch = None
+                    continue
+                renew_due = self.renewed_at + fifo.heartbeat_period
             left = self.deadline - now
             if left <= 0:
+                self._leave()
                 raise self._not_granted()
-            # Far back, the measured pace of grants says when to look again; never
-            # beyond max_poll, which bounds the handoff delay if the pace picks up.
-            guess = backoff.next() if far is None or far <= 0 else min(high, max(low, far))
-            fifo._sleep(max(0.0, min(guess, fresh.remaining(now), self.renew_due - now, left)))
-            ahead, head = self._poll(ahead)
+            guess = pace.pause(len(ahead), now)
+            delay = backoff.next() if guess is None else min(high, max(low, guess))
+            fifo._sleep(max(0.0, min(delay, fresh.remaining(now), renew_due - now, left)))
+            head = self._read()
+
+    def _lowest(self, head: Item) -> bool:
+        queue = entries(head)
+        return bool(queue) and queue[0].hold == self.hold
 
     def _not_granted(self) -> LockNotGrantedError:
         return LockNotGrantedError(
             f"FIFO lock on {self.resource!r}/{self.namespace} not granted to "
-            f"{self.fifo.owner!r} in time (ticket {self.ticket})"
+            f"{self.fifo.owner!r} in time (ticket {self.ticket or 'none'})"
         )
 
-    # -- requests ------------------------------------------------------------------
-
-    def _values(self, extra: dict[str, object]) -> dict[str, object]:
-        fifo = self.fifo
-        return {
-            ":hold": self.hold,
-            ":owner": fifo.owner,
-            ":lease": fifo.lease_duration,
-            ":exp": fifo._wall() + fifo.lease_duration,
-            ":true": True,
-            ":false": False,
-            ":zero": 0,
-            ":one": 1,
-            ":ticket": self.ticket,
-            **extra,
-        }
-
-    def _update_head(self, condition: str | None, update: str, extra: dict[str, object]) -> Item:
-        texts = {"UpdateExpression": update}
-        if condition is not None:
-            texts["ConditionExpression"] = condition
-        response = call(
-            self.fifo.client,
-            "update_item",
-            TableName=self.fifo.table,
-            Key=self.head_key,
-            ReturnValues="ALL_NEW",
-            **expressions(self._values(extra), **texts),
-        )
-        attributes: Item = response["Attributes"]
-        return attributes
-
-    def _fast_path(self) -> FifoHeldLock | None:
-        sent = self.fifo._clock()
-        try:
-            head = self._update_head(FIFO_FAST, _FAST, {})
-        except ConditionFailed:
-            return None
-        return self._granted(get_int(head, SERVING) or 0, sent)
-
-    def _take_ticket(self) -> _Head:
-        head = self._update_head(None, _TICKET, {})
-        self.ticket = get_int(head, NEXT) or 0
-        return _head(head, self.fifo.lease_duration)
-
-    def _grant(self, condition: str, extra: dict[str, object]) -> FifoHeldLock | None:
-        sent = self.fifo._clock()
-        try:
-            self._update_head(condition, _GRANT, extra)
-        except ConditionFailed:
-            return None
-        lock = self._granted(self.ticket, sent)
-        self.leave_quietly()  # the row only told later tickets we were ahead
-        return lock
-
-    def _granted(self, ticket: int, sent: float) -> FifoHeldLock:
+    def _granted(self) -> FifoHeldLock:
         fifo = self.fifo
         lock = FifoHeldLock(
             fifo,
@@ -342,200 +284,186 @@ class _Waiter:
             row_key=self.head_key,
             resource=self.resource,
             namespace=self.namespace,
-            fencing_token=ticket,
-            confirmed_at=sent,
+            fencing_token=self.ticket,
+            # Whoever watches our entry started after our last rvn write was
+            # applied, so our lease counts from that write's send time.
+            confirmed_at=self.renewed_at,
         )
+        lock._extra_values = {":ticket": self.ticket, ":minus": -1}
+        lock._extra_names = dict(self.names)
+        self.entered = False  # the entry is the lock's now: release removes it
+        if fifo.heartbeat_period >= lock.remaining():
+            lock.heartbeat()  # the thread's first beat could come after the lease
         fifo._keep(lock)
         return lock
 
-    def _row_key(self) -> Item:
-        return key(self.resource, fifo_queue_sk(self.namespace, self.ticket))
+    # -- requests ------------------------------------------------------------------
 
-    def _ttl(self) -> int:
-        return ttl_at(self.fifo._wall() + self.fifo.lease_duration + GC_MARGIN)
-
-    def _join(self) -> None:
+    def _entry(self) -> dict[str, object]:
         fifo = self.fifo
-        now = fifo._clock()
-        item = {
-            **self._row_key(),
-            OWNER: av(fifo.owner),
-            HOLD: av(self.hold),
-            RVN: av(new_id()),
-            LEASE: av(fifo.lease_duration),
-            EXPIRES: av(fifo._wall() + fifo.lease_duration),
-            TICKET: av(self.ticket),
-            schema.LOCK_TTL: av(self._ttl()),
+        return {
+            OWNER: fifo.owner,
+            RVN: new_id(),
+            LEASE: fifo.lease_duration,
+            EXPIRES: fifo._wall() + fifo.lease_duration,
         }
-        call(
-            fifo.client,
-            "put_item",
-            TableName=fifo.table,
-            Item=item,
-            **expressions({":hold": self.hold}, ConditionExpression=QUEUE_JOIN),
-        )
-        self.joined = True
-        self.renew_due = now + fifo.heartbeat_period
 
-    def _renew_row(self) -> bool:
+    def _enter(self, condition: str) -> Item | None:
+        """Take a ticket and enter the queue in one write; ``None`` if ``condition``
+        (wait=0: nobody there) failed. The head as it is after our write."""
         fifo = self.fifo
         sent = fifo._clock()
-        values = {":hold": self.hold, ":rvn": new_id(), ":ttl": self._ttl()}
-        values[":exp"] = fifo._wall() + fifo.lease_duration
         try:
-            call(
+            head: Item = call(
                 fifo.client,
                 "update_item",
                 TableName=fifo.table,
-                Key=self._row_key(),
+                Key=self.head_key,
+                ReturnValues="ALL_NEW",
                 **expressions(
-                    values, ConditionExpression=QUEUE_RENEW, UpdateExpression=_QUEUE_RENEW
+                    {":zero": 0, ":one": 1, ":entry": self._entry()},
+                    names=self.names,
+                    ConditionExpression=condition,
+                    UpdateExpression=_ENTER,
                 ),
-            )
+            )["Attributes"]
+        except ConditionFailed as exc:
+            if not was_retried(exc):
+                return None
+            # The first attempt may have been applied behind a lost response:
+            # our entry on the head says so (and carries our ticket).
+            head = self._read()
+            if get_int(head, self.names["#t"]) is None:
+                return None
+        except ValidationFailed as exc:
+            raise LockError(
+                f"FIFO head of {self.resource!r}/{self.namespace} is full: DynamoDB refused "
+                f"one more waiter ({exc})"
+            ) from exc
+        self.ticket = get_int(head, self.names["#t"]) or 0
+        self.entered = True
+        self.renewed_at = sent
+        return head
+
+    def _reenter(self) -> Item:
+        self.hold = new_id()
+        self.names = _entry_names(self.hold)
+        head = self._enter(FIFO_ENTER)
+        if head is None:  # a fresh id cannot meet an entry of its own
+            raise LockError(f"could not queue for {self.resource!r}/{self.namespace}")
+        return head
+
+    def _renew(self) -> bool:
+        fifo = self.fifo
+        sent = fifo._clock()
+        values = {
+            ":ticket": self.ticket,
+            ":rvn": new_id(),
+            ":exp": fifo._wall() + fifo.lease_duration,
+        }
+        try:
+            self._update(FIFO_RENEW, _RENEW, values, self.names)
         except ConditionFailed:
-            self.joined = False
+            self.entered = False
             return False
-        self.renew_due = sent + fifo.heartbeat_period
+        self.renewed_at = sent
         return True
 
-    def _requeue(self) -> None:
-        self._leave()
-        self._take_ticket()
-        self._join()
-
     def _leave(self) -> None:
-        if self.joined:
-            call(self.fifo.client, "delete_item", TableName=self.fifo.table, Key=self._row_key())
-            self.joined = False
-            self.renew_due = math.inf
+        if not self.entered:
+            return
+        self.entered = False
+        # If the entry was removed meanwhile (judged dead), there is nothing to do.
+        with contextlib.suppress(ConditionFailed):
+            self._update(FIFO_LEAVE, _LEAVE, {":ticket": self.ticket, ":minus": -1}, self.names)
 
     def leave_quietly(self) -> None:
-        """Remove our queue row, if any, without masking what is under way."""
+        """Remove our entry, if any, without masking what is under way."""
         try:
             self._leave()
-        except Exception:  # the row has a TTL, and successors skip it after a lease
-            logger.warning("could not remove queue row of ticket %d", self.ticket, exc_info=True)
+        except Exception:  # successors skip it after a lease
+            logger.warning("could not remove FIFO entry of ticket %d", self.ticket, exc_info=True)
 
-    def _skip(self, ahead: _Ahead) -> None:
-        # If it heartbeated after all, or left, the delete fails: either way, look again.
-        with contextlib.suppress(ConditionFailed):
-            call(
-                self.fifo.client,
-                "delete_item",
-                TableName=self.fifo.table,
-                Key=key(self.resource, ahead.sort_key),
-                **expressions({":seen": ahead.rvn}, ConditionExpression=QUEUE_SKIP),
+    def _skip(self, dead: Entry) -> None:
+        # If it heartbeated after all, or left, the removal fails: look again either way.
+        try:
+            self._update(
+                FIFO_SKIP, _LEAVE, {":seen": dead.rvn, ":minus": -1}, _entry_names(dead.hold)
             )
+        except ConditionFailed:
+            return
+        logger.info("removed FIFO entry of ticket %d (%s): no heartbeat", dead.ticket, dead.owner)
 
-    def _poll(self, ahead: _Head | _Ahead) -> tuple[_Head | _Ahead, _Head | None]:
-        """Re-read what we wait behind: the head alone when we are first in line,
-        else the head and the row ahead together (two items, one request).
-        Only when that row has gone does it take a query to find the next one."""
-        fifo = self.fifo
-        keys = [self.head_key]
-        if isinstance(ahead, _Ahead):
-            keys.append(key(self.resource, ahead.sort_key))
-        response = call(
-            fifo.client,
-            "batch_get_item",
-            RequestItems={fifo.table: {"Keys": keys, "ConsistentRead": True}},
+    def _update(
+        self, condition: str, update: str, values: dict[str, object], names: dict[str, str]
+    ) -> None:
+        call(
+            self.fifo.client,
+            "update_item",
+            TableName=self.fifo.table,
+            Key=self.head_key,
+            **expressions(
+                values, names=names, ConditionExpression=condition, UpdateExpression=update
+            ),
         )
-        found = {get_str(i, schema.LOCK_SK): i for i in response["Responses"].get(fifo.table, [])}
-        head_item = found.get(fifo_head_sk(self.namespace))
-        if response.get("UnprocessedKeys") or head_item is None:
-            return self._look_ahead()
-        head = _head(head_item, fifo.lease_duration)
-        if isinstance(ahead, _Head):
-            return head, head
-        row = found.get(ahead.sort_key)
-        if row is None or self._expired(row):
-            return self._look_ahead()
-        return _ahead(row, ahead.sort_key, fifo.lease_duration), head
 
-    def _expired(self, row: Item) -> bool:
-        expiry = get_num(row, schema.LOCK_TTL)
-        return expiry is not None and expiry < self.fifo._wall()
+    def _read(self) -> Item:
+        item: Item = call(
+            self.fifo.client,
+            "get_item",
+            TableName=self.fifo.table,
+            Key=self.head_key,
+            ConsistentRead=True,
+        ).get("Item", {})
+        return item
 
-    def _look_ahead(self) -> tuple[_Head | _Ahead, _Head | None]:
-        """The nearest live row before our ticket (a queue row, or else the head),
-        and the head too if it comes right after that row: two items at most."""
-        fifo = self.fifo
-        head_sk = fifo_head_sk(self.namespace)
-        upper = fifo_queue_sk(self.namespace, self.ticket - 1)
-        while True:
-            items = call(
-                fifo.client,
-                "query",
-                TableName=fifo.table,
-                ConsistentRead=True,
-                ScanIndexForward=False,
-                Limit=2,
-                **expressions(
-                    {":pk": self.resource, ":head": head_sk, ":upper": upper},
-                    KeyConditionExpression="#pk = :pk AND #sk BETWEEN :head AND :upper",
-                ),
-            )["Items"]
-            if not items:
-                # The head row is gone (only an operator deletes it): start over.
-                self._requeue()
-                continue
-            item = items[0]
-            sort_key = get_str(item, schema.LOCK_SK) or ""
-            if sort_key == head_sk:
-                head = _head(item, fifo.lease_duration)
-                return head, head
-            ahead = _ahead(item, sort_key, fifo.lease_duration)
-            if self._expired(item):
-                self._skip(ahead)  # past its TTL: gone, whether or not TTL deleted it yet
-                continue
-            beyond = items[1:] and items[1]
-            if beyond and get_str(beyond, schema.LOCK_SK) == head_sk:
-                return ahead, _head(beyond, fifo.lease_duration)
-            return ahead, None
-
-
-def _head(item: Item, default_lease: float) -> _Head:
-    return _Head(
-        serving=get_int(item, SERVING) or 0,
-        held=get_bool(item, HELD),
-        rvn=get_str(item, RVN) or "",
-        lease=get_num(item, LEASE) or default_lease,
-    )
-
-
-def _ahead(item: Item, sort_key: str, default_lease: float) -> _Ahead:
-    _, ticket = parse_fifo_sk(sort_key) or ("", None)
-    return _Ahead(
-        ticket=ticket or 0,
-        rvn=get_str(item, RVN) or "",
-        lease=get_num(item, LEASE) or default_lease,
-        sort_key=sort_key,
-    )
+    def _expired(self, entry: Entry) -> bool:
+        return entry.expires is not None and entry.expires + GC_MARGIN < self.fifo._wall()
 
 
 class _Pace:
-    """How fast the now-serving pointer moves, as this waiter has seen it."""
+    """How fast tickets are served, as this client has seen the lowest ticket move.
+
+    Kept per resource and namespace across acquires, so a client that comes back
+    to a busy lock knows its pace from its first poll on. The cycle (seconds per
+    ticket) is a moving average over the moves seen; a pause in the traffic longer
+    than ``_IDLE`` cycles starts afresh."""
+
+    _WEIGHT = 0.3
+    _IDLE = 20
 
     def __init__(self) -> None:
-        self._first: tuple[int, float] | None = None
-        self._rate: float | None = None
+        self._last: tuple[int, float] | None = None  # lowest ticket, when first seen
+        self.cycle: float | None = None
 
-    def observe(self, serving: int, now: float) -> None:
-        if self._first is None:
-            self._first = (serving, now)
-        elif serving > self._first[0] and now > self._first[1]:
-            self._rate = (serving - self._first[0]) / (now - self._first[1])
+    def observe(self, lowest: int, now: float) -> None:
+        last = self._last
+        if last is not None and self.cycle is not None and now - last[1] > self._IDLE * self.cycle:
+            self.cycle = None
+        if last is None or lowest < last[0]:
+            self._last = (lowest, now)
+        elif lowest > last[0]:
+            sample = (now - last[1]) / (lowest - last[0])
+            self.cycle = sample if self.cycle is None else (
+                (1 - self._WEIGHT) * self.cycle + self._WEIGHT * sample
+            )  # fmt: skip
+            self._last = (lowest, now)
 
-    def far_pause(self, ticket: int, head: _Head | None) -> float | None:
-        """How long a waiter further back than second in line may sleep: half the
-        expected time until it is second, or until two grants before that if
-        later. ``0`` when it is second already; ``None`` while unknown."""
-        if head is None:
+    def pause(self, ahead: int, now: float) -> float | None:
+        """How long to sleep before looking again, from the measured pace; ``None``
+        while unknown (then the caller backs off).
+
+        Further back than second in line: until about one grant before it is
+        second (at least half the expected time). Second in line: half the time
+        until the current holder is expected to be done (its hold counted from
+        when this client first saw it hold, which is late by up to a poll: the
+        half keeps the measured cycle from growing on its own lateness);
+        ``None`` once that moment has passed.
+        """
+        if self.cycle is None or self._last is None:
             return None
-        ahead = ticket - head.serving - 1  # tickets between the holder and us
         if ahead <= 1:
-            return 0.0
-        if self._rate is None:
-            return None
-        until_second = (ahead - 1) / self._rate
-        return max(until_second / 2, until_second - 2 / self._rate)
+            left = self._last[1] + self.cycle - now
+            return left / 2 if left > 0 else None
+        until_second = (ahead - 1) * self.cycle
+        return max(until_second / 2, until_second - self.cycle)
