@@ -43,7 +43,9 @@ IMAGES_ACTIONS: Final = (
     "dynamodb:Scan",
     "dynamodb:DeleteItem",
 )
-LOCKS_ACTIONS: Final = IMAGES_ACTIONS
+#: The lock rows: expired queue rows are deleted, a dead holder's mutex is freed in
+#: place (UpdateItem; the row keeps its fencing counter).
+LOCKS_ACTIONS: Final = (*IMAGES_ACTIONS, "dynamodb:UpdateItem")
 DATA_ACTIONS: Final = (
     "dynamodb:GetItem",
     "dynamodb:PutItem",

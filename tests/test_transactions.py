@@ -158,7 +158,7 @@ def test_given_an_empty_transaction_when_committed_then_nothing_is_written(
             },
             "reserved prefix",
         ),
-        ({"Item": {"pk": S("x"), "big": S("x" * (400 * 1024 - 150))}}, "400 KB"),
+        ({"Item": {"pk": S("x"), "big": S("x" * (400 * 1024 - 40))}}, "400 KB"),
         ({"Item": {"pk": S("x")}, "Expected": {}}, "does not support"),
         ({"Item": {"pk": "not-an-attribute-value"}}, "AttributeValue"),
     ],

@@ -132,7 +132,7 @@ def test_given_default_app_then_the_dashboard_shows_sweep_metrics_and_alarms(
     body = props["DashboardBody"]
     # Every metric the sweeper handler publishes is on it
     published = published_metrics()
-    assert "LockRowsDeleted" in published and len(published) == 10
+    assert {"LockRowsDeleted", "SkippedRequests"} <= set(published) and len(published) == 11
     for metric in published:
         assert f'"{metric}"' in body, metric
     assert '"alarms"' in body

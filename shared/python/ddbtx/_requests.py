@@ -246,8 +246,9 @@ def too_large(size: int | None = None) -> str:
     what = f"the item is {size} bytes" if size is not None else "the item is too large"
     return (
         f"{what}: in a transaction its lock ({PROTOCOL_OVERHEAD} bytes at most), its saved "
-        f"image or its request body must fit in one {MAX_ITEM_BYTES}-byte DynamoDB item next "
-        "to ddbtx's own attributes (README: items near 400 KB); write it natively instead"
+        f"image and its request body must each fit in one item within the {MAX_ITEM_BYTES}-byte "
+        "DynamoDB limit beside ddbtx's own attributes (README: items near 400 KB); write it "
+        "natively instead"
     )
 
 
