@@ -118,7 +118,9 @@ def leave_stray_locks(tm: TransactionManager, table: str, accounts: Sequence[str
             UpdateExpression="SET balance = balance - :n",
             ExpressionAttributeValues={":n": {"N": "10"}},
         )
-        tm.client.delete_item(TableName=tm.transactions_table, Key=tm.protocol.records.header_key(tx.id))
+        tm.client.delete_item(
+            TableName=tm.transactions_table, Key=tm.protocol.records.header_key(tx.id)
+        )
 
 
 def check_restored(client: Any, table: str, accounts: Sequence[str]) -> None:
