@@ -47,7 +47,7 @@ faults: setup
 # Seeded interleavings of 2-4 coordinators, a sweeper and a recover on one transaction,
 # with a fault, on both emulators at once (one process each). The seed is the commit's,
 # so each commit explores new schedules and any finding replays from its printed line.
-EXPLORE_SCHEDULES ?= 1500
+EXPLORE_SCHEDULES ?= 5000
 EXPLORE_SEED ?= $(shell printf '%d' 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1))
 explore: setup
 	$(RUN) python -m tests.explore --backend moto --schedules $(EXPLORE_SCHEDULES) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS) & moto=$$!; \
