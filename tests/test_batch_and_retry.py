@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from ddbtx import (
     ConditionalCheckFailedError,
@@ -105,6 +106,50 @@ def test_given_a_throttled_request_when_it_is_retried_unchanged_then_it_complete
     tx.commit()
     # Then it was applied exactly once
     assert data_state(ddb, tables.data)["a"]["balance"] == {"N": "11"}
+    assert_clean(ddb, tables)
+
+
+def throttled_after_applying(client: Any) -> None:
+    """The next call is applied, then the client sees throttling (its answer lost and
+    every retry throttled): the caller cannot know the write landed."""
+    fired: list[bool] = []
+
+    def after(**_: Any) -> None:
+        if not fired:
+            fired.append(True)
+            error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "x"}}
+            raise ClientError(error, "UpdateItem")
+
+    client.meta.events.register("after-call.dynamodb.UpdateItem", after)
+
+
+@pytest.mark.parametrize("landed", [False, True])
+def test_given_an_add_whose_outcome_is_unknown_when_retried_unchanged_then_it_completes_once(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, landed: bool
+) -> None:
+    # Given a transaction holding a, whose add of b to the record failed with throttling,
+    # either before it was applied or after (the caller cannot tell which)
+    seed(a=1, b=1)
+    tm = make_tm(max_attempts=1)
+    tm.key_names(tables.data)
+    tx = tm.begin()
+    first, second = updates(tables, ["a", "b"], 10)
+    tx.update_item(**first["Update"])
+    chaos = Chaos(tm.client)
+    if landed:
+        throttled_after_applying(tm.client)
+    else:
+        chaos.arm("throttle", at=0)  # the add of b to the existing record
+    with pytest.raises(Throttled):
+        tx.update_item(**second["Update"])
+    chaos.disarm()
+    # When the caller retries the same request (re-added under the same nonce, which the
+    # record recognises if the first add landed)
+    tx.update_item(**second["Update"])
+    tx.commit()
+    # Then each was applied exactly once
+    state = data_state(ddb, tables.data)
+    assert [state[k]["balance"] for k in "ab"] == [{"N": "11"}, {"N": "11"}]
     assert_clean(ddb, tables)
 
 
