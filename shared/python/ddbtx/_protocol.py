@@ -452,15 +452,6 @@ class Protocol:
         """delete: remove a completed TX record and its body rows."""
         self.records.delete(header, self.batch_write)
 
-    def release_orphan(self, table: str, key: Item, item: Item) -> None:
-        """Release a lock whose TX record is gone: the transaction can only have rolled back.
-
-        Records are deleted only after every recorded item was settled, so a lock
-        that outlives its record is stray (or forged) and is undone.
-        """
-        owner = item[s.ATTR_LOCK]["S"].rsplit("/", 1)[0]
-        self.undo(owner, table, key, item)
-
 
 #: Rows per ``BatchWriteItem`` (DynamoDB's limit).
 BATCH_ROWS = 25
