@@ -92,6 +92,7 @@ class Header:
     raw_size: int = 0
     waiting: bool = False  # its coordinator is blocked on an older transaction's lock
     decided_by: str | None = None  # the transaction that rolled this one back (wound-wait)
+    caller_id: str | None = None  # the caller's transaction_id: its alias goes with the record
 
 
 # --- (de)serialisation of requests into the TX record -------------------------
@@ -166,6 +167,7 @@ def header_from_item(item: Item) -> Header:
         raw_size=item_size(item),
         waiting=s.TX_WAITING in item,
         decided_by=item[s.TX_DECIDED_BY]["S"] if s.TX_DECIDED_BY in item else None,
+        caller_id=item[s.TX_CALLER_ID]["S"] if s.TX_CALLER_ID in item else None,
     )
 
 
@@ -267,7 +269,9 @@ class RecordStore:
             s.TX_TTL: {"N": str(expires)},
         }
 
-    def create(self, tx_id: str, bodies: dict[str, dict[str, Any]]) -> None:
+    def create(
+        self, tx_id: str, bodies: dict[str, dict[str, Any]], *, caller_id: str | None = None
+    ) -> None:
         """create + add: write the header with its first requests (raises ConditionFailed)."""
         item = {
             **self.header_key(tx_id),
@@ -277,6 +281,8 @@ class RecordStore:
             s.TX_SWEEP_KEY: {"S": f"{s.STATE_PENDING}#{shard_of(tx_id)}"},
             s.TX_REQUESTS: {"M": bodies},
         }
+        if caller_id is not None:
+            item[s.TX_CALLER_ID] = {"S": caller_id}
         call(
             self.client,
             "put_item",
@@ -285,6 +291,39 @@ class RecordStore:
             ConditionExpression=CREATE,
             ExpressionAttributeNames={"#id": s.TX_PK},
         )
+
+    def create_finished(self, tx_id: str, caller_id: str, state: str) -> bool:
+        """create, decided and completed at once: a record with no requests (False: it exists).
+
+        Rolled back, it fences an id whose alias names a transaction with no
+        record: that transaction's coordinator can then never create it. Committed,
+        it records an exactly-once transaction that made no requests.
+        """
+        now = self.now_ms()
+        ttl = int(self.clock()) + self.completed_ttl_seconds
+        item = {
+            **self.header_key(tx_id),
+            s.TX_STATE: {"S": state},
+            s.TX_VERSION: {"N": "1"},
+            s.TX_UPDATED: {"N": str(now)},
+            s.TX_SWEEP_KEY: {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(tx_id)}"},
+            s.TX_REQUESTS: {"M": {}},
+            s.TX_FINISHED: {"BOOL": True},
+            s.TX_TTL: {"N": str(ttl)},
+            s.TX_CALLER_ID: {"S": caller_id},
+        }
+        try:
+            call(
+                self.client,
+                "put_item",
+                TableName=self.table,
+                Item=item,
+                ConditionExpression=CREATE,
+                ExpressionAttributeNames={"#id": s.TX_PK},
+            )
+        except ConditionFailed:
+            return False
+        return True
 
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, str]

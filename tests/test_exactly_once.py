@@ -1,0 +1,221 @@
+"""Exactly-once transactions keyed by the caller's id (``transaction_id=``).
+
+A second attempt with the same id never applies the work twice: it resumes a
+pending transaction (the work runs again, its requests matched with the
+recorded ones), gets a committed one back without running the work, and starts
+over only after a rollback. Bad ids and ids reused for other work are refused
+with nothing written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from ddbtx import (
+    AlreadyCommitted,
+    InvalidTransactionIdError,
+    Transaction,
+    TransactionCommittedError,
+    TransactionIdReusedError,
+    TransactionManager,
+)
+from ddbtx import schema as s
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.instrumentation import count_requests
+from helpers import Tables, assert_clean, data_state, scan
+
+ORDER = "order-42"
+SEED = {"a": 100, "b": 5}
+ONCE = {"a": 90, "b": 15, "o": 1}
+
+
+class Work:
+    """Pay 10 from a to b and record the order: the caller's work, counting its runs."""
+
+    def __init__(self, table: str, amount: int = 10) -> None:
+        self.table = table
+        self.amount = amount
+        self.runs = 0
+
+    def __call__(self, tx: Transaction) -> str:
+        self.runs += 1
+        self.add(tx, "a", -self.amount)
+        self.add(tx, "b", self.amount)
+        tx.put_item(TableName=self.table, Item={"pk": {"S": "o"}, "balance": {"N": "1"}})
+        return "paid"
+
+    def add(self, tx: Transaction, pk: str, amount: int) -> dict[str, Any]:
+        return tx.update_item(
+            TableName=self.table,
+            Key={"pk": {"S": pk}},
+            UpdateExpression="ADD balance :n",
+            ExpressionAttributeValues={":n": {"N": str(amount)}},
+        )
+
+
+@pytest.fixture
+def work(tables: Tables, seed: Callable[..., None]) -> Work:
+    """The payment, with a and b seeded."""
+    seed(**SEED)
+    return Work(tables.data)
+
+
+def balances(ddb: Any, tables: Tables) -> dict[str, int]:
+    return {pk: int(item["balance"]["N"]) for pk, item in data_state(ddb, tables.data).items()}
+
+
+def records(ddb: Any, tables: Tables) -> list[dict[str, Any]]:
+    """Every TX record header."""
+    return [r for r in scan(ddb, tables.tx) if r[s.TX_SK]["S"] == s.TX_HEADER_SK]
+
+
+def named(tm: TransactionManager, caller_id: str = ORDER) -> str | None:
+    """The internal transaction the caller's id names now."""
+    return tm.protocol.aliases.read(caller_id)
+
+
+# --- the normal path and the second attempt ----------------------------------------------
+
+
+def test_given_an_id_when_run_twice_then_the_work_applies_once_and_the_second_is_told(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given the work committed once under an id
+    first = make_tm().run(work, transaction_id=ORDER)
+    assert first == "paid" and balances(ddb, tables) == ONCE
+    # When another process runs it again with the same id
+    again = make_tm().run(work, transaction_id=ORDER)
+    # Then the work is not called and the caller learns it was already committed
+    assert isinstance(again, AlreadyCommitted)
+    assert again.transaction_id == ORDER and again.tx_id == named(make_tm())
+    assert work.runs == 1
+    assert balances(ddb, tables) == ONCE
+    assert_clean(ddb, tables)
+
+
+def test_given_a_committed_id_when_begun_or_entered_then_it_is_already_committed_and_takes_nothing(
+    tm: TransactionManager, ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given the work committed under an id
+    tm.run(work, transaction_id=ORDER)
+    # When a transaction with the id is begun, or entered as a with block
+    tx = tm.begin(transaction_id=ORDER)
+    with tm.transaction(transaction_id=ORDER) as entered:
+        assert entered.already_committed
+    # Then it is the committed one, it refuses requests, and commits as a no-op
+    assert tx.already_committed and tx.state == s.STATE_COMMITTED and tx.id == named(tm)
+    with pytest.raises(TransactionCommittedError):
+        work(tx)
+    tx.commit()
+    with pytest.raises(TransactionCommittedError):
+        with tm.transaction(transaction_id=ORDER) as tx:
+            work(tx)
+    assert balances(ddb, tables) == ONCE
+
+
+def test_given_a_with_block_with_an_id_when_it_ends_then_the_record_is_kept_to_remember_the_id(
+    tm: TransactionManager, ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given a with block with an id
+    with tm.transaction(transaction_id=ORDER) as tx:
+        work(tx)
+    # Then its record stays (finished, naming the id) and the alias names it
+    (record,) = records(ddb, tables)
+    assert record[s.TX_PK]["S"] == tx.id == named(tm)
+    assert record[s.TX_CALLER_ID] == {"S": ORDER} and record[s.TX_FINISHED] == {"BOOL": True}
+    # and deleting on exit, which would forget the id at once, is refused up front
+    with pytest.raises(ValueError, match="forget"):
+        with tm.transaction(transaction_id="other", delete=True):
+            pass
+    assert named(tm, "other") is None
+
+
+def test_given_an_id_whose_work_makes_no_request_when_retried_then_it_is_not_run_again(
+    tm: TransactionManager, ddb: Any, tables: Tables
+) -> None:
+    # Given work that writes nothing transactional, committed under an id
+    runs: list[int] = []
+    assert tm.run(lambda tx: runs.append(1), transaction_id=ORDER) is None
+    # When it is retried
+    again = tm.run(lambda tx: runs.append(1), transaction_id=ORDER)
+    # Then it is still remembered as committed (one record, no requests)
+    assert isinstance(again, AlreadyCommitted) and runs == [1]
+    (record,) = records(ddb, tables)
+    assert record[s.TX_STATE] == {"S": s.STATE_COMMITTED}
+
+
+def test_given_a_rolled_back_id_when_retried_then_it_starts_over_and_commits_once(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given an attempt whose work failed after writing: rolled back
+    tm = make_tm()
+
+    def failing(tx: Transaction) -> None:
+        work(tx)
+        raise RuntimeError("payment provider down")
+
+    with pytest.raises(RuntimeError):
+        tm.run(failing, transaction_id=ORDER)
+    first = named(tm)
+    assert balances(ddb, tables) == SEED
+    # When the work is retried with the same id
+    assert make_tm().run(work, transaction_id=ORDER) == "paid"
+    # Then a new transaction carries the id and the work is applied once
+    assert named(tm) not in (None, first)
+    assert balances(ddb, tables) == ONCE
+    states = sorted(r[s.TX_STATE]["S"] for r in records(ddb, tables))
+    assert states == [s.STATE_COMMITTED, s.STATE_ROLLED_BACK]
+    assert_clean(ddb, tables)
+
+
+def test_given_an_id_when_begun_then_the_wound_wait_age_is_the_start_time_not_the_id(
+    tm: TransactionManager,
+) -> None:
+    # Given an id that would sort before every transaction, begun after another one
+    older = tm.begin()
+    tx = tm.begin(transaction_id="0000000000000000-000000000000")
+    # Then the transaction's own id is a fresh, time-ordered one: younger than the first
+    assert tx.id != tx.transaction_id and tx.id > older.id
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("", "empty"),
+        ("x" * 1025, "1025 bytes"),
+        ("é" * 513, "1026 bytes"),
+        (42, "not int"),
+        (b"order-42", "not bytes"),
+        ("order-\ud800", "surrogate"),
+    ],
+)
+def test_given_a_bad_id_when_begun_then_it_is_refused_and_nothing_is_written(
+    tm: TransactionManager, ddb: Any, tables: Tables, work: Work, bad: Any, says: str
+) -> None:
+    # When a transaction, a with block or a run is given a bad id
+    for attempt in (
+        lambda: tm.begin(transaction_id=bad),
+        lambda: tm.transaction(transaction_id=bad).__enter__(),
+        lambda: tm.run(work, transaction_id=bad),
+    ):
+        with pytest.raises(InvalidTransactionIdError, match=says):
+            attempt()
+    # Then nothing was written and the work never ran
+    assert scan(ddb, tables.tx) == [] and work.runs == 0
+    assert balances(ddb, tables) == SEED
+
+
+def test_given_the_longest_id_when_run_then_it_works(
+    tm: TransactionManager, ddb: Any, tables: Tables, work: Work
+) -> None:
+    longest = "é" * 512  # 1,024 bytes in UTF-8
+    assert tm.run(work, transaction_id=longest) == "paid"
+    assert isinstance(tm.run(work, transaction_id=longest), AlreadyCommitted)
+    assert balances(ddb, tables) == ONCE
