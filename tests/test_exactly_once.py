@@ -219,3 +219,164 @@ def test_given_the_longest_id_when_run_then_it_works(
     assert tm.run(work, transaction_id=longest) == "paid"
     assert isinstance(tm.run(work, transaction_id=longest), AlreadyCommitted)
     assert balances(ddb, tables) == ONCE
+
+
+# --- a pending id: resumed, its work run again -------------------------------------------
+
+
+def dies(tm: TransactionManager, kind: str, at: int) -> Chaos:
+    """Arm a fault at ``tm``'s ``at``-th call; after a ``before``/``after`` crash the process
+    is gone: every later call of its client dies too (no rollback on the way out)."""
+    chaos = Chaos(tm.client)
+    chaos.arm(kind, at)  # type: ignore[arg-type]
+    if kind in ("before", "after"):
+
+        def gone(**_: Any) -> None:
+            if chaos.fired:
+                raise Crash("the coordinator is gone")
+
+        tm.client.meta.events.register_first("before-call.dynamodb", gone)
+    return chaos
+
+
+def abandoned(make_tm: Callable[..., TransactionManager], work: Callable[..., Any], at: int) -> str:
+    """Run ``work`` under the id in a coordinator that dies after its ``at``-th call."""
+    victim = make_tm(max_workers=1)
+    victim.key_names(work.table)  # type: ignore[attr-defined]
+    dies(victim, "after", at)
+    with pytest.raises(Crash):
+        victim.run(work, transaction_id=ORDER)
+    tx_id = named(make_tm())
+    assert tx_id is not None
+    return tx_id
+
+
+def test_given_a_coordinator_that_died_mid_work_when_retried_then_it_resumes_and_applies_once(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given a coordinator that recorded and applied the first update, then died (calls:
+    # claim, create, lock a, apply a)
+    pending = abandoned(make_tm, work, at=3)
+    assert balances(ddb, tables) == {"a": 90, "b": 5}
+    # When the work is retried with the same id
+    assert make_tm().run(work, transaction_id=ORDER) == "paid"
+    # Then the pending transaction was resumed, not replaced, and a's update applied once
+    assert named(make_tm()) == pending
+    assert balances(ddb, tables) == ONCE
+    assert_clean(ddb, tables)
+
+
+def test_given_a_read_before_a_recorded_write_when_replayed_then_it_sees_the_item_as_before(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given work that reads a balance and writes the value it computed from it
+    seed(**SEED)
+
+    class ReadThenWrite(Work):
+        def __call__(self, tx: Transaction) -> str:
+            self.runs += 1
+            seen = int(
+                tx.get_item(TableName=self.table, Key={"pk": {"S": "a"}})["Item"]["balance"]["N"]
+            )
+            tx.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": "a"}},
+                UpdateExpression="SET balance = :v",
+                ExpressionAttributeValues={":v": {"N": str(seen - 10)}},
+            )
+            self.add(tx, "b", 10)
+            tx.put_item(TableName=self.table, Item={"pk": {"S": "o"}, "balance": {"N": "1"}})
+            return "paid"
+
+    work = ReadThenWrite(tables.data)
+    # and a coordinator that died once a's write was applied (claim, create, lock a,
+    # upgrade a, apply a)
+    abandoned(make_tm, work, at=4)
+    assert balances(ddb, tables)["a"] == 90
+    # When the work runs again: its read must see 100 (as the first read did), not 90
+    assert make_tm().run(work, transaction_id=ORDER) == "paid"
+    # Then the write it makes again is the recorded one, applied once
+    assert balances(ddb, tables) == ONCE
+    assert_clean(ddb, tables)
+
+
+def test_given_batched_work_when_its_coordinator_died_then_a_retry_replays_the_batch_once(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, seed: Any
+) -> None:
+    seed(**SEED)
+
+    class Batched(Work):
+        def __call__(self, tx: Transaction) -> str:
+            self.runs += 1
+            adds = [("o", 1), ("a", -10), ("b", 10)]
+            tx.write_all(
+                [
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": {"pk": {"S": pk}},
+                            "UpdateExpression": "ADD balance :n",
+                            "ExpressionAttributeValues": {":n": {"N": str(n)}},
+                        }
+                    }
+                    for pk, n in adds
+                ]
+            )
+            return "paid"
+
+    work = Batched(tables.data)
+    # Given a coordinator that recorded the batch, locked o (inserting it) and died
+    abandoned(make_tm, work, at=2)
+    # When the batch runs again under the id
+    assert make_tm().run(work, transaction_id=ORDER) == "paid"
+    # Then every write applied once
+    assert balances(ddb, tables) == ONCE
+    assert_clean(ddb, tables)
+
+
+class OtherAmount(Work):
+    """The same items, another amount: other work under the same id."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__(table, amount=20)
+
+
+class OtherItemFirst(Work):
+    def __call__(self, tx: Transaction) -> str:
+        self.add(tx, "c", 1)
+        return super().__call__(tx)
+
+
+class FewerRequests(Work):
+    def __call__(self, tx: Transaction) -> str:
+        self.add(tx, "a", -self.amount)
+        return "half"
+
+
+@pytest.mark.parametrize(
+    ("other", "at"),
+    [(OtherAmount, 3), (OtherItemFirst, 3), (FewerRequests, 6)],
+    ids=["other-parameters", "other-item-first", "fewer-requests-at-commit"],
+)
+def test_given_a_pending_id_when_reused_for_other_work_then_refused_and_nothing_written(
+    make_tm: Callable[..., TransactionManager],
+    ddb: Any,
+    tables: Tables,
+    work: Work,
+    other: type[Work],
+    at: int,
+) -> None:
+    # Given a coordinator that died mid-work under the id
+    pending = abandoned(make_tm, work, at=at)
+    before_data, before_tx = data_state(ddb, tables.data), scan(ddb, tables.tx)
+    # When other work runs under the same id
+    with pytest.raises(TransactionIdReusedError) as raised:
+        make_tm().run(other(tables.data), transaction_id=ORDER)
+    # Then it is refused, naming the transaction, and nothing was written anywhere
+    assert raised.value.tx_id == pending
+    assert data_state(ddb, tables.data) == before_data
+    assert scan(ddb, tables.tx) == before_tx
+    # and the right work still applies exactly once
+    assert make_tm().run(work, transaction_id=ORDER) == "paid"
+    assert balances(ddb, tables) == ONCE
+    assert_clean(ddb, tables)
