@@ -22,10 +22,13 @@ from ddbtx import (
     TransactionCommittedError,
     TransactionIdReusedError,
     TransactionManager,
+    TransactionRolledBackError,
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.instrumentation import count_requests
+from ddbtx.sweeper import Sweeper
+from ddbtx.transaction import SweepOutcome
 from helpers import Tables, assert_clean, data_state, scan
 
 ORDER = "order-42"
@@ -380,3 +383,136 @@ def test_given_a_pending_id_when_reused_for_other_work_then_refused_and_nothing_
     assert make_tm().run(work, transaction_id=ORDER) == "paid"
     assert balances(ddb, tables) == ONCE
     assert_clean(ddb, tables)
+
+
+# --- an alias without its record: fencing ------------------------------------------------
+
+
+def test_given_a_coordinator_that_claimed_the_id_and_died_when_retried_then_it_is_fenced_once(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given a coordinator that claimed the id and died before creating its record
+    claimed = abandoned(make_tm, work, at=0)
+    assert records(ddb, tables) == []
+    # When the work is retried
+    assert make_tm().run(work, transaction_id=ORDER) == "paid"
+    # Then the claimed transaction is fenced (rolled back, finished) and a new one commits
+    fence = make_tm().protocol.records.read_header(claimed)
+    assert fence is not None and fence.state == s.STATE_ROLLED_BACK and fence.finished
+    assert named(make_tm()) != claimed
+    assert balances(ddb, tables) == ONCE
+    assert_clean(ddb, tables)
+
+
+def test_given_a_slow_coordinator_whose_id_was_fenced_when_it_goes_on_then_it_is_rolled_back(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given a coordinator that claimed the id, then stalled before its first request
+    slow = make_tm().begin(transaction_id=ORDER)
+    # and a retry that fenced it and committed the work meanwhile
+    assert make_tm().run(work, transaction_id=ORDER) == "paid"
+    # When the slow one makes its first request
+    with pytest.raises(TransactionRolledBackError):
+        work(slow)
+    # Then it wrote nothing: the work is applied once
+    assert balances(ddb, tables) == ONCE
+    assert_clean(ddb, tables)
+
+
+# --- lifetime: as long as the record is kept ---------------------------------------------
+
+
+def test_given_an_id_past_delete_after_when_swept_then_alias_and_record_go_and_it_starts_over(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work, clock: Any
+) -> None:
+    # Given the work committed under an id, a day and a second ago
+    tm = make_tm()
+    tm.run(work, transaction_id=ORDER)
+    tx_id = named(tm)
+    assert tx_id is not None
+    clock.advance(86_401)
+    # When the sweeper deletes its record
+    assert (
+        tm.sweep(tx_id, rollback_after=timedelta(minutes=1), delete_after=timedelta(days=1))
+        is SweepOutcome.DELETED
+    )
+    # Then the alias went with it, and the id is new again: the work applies again
+    assert scan(ddb, tables.tx) == []
+    assert tm.run(work, transaction_id=ORDER) == "paid"
+    assert balances(ddb, tables) == {"a": 80, "b": 25, "o": 1}
+
+
+def test_given_a_sweeper_dying_between_the_alias_and_the_record_then_the_next_sweep_deletes_it(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work, clock: Any
+) -> None:
+    # Given a record past delete_after, and a sweeper that dies after deleting its alias
+    make_tm().run(work, transaction_id=ORDER)
+    tx_id = named(make_tm())
+    assert tx_id is not None
+    clock.advance(86_401)
+    ages = {"rollback_after": timedelta(minutes=1), "delete_after": timedelta(days=1)}
+    sweeper = make_tm()
+    dies(sweeper, "after", at=1)  # read the record, delete the alias
+    with pytest.raises(Crash):
+        sweeper.sweep(tx_id, **ages)
+    # Then the record is still there for the next sweep (no alias naming a deleted record)
+    assert named(make_tm()) is None and len(records(ddb, tables)) == 1
+    assert make_tm().sweep(tx_id, **ages) is SweepOutcome.DELETED
+    assert scan(ddb, tables.tx) == []
+
+
+def test_given_a_rolled_back_attempt_swept_later_then_the_alias_of_the_new_attempt_stays(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work, clock: Any
+) -> None:
+    # Given an attempt rolled back and a retry that committed under the same id
+    tm = make_tm()
+    first = tm.begin(transaction_id=ORDER)
+    work(first)
+    first.rollback()
+    tm.run(work, transaction_id=ORDER)
+    second = named(tm)
+    # When the first attempt's record is swept past delete_after, the second's not yet
+    clock.advance(86_401)
+    ages = {"rollback_after": timedelta(minutes=1), "delete_after": timedelta(days=1)}
+    assert tm.sweep(first.id, **ages) is SweepOutcome.DELETED
+    # Then the id still names the committed attempt: a retry is told, nothing applies twice
+    assert named(tm) == second
+    assert isinstance(tm.run(work, transaction_id=ORDER), AlreadyCommitted)
+    assert balances(ddb, tables) == ONCE
+
+
+def test_given_an_alias_whose_record_ttl_removed_when_retried_then_it_is_fenced_and_starts_over(
+    tm: TransactionManager, ddb: Any, tables: Tables, work: Work
+) -> None:
+    # Given a committed id whose record DynamoDB TTL deleted (the alias outlives it)
+    tm.run(work, transaction_id=ORDER)
+    tx_id = named(tm)
+    assert tx_id is not None
+    ddb.delete_item(TableName=tables.tx, Key=tm.protocol.records.header_key(tx_id))
+    # When it is retried, the id has expired: fenced, then the work starts over
+    assert tm.run(work, transaction_id=ORDER) == "paid"
+    fence = tm.protocol.records.read_header(tx_id)
+    assert fence is not None and fence.state == s.STATE_ROLLED_BACK
+    assert named(tm) != tx_id
+    assert balances(ddb, tables) == {"a": 80, "b": 25, "o": 1}
+
+
+def test_given_aliases_when_the_sweeper_runs_every_pass_then_they_are_not_records(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work, clock: Any
+) -> None:
+    # Given a committed id, a claimed id that never got a record, and a pending one
+    make_tm().run(work, transaction_id=ORDER)
+    make_tm().begin(transaction_id="claimed-only")
+    pending = make_tm().begin(transaction_id="pending")
+    work.add(pending, "c", 1)
+    clock.advance(120)
+    # When a sweeper runs its index and scan passes, and a full scan
+    tm = make_tm()
+    ages = {"rollback_after": timedelta(minutes=1), "delete_after": timedelta(days=1)}
+    report = Sweeper(tm, data_tables=[tables.data], persist_cursor=False, **ages).run()
+    full = Sweeper(tm, data_tables=[tables.data], persist_cursor=False, **ages).run_full()
+    # Then only the records were visited (the pending one rolled back), no alias was
+    # taken for one, and every alias is still there
+    assert report.errors == full.errors == 0 and report.rolled_back == 1
+    assert all(named(tm, i) is not None for i in (ORDER, "claimed-only", "pending"))
+    assert balances(ddb, tables) == ONCE
