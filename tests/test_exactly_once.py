@@ -9,6 +9,7 @@ with nothing written.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -26,10 +27,12 @@ from ddbtx import (
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
+from ddbtx.errors import DdbtxError
 from ddbtx.instrumentation import count_requests
 from ddbtx.sweeper import Sweeper
 from ddbtx.transaction import SweepOutcome
-from helpers import Tables, assert_clean, data_state, scan
+from faults.inject import Pause
+from helpers import Tables, assert_clean, clear, data_state, scan
 
 ORDER = "order-42"
 SEED = {"a": 100, "b": 5}
@@ -114,9 +117,8 @@ def test_given_a_committed_id_when_begun_or_entered_then_it_is_already_committed
     with pytest.raises(TransactionCommittedError):
         work(tx)
     tx.commit()
-    with pytest.raises(TransactionCommittedError):
-        with tm.transaction(transaction_id=ORDER) as tx:
-            work(tx)
+    with pytest.raises(TransactionCommittedError), tm.transaction(transaction_id=ORDER) as tx:
+        work(tx)
     assert balances(ddb, tables) == ONCE
 
 
@@ -131,10 +133,9 @@ def test_given_a_with_block_with_an_id_when_it_ends_then_the_record_is_kept_to_r
     assert record[s.TX_PK]["S"] == tx.id == named(tm)
     assert record[s.TX_CALLER_ID] == {"S": ORDER} and record[s.TX_FINISHED] == {"BOOL": True}
     # and deleting on exit, which would forget the id at once, is refused up front
-    with pytest.raises(ValueError, match="forget"):
-        with tm.transaction(transaction_id="other", delete=True):
-            pass
-    assert named(tm, "other") is None
+    with pytest.raises(ValueError, match="forget"), tm.transaction(transaction_id="x", delete=True):
+        pass
+    assert named(tm, "x") is None
 
 
 def test_given_an_id_whose_work_makes_no_request_when_retried_then_it_is_not_run_again(
@@ -516,3 +517,130 @@ def test_given_aliases_when_the_sweeper_runs_every_pass_then_they_are_not_record
     assert report.errors == full.errors == 0 and report.rolled_back == 1
     assert all(named(tm, i) is not None for i in (ORDER, "claimed-only", "pending"))
     assert balances(ddb, tables) == ONCE
+
+
+# --- faults and races: more than one rescuer, the work applied once ----------------------
+
+
+def fresh_start(ddb: Any, tables: Tables) -> Work:
+    clear(ddb, tables)
+    for pk, balance in SEED.items():
+        ddb.put_item(TableName=tables.data, Item={"pk": {"S": pk}, "balance": {"N": str(balance)}})
+    return Work(tables.data)
+
+
+def committed(tm: TransactionManager) -> bool:
+    """Whether the transaction the id names is committed."""
+    tx_id = named(tm)
+    header = tm.protocol.records.read_header(tx_id) if tx_id else None
+    return header is not None and header.state == s.STATE_COMMITTED
+
+
+def sweep_all(tm: TransactionManager, ddb: Any, tables: Tables) -> None:
+    """A sweeper that rolls back every pending record at once and finishes the rest."""
+    for record in records(ddb, tables):
+        tm.sweep(record[s.TX_PK]["S"], rollback_after=timedelta(0), delete_after=timedelta(days=1))
+
+
+def then_applied_once(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, work: Work, at: str
+) -> None:
+    """The work's writes are there once; a further attempt is told, and nothing is left."""
+    assert balances(ddb, tables) == ONCE, at
+    again = make_tm().run(work, transaction_id=ORDER)
+    assert isinstance(again, AlreadyCommitted), at
+    assert balances(ddb, tables) == ONCE, at
+    assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize("rescuer", ["retry", "sweeper-then-retry"])
+@pytest.mark.parametrize("kind", ["before", "after", "lost", "throttle"])
+def test_given_a_fault_at_any_call_of_a_run_when_rescued_then_the_work_applies_once(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, rescuer: str
+) -> None:
+    schedules = 0
+    for index in range(60):
+        # Given a coordinator running the work under the id, faulted at call `index`
+        work = fresh_start(ddb, tables)
+        victim = make_tm(max_workers=1, max_attempts=1 if kind == "throttle" else 3)
+        victim.key_names(tables.data)
+        chaos = dies(victim, kind, index)
+        with contextlib.suppress(Crash, DdbtxError):
+            victim.run(work, transaction_id=ORDER)
+        if not chaos.fired:
+            break
+        schedules += 1
+        at = f"{kind} at call {index} ({chaos.calls[index]})"
+        # When a sweeper (or nobody) moves its record along, and then the work is retried
+        tm = make_tm()
+        if rescuer == "sweeper-then-retry":
+            sweep_all(tm, ddb, tables)
+        was_committed = committed(tm)
+        outcome = tm.run(work, transaction_id=ORDER)
+        # Then the retry ran the work only if it was not committed, and it applied once
+        assert isinstance(outcome, AlreadyCommitted) == was_committed, at
+        then_applied_once(make_tm, ddb, tables, work, at)
+    assert schedules >= 12, "a run of the work should make at least 12 DynamoDB calls"
+
+
+def attempt(tm: TransactionManager, work: Work, outcomes: list[Any]) -> Callable[[], None]:
+    """A whole run of the work under the id, its outcome noted."""
+    return lambda: outcomes.append(tm.run(work, transaction_id=ORDER))
+
+
+@pytest.mark.parametrize("history", ["new-id", "after-a-rollback"])
+def test_given_two_attempts_with_one_id_when_one_runs_at_any_point_of_the_other_then_once(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, history: str
+) -> None:
+    schedules = 0
+    for index in range(60):
+        # Given an attempt that stalls before its `index`-th call while a second attempt
+        # with the same id runs from start to end (another process, a Lambda retry); with
+        # an earlier attempt rolled back, both start over and race to move the alias
+        work = fresh_start(ddb, tables)
+        if history == "after-a-rollback":
+            earlier = make_tm().begin(transaction_id=ORDER)
+            work(earlier)
+            earlier.rollback()
+        first, second = make_tm(max_workers=1), make_tm(max_workers=1)
+        first.key_names(tables.data)
+        outcomes: list[Any] = []
+        stall = Pause(first.client, index, attempt(second, work, outcomes))
+        # When the first goes on afterwards
+        outcomes.append(first.run(work, transaction_id=ORDER))
+        stall.close()
+        if not stall.fired:
+            break
+        schedules += 1
+        # Then both end well, at least one ran the work to its commit, and it applied once
+        at = f"second attempt before call {index} of the first"
+        assert all(o == "paid" or isinstance(o, AlreadyCommitted) for o in outcomes), at
+        assert "paid" in outcomes, at
+        then_applied_once(make_tm, ddb, tables, work, at)
+    assert schedules >= 12
+
+
+# --- cost ---------------------------------------------------------------------------------
+
+
+def test_given_an_id_when_counted_then_the_first_run_costs_what_a_plain_run_does(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    # Given the same work from the same state, without and with an id
+    costs = []
+    for transaction_id in (None, ORDER):
+        work = fresh_start(ddb, tables)
+        tm = make_tm(key_schemas={tables.data: {"pk": "S"}})
+        with count_requests(tm.client) as counts:
+            tm.run(work, **({"transaction_id": transaction_id} if transaction_id else {}))
+        costs.append(counts)
+    plain, with_id = costs
+    # Then the id's claim replaces the record's delete (the record is kept): as many writes
+    assert with_id.writes == plain.writes and with_id.reads == plain.reads == 0
+    assert with_id.by_operation["PutItem"] == plain.by_operation["PutItem"] + 1
+    assert plain.by_operation["DeleteItem"] == 1 and "DeleteItem" not in with_id.by_operation
+    # and a retry of the committed id costs the failed claim and two reads, nothing else
+    tm = make_tm(key_schemas={tables.data: {"pk": "S"}})
+    with count_requests(tm.client) as retry:
+        assert isinstance(tm.run(work, transaction_id=ORDER), AlreadyCommitted)
+    assert dict(retry.by_operation) == {"PutItem": 1, "GetItem": 2}
