@@ -671,3 +671,35 @@ def test_given_a_rolled_back_or_dead_attempt_when_retried_then_the_cost_is_a_run
         victim.run(work, transaction_id=ORDER)
     assert cost(make_tm, work, tables) == (13, 3)
     assert balances(ddb, tables) == ONCE
+
+
+def test_given_a_second_attempt_dying_at_any_call_while_the_first_stalls_then_the_first_joins_it(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    schedules = 0
+    for index in range(40):
+        # Given a first attempt stalled before recording its second request (claim, create,
+        # lock a, apply a, then the add of b), while a second attempt with the id resumes
+        # the transaction, runs ahead and dies at its `index`-th call
+        work = fresh_start(ddb, tables)
+        first, second = make_tm(max_workers=1), make_tm(max_workers=1)
+        first.key_names(tables.data)
+        second.key_names(tables.data)
+        chaos = dies(second, "after", index)
+
+        def second_dies(second: TransactionManager = second, work: Work = work) -> None:
+            with contextlib.suppress(Crash):
+                second.run(work, transaction_id=ORDER)
+
+        stall = Pause(first.client, 4, second_dies)
+        # When the first goes on: the requests the second recorded first are the same ones
+        outcome = first.run(work, transaction_id=ORDER)
+        stall.close()
+        if not chaos.fired:
+            break
+        schedules += 1
+        # Then it ends well and the work applied once
+        at = f"second attempt died after its call {index} ({chaos.calls[index]})"
+        assert outcome == "paid" or isinstance(outcome, AlreadyCommitted), at
+        then_applied_once(make_tm, ddb, tables, work, at)
+    assert schedules >= 10
