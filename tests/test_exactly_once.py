@@ -49,10 +49,16 @@ class Work:
 
     def __call__(self, tx: Transaction) -> str:
         self.runs += 1
+        return self.steps(tx)
+
+    def steps(self, tx: Transaction) -> str:
         self.add(tx, "a", -self.amount)
         self.add(tx, "b", self.amount)
-        tx.put_item(TableName=self.table, Item={"pk": {"S": "o"}, "balance": {"N": "1"}})
+        self.order(tx)
         return "paid"
+
+    def order(self, tx: Transaction) -> None:
+        tx.put_item(TableName=self.table, Item={"pk": {"S": "o"}, "balance": {"N": "1"}})
 
     def add(self, tx: Transaction, pk: str, amount: int) -> dict[str, Any]:
         return tx.update_item(
@@ -277,8 +283,7 @@ def test_given_a_read_before_a_recorded_write_when_replayed_then_it_sees_the_ite
     seed(**SEED)
 
     class ReadThenWrite(Work):
-        def __call__(self, tx: Transaction) -> str:
-            self.runs += 1
+        def steps(self, tx: Transaction) -> str:
             seen = int(
                 tx.get_item(TableName=self.table, Key={"pk": {"S": "a"}})["Item"]["balance"]["N"]
             )
@@ -289,7 +294,7 @@ def test_given_a_read_before_a_recorded_write_when_replayed_then_it_sees_the_ite
                 ExpressionAttributeValues={":v": {"N": str(seen - 10)}},
             )
             self.add(tx, "b", 10)
-            tx.put_item(TableName=self.table, Item={"pk": {"S": "o"}, "balance": {"N": "1"}})
+            self.order(tx)
             return "paid"
 
     work = ReadThenWrite(tables.data)
@@ -310,8 +315,7 @@ def test_given_batched_work_when_its_coordinator_died_then_a_retry_replays_the_b
     seed(**SEED)
 
     class Batched(Work):
-        def __call__(self, tx: Transaction) -> str:
-            self.runs += 1
+        def steps(self, tx: Transaction) -> str:
             adds = [("o", 1), ("a", -10), ("b", 10)]
             tx.write_all(
                 [
@@ -346,13 +350,13 @@ class OtherAmount(Work):
 
 
 class OtherItemFirst(Work):
-    def __call__(self, tx: Transaction) -> str:
+    def steps(self, tx: Transaction) -> str:
         self.add(tx, "c", 1)
-        return super().__call__(tx)
+        return super().steps(tx)
 
 
 class FewerRequests(Work):
-    def __call__(self, tx: Transaction) -> str:
+    def steps(self, tx: Transaction) -> str:
         self.add(tx, "a", -self.amount)
         return "half"
 
@@ -554,7 +558,10 @@ def then_applied_once(
 
 
 @pytest.mark.parametrize("rescuer", ["retry", "sweeper-then-retry"])
-@pytest.mark.parametrize("kind", ["before", "after", "lost", "throttle"])
+# Throttling past the retries is slow here (as in test_crash): `make faults` runs it.
+@pytest.mark.parametrize(
+    "kind", ["before", "after", "lost", pytest.param("throttle", marks=pytest.mark.slow)]
+)
 def test_given_a_fault_at_any_call_of_a_run_when_rescued_then_the_work_applies_once(
     make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, rescuer: str
 ) -> None:

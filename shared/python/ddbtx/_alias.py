@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import schema as s
-from ._dynamo import call
+from ._dynamo import call, put_new
 from ._items import Item
 from .errors import ConditionFailed
 
@@ -58,18 +58,7 @@ class AliasStore:
             s.ALIAS_TX: {"S": tx_id},
             s.TX_TTL: {"N": str(int(self.clock()) + self.ttl_seconds)},
         }
-        try:
-            call(
-                self.client,
-                "put_item",
-                TableName=self.table,
-                Item=item,
-                ConditionExpression=CLAIM,
-                ExpressionAttributeNames={"#id": s.TX_PK},
-            )
-        except ConditionFailed:
-            return False
-        return True
+        return put_new(self.client, self.table, item, CLAIM, s.TX_PK)
 
     def read(self, caller_id: str) -> str | None:
         """The transaction the caller's id names now, or None."""

@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import schema as s
-from ._dynamo import call
+from ._dynamo import call, put_new
 from ._items import Item, flag, item_size
 from .errors import ConditionFailed, TransactionError
 
@@ -299,31 +299,18 @@ class RecordStore:
         record: that transaction's coordinator can then never create it. Committed,
         it records an exactly-once transaction that made no requests.
         """
-        now = self.now_ms()
-        ttl = int(self.clock()) + self.completed_ttl_seconds
         item = {
             **self.header_key(tx_id),
             s.TX_STATE: {"S": state},
             s.TX_VERSION: {"N": "1"},
-            s.TX_UPDATED: {"N": str(now)},
+            s.TX_UPDATED: {"N": str(self.now_ms())},
             s.TX_SWEEP_KEY: {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(tx_id)}"},
             s.TX_REQUESTS: {"M": {}},
             s.TX_FINISHED: {"BOOL": True},
-            s.TX_TTL: {"N": str(ttl)},
+            s.TX_TTL: {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             s.TX_CALLER_ID: {"S": caller_id},
         }
-        try:
-            call(
-                self.client,
-                "put_item",
-                TableName=self.table,
-                Item=item,
-                ConditionExpression=CREATE,
-                ExpressionAttributeNames={"#id": s.TX_PK},
-            )
-        except ConditionFailed:
-            return False
-        return True
+        return put_new(self.client, self.table, item, CREATE, s.TX_PK)
 
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, str]
