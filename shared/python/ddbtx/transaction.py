@@ -600,6 +600,10 @@ class Transaction:
     so its errors surface from that call, as with boto3. Any number of
     coordinators may work on one transaction (:meth:`TransactionManager.resume`):
     the TX record, not this object's memory, says what it holds.
+
+    Begun with a ``transaction_id`` (exactly-once), ``transaction_id`` is the
+    caller's id and ``already_committed`` tells that an earlier attempt with it
+    committed (the transaction then takes no requests).
     """
 
     def __init__(
