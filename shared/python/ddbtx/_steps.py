@@ -189,6 +189,8 @@ class ItemSteps:
         local.locked = True
         local.transient = flag(item, s.ATTR_TRANSIENT)
         local.applied = flag(item, s.ATTR_APPLIED)
+        # Its image in the images table must be deleted at completion, whoever saved it.
+        local.external_image = flag(item, s.ATTR_IMAGE_EXTERNAL)
         op = local.request.op
         if local.applied:
             image = self.p.image_of(self.tx.id, local.request.rid, item)
@@ -452,18 +454,13 @@ class ItemSteps:
         )
 
     def save_image(self, local: Local, image: Item) -> None:
-        """save image: one too large to ride inside the item goes to the images table."""
-        call(
-            self.p.client,
-            "put_item",
-            TableName=self.p.images_table,
-            Item={
-                s.IMAGE_PK: {"S": self.tx.id},
-                s.IMAGE_SK: {"S": local.request.rid},
-                s.IMAGE_ITEM: {"M": image},
-                s.IMAGE_TTL: {"N": str(int(self.p.clock()) + 7 * 86400)},
-            },
-        )
+        """save image: one too large to ride inside the item goes to the images table
+        (over several rows near 400 KB, all written before the item names them)."""
+        rows = self.p.image_rows(self.tx.id, local.request.rid, image)
+        if len(rows) == 1:
+            call(self.p.client, "put_item", TableName=self.p.images_table, Item=rows[0])
+        else:
+            self.p.batch_write(self.p.images_table, [{"PutRequest": {"Item": r}} for r in rows])
         local.external_image = True
 
     def lost_lock(self, local: Local) -> dict[str, Any]:
