@@ -54,7 +54,7 @@ from typing import Any, TypeVar
 from . import _parts
 from . import schema as s
 from ._dynamo import call
-from ._items import Item, flag, is_locked_by, request_id, strip
+from ._items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
 from ._record import (
     Entry,
     Header,
@@ -323,7 +323,7 @@ class Protocol:
             try:
                 if flag(item, s.ATTR_TRANSIENT):
                     self.release(table, key, lock_value, delete=True, applied=None)
-                elif flag(item, s.ATTR_APPLIED):
+                elif applied(item):
                     image = self.image_of(tx_id, request_id(table, key), item)
                     if image is None:
                         logger.error("applied item without image tx=%s table=%s", tx_id, table)
@@ -361,7 +361,13 @@ class Protocol:
                 continue
             deleting = entry.op == "delete" or (flag(item, s.ATTR_TRANSIENT) and entry.op == "get")
             needs_write = entry.op in ("put", "update")
-            if needs_write and not flag(item, s.ATTR_APPLIED):
+            # A rewrite (seq >= 2) is applied once the item carries its number.
+            done = (
+                applied(item)
+                if entry.seq == 1
+                else item.get(s.ATTR_APPLIED) == write_marker(entry.seq, entry.op)
+            )
+            if needs_write and not done:
                 logger.error(
                     "committed tx %s has an unapplied write on %s; undoing it", tx_id, entry.table
                 )
@@ -509,6 +515,6 @@ def user_view(item: Item | None) -> Item:
         return {}
     if flag(item, s.ATTR_DELETED):
         return {}
-    if flag(item, s.ATTR_TRANSIENT) and not flag(item, s.ATTR_APPLIED):
+    if flag(item, s.ATTR_TRANSIENT) and not applied(item):
         return {}
     return strip(item)

@@ -79,6 +79,7 @@ class Entry:
     params: dict[str, Any] | None = None  # None when the body has its own row
     spilled: bool = False
     parts: int = 1  # rows the body spans, when it has its own (``_parts``: near 400 KB)
+    seq: int = 1  # which write to its item this is, in the transaction (2, 3: rewrites)
 
 
 @dataclass
@@ -134,6 +135,8 @@ def entry_to_av(entry: Entry) -> dict[str, Any]:
         "k": {"M": entry.key},
         "n": {"S": entry.nonce},
     }
+    if entry.seq > 1:
+        m["w"] = {"N": str(entry.seq)}
     if entry.spilled or entry.params is None:
         # The flag is the body's row count when it spans several (its deleter needs it).
         m["x"] = {"N": str(entry.parts)} if entry.parts > 1 else {"BOOL": True}
@@ -153,6 +156,7 @@ def entry_from_av(rid: str, value: dict[str, Any]) -> Entry:
         params=params_from_av(m["p"]) if "p" in m else None,
         spilled="x" in m,
         parts=int(m["x"]["N"]) if "N" in m.get("x", {}) else 1,
+        seq=int(m["w"]["N"]) if "w" in m else 1,
     )
 
 
@@ -183,6 +187,12 @@ PENDING = "#st = :p"
 ADD_NEW = "attribute_not_exists(#rq.#r{i})"
 #: add (upgrade): a pending transaction turns its own read lock (same nonce) into a write.
 ADD_UPGRADE = "#rq.#r{i}.#o = :get AND #rq.#r{i}.#n = :n{i}"
+#: add (second write to an item): replaces the first write's entry, same nonce (its lock).
+ADD_REWRITE_FIRST = (
+    "#rq.#r{i}.#n = :n{i} AND #rq.#r{i}.#o <> :get AND attribute_not_exists(#rq.#r{i}.#w)"
+)
+#: add (a later write): replaces the entry of exactly the write before it, same nonce.
+ADD_REWRITE = "#rq.#r{i}.#n = :n{i} AND #rq.#r{i}.#w = :w{i}"
 #: take over: the request still carries the nonce this coordinator saw, while pending.
 TAKE_OVER = "#st = :p AND #rq.#rid.#n = :old"
 #: decide (commit): pending, at exactly the version whose requests the committer saw applied.
@@ -309,9 +319,12 @@ class RecordStore:
         )
 
     def add(
-        self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, str]
+        self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
     ) -> Header:
-        """add: record requests (``upgrades``: rid -> nonce of our read lock); the header after.
+        """add: record requests; the header after.
+
+        ``upgrades`` maps a request id to the nonce of this transaction's lock on
+        the item and how many writes the entry it replaces has made (0: a read).
 
         A coordinator that adds is no longer blocked: its wait mark goes in the
         same write, so a wait episode costs one write to mark.
@@ -334,9 +347,18 @@ class RecordStore:
             values[f":e{i}"] = body
             sets.append(f"#rq.#r{i} = :e{i}")
             if rid in upgrades:
-                names["#o"], names["#n"] = "o", "n"
-                values[":get"], values[f":n{i}"] = {"S": "get"}, {"S": upgrades[rid]}
-                conditions.append(ADD_UPGRADE.format(i=i))
+                nonce, writes = upgrades[rid]
+                names["#n"] = "n"
+                values[f":n{i}"] = {"S": nonce}
+                if writes == 0:
+                    names["#o"], values[":get"] = "o", {"S": "get"}
+                    conditions.append(ADD_UPGRADE.format(i=i))
+                elif writes == 1:
+                    names["#o"], names["#w"], values[":get"] = "o", "w", {"S": "get"}
+                    conditions.append(ADD_REWRITE_FIRST.format(i=i))
+                else:
+                    names["#w"], values[f":w{i}"] = "w", {"N": str(writes)}
+                    conditions.append(ADD_REWRITE.format(i=i))
             else:
                 conditions.append(ADD_NEW.format(i=i))
         resp = call(

@@ -50,6 +50,9 @@ class ItemSteps:
     def __init__(self, tx: Transaction) -> None:
         self.tx = tx
         self.p = tx.p
+        from ._rewrite import Rewrites  # it builds on this module's steps
+
+        self.rewrites = Rewrites(self)
 
     # -- lock (+apply) ----------------------------------------------------------------
 
@@ -186,6 +189,8 @@ class ItemSteps:
     def adopt_own_lock(self, local: Local, item: Item) -> dict[str, Any]:
         """The record's lock for this request is on the item (a retried write landed, or a
         resume): apply the write if it is not yet, with its condition evaluated again."""
+        if local.seq > 1:
+            return self.rewrites.apply(local, item)
         local.locked = True
         local.transient = flag(item, s.ATTR_TRANSIENT)
         local.applied = flag(item, s.ATTR_APPLIED)
@@ -206,8 +211,10 @@ class ItemSteps:
         return _wrap(local.pre or {}) if op == "get" else {}
 
     def _apply_locked(self, local: Local) -> dict[str, Any]:
-        """A write on an item this transaction already read-locked (upgrade)."""
+        """A write on an item this transaction already read-locked (upgrade) or wrote."""
         req = local.request
+        if local.seq > 1:
+            return self.rewrites.apply(local)
         if req.op == "get":
             return self.tx.read_own(local)
         if req.op == "delete":
@@ -500,6 +507,9 @@ class ItemSteps:
             assert item is not None
             self.adopt_own_lock(local, item)
             return
+        if local.seq > 1:
+            # A later write needs the earlier ones on the item: never redone from scratch.
+            self.lost_lock(local)
         taken, won = self.tx.record.take_over(local, new_nonce())
         if won:
             self.lock_and_apply(taken)

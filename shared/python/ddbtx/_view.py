@@ -49,7 +49,14 @@ class Local:
     applied: bool = False
     pre: Item | None = None  # the item before the write (user view), None if absent
     external_image: bool = False
-    upgrade: bool = False  # a write on an item this transaction had read-locked
+    upgrade: bool = False  # a write on an item this transaction had read-locked or written
+    #: Which write to its item this is (2, 3, ...: it applies to the item as the
+    #: transaction's earlier writes left it; the image stays the one from before them).
+    seq: int = 1
+    #: For a rewrite (seq >= 2), what the earlier writes left, when this coordinator made
+    #: them: ``_tx:ap`` on the item now, whether the item reads as absent (deleted), and
+    #: whether an image is saved. None: not known here (read from the item).
+    prior: tuple[dict[str, Any] | None, bool, bool] | None = None
 
 
 class AddRefused(Exception):
@@ -131,11 +138,18 @@ class RecordView:
                     assert lost is not None
                     self.requests[entry.rid] = lost  # an add whose answer was lost did land
                 elif not (self._matches(planned, entry) or self._matches(known, entry)):
-                    self.requests[entry.rid] = Local(self._request_of(entry), entry.nonce)
+                    self.requests[entry.rid] = Local(
+                        self._request_of(entry), entry.nonce, seq=entry.seq
+                    )
 
     @staticmethod
     def _matches(local: Local | None, entry: Entry) -> bool:
-        return local is not None and local.nonce == entry.nonce and local.request.op == entry.op
+        return (
+            local is not None
+            and local.nonce == entry.nonce
+            and local.request.op == entry.op
+            and local.seq == entry.seq
+        )
 
     def _request_of(self, entry: Entry) -> Request:
         """A request recorded by another coordinator (validated when it was added)."""
@@ -170,6 +184,7 @@ class RecordView:
                     loc.nonce,
                     spilled=rid in self.spilled,
                     parts=self.parts.get(rid, 1),
+                    seq=loc.seq,
                 )
                 for rid, loc in self.requests.items()
             }
@@ -260,7 +275,11 @@ class RecordView:
         """One conditional add of ``chunk``; a refusal comes back as a value (others may land)."""
         from .errors import ConditionFailed
 
-        upgrades = {loc.request.rid: loc.nonce for loc in chunk if loc.upgrade}
+        upgrades = {
+            loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
+            for loc in chunk
+            if loc.upgrade
+        }
         try:
             header = self.store.add(
                 self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
@@ -280,7 +299,7 @@ class RecordView:
         for local in chunk:
             req = local.request
             mine = header.entries.get(req.rid)
-            if mine is None or mine.nonce != local.nonce or mine.op != req.op:
+            if mine is None or not self._matches(local, mine):
                 return AddRefused(
                     DuplicateRequestError(
                         "another coordinator already added this item",
@@ -300,7 +319,9 @@ class RecordView:
         rows: list[Entry] = []
         for local in locals_:
             req = local.request
-            entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
+            entry = Entry(
+                req.rid, req.op, req.table, req.key, local.nonce, dict(req.params), seq=local.seq
+            )
             body = entry_to_av(entry)
             size = item_size({"x": body})
             if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
