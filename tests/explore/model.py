@@ -70,8 +70,10 @@ def read_record(raw: Item) -> Record:
         elif "ExpressionAttributeNames" in params:
             marker = params["ExpressionAttributeNames"]["M"].get("#m", {}).get("S", "")[2:]
         record.listed[pk] = Listed(m["o"]["S"], pk, marker or None, m["n"]["S"])
-        if "x" in m:
-            record.spilled_rows.add(f"r#{rid}#{m['n']['S']}")
+        if "x" in m:  # a body row; near 400 KB, ``x`` counts the rows it spans
+            first = f"r#{rid}#{m['n']['S']}"
+            parts = int(m["x"]["N"]) if "N" in m["x"] else 1
+            record.spilled_rows.update([first, *(f"{first}#{k}" for k in range(1, parts))])
     return record
 
 

@@ -22,7 +22,17 @@ from . import schema as s
 from ._contention import Contender, Contention
 from ._dynamo import call
 from ._exactly import Replay, begin_by_id, check_transaction_id, join, same_request
-from ._items import Item, flag, is_locked_by, item_size, lock_owner, request_id, strip
+from ._items import (
+    Item,
+    applied,
+    flag,
+    is_locked_by,
+    item_size,
+    lock_owner,
+    request_id,
+    strip,
+    write_marker,
+)
 from ._protocol import Protocol, SweepOutcome, new_tx_id, user_view
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import KeyTypes, Op, Request, build
@@ -565,7 +575,7 @@ class TransactionManager:
     def _committed_view(self, table: str, key: Item, item: Item) -> Item | None:
         """The last committed state of a locked item, or None to read again."""
         transient = flag(item, s.ATTR_TRANSIENT)
-        if not flag(item, s.ATTR_APPLIED):
+        if not applied(item):
             return {} if transient else strip(item)
         if transient:
             return {}
@@ -728,12 +738,7 @@ class Transaction:
                 )
             return known
         if known.request.op != "get":
-            raise DuplicateRequestError(
-                "the item already has a write in this transaction",
-                tx_id=self.id,
-                table=req.table,
-                key=req.key,
-            )
+            return self._rewrite(known, req)
         return Local(
             request=req,
             nonce=known.nonce,
@@ -741,6 +746,27 @@ class Transaction:
             transient=known.transient,
             pre=known.pre,
             upgrade=True,
+        )
+
+    @staticmethod
+    def _rewrite(known: Local, req: Request) -> Local:
+        """A further write to an item this transaction wrote: same lock, the next write."""
+        kept_image = known.applied and not known.transient
+        prior = (
+            write_marker(known.seq, known.request.op),
+            known.request.op == "delete",
+            kept_image,
+        )
+        return Local(
+            request=req,
+            nonce=known.nonce,
+            locked=True,
+            transient=known.transient,
+            pre=known.pre,
+            external_image=known.external_image,
+            upgrade=True,
+            seq=known.seq + 1,
+            prior=prior,
         )
 
     def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
@@ -961,7 +987,7 @@ class Transaction:
             if loc.transient:
                 item[s.ATTR_TRANSIENT] = {"BOOL": True}
             if loc.applied:
-                item[s.ATTR_APPLIED] = {"BOOL": True}
+                item[s.ATTR_APPLIED] = write_marker(loc.seq, loc.request.op) or {"BOOL": True}
                 if loc.external_image:
                     item[s.ATTR_IMAGE_EXTERNAL] = {"BOOL": True}
                 elif loc.pre is not None:
