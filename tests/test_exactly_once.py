@@ -710,3 +710,85 @@ def test_given_a_second_attempt_dying_at_any_call_while_the_first_stalls_then_th
         assert outcome == "paid" or isinstance(outcome, AlreadyCommitted), at
         then_applied_once(make_tm, ddb, tables, work, at)
     assert schedules >= 10
+
+
+# --- several writes to one item (the record keeps the last, with its number) --------------
+
+
+class TwiceSame(Work):
+    """Two equal writes to a: only their number tells them apart."""
+
+    def steps(self, tx: Transaction) -> str:
+        self.add(tx, "a", -5)
+        self.add(tx, "a", -5)
+        self.add(tx, "b", 10)
+        self.order(tx)
+        return "paid"
+
+
+class TwiceOther(Work):
+    """A put, then an update of the same item: the record keeps the update."""
+
+    def steps(self, tx: Transaction) -> str:
+        tx.put_item(TableName=self.table, Item={"pk": {"S": "a"}, "balance": {"N": "93"}})
+        self.add(tx, "a", -3)
+        self.add(tx, "b", 10)
+        self.order(tx)
+        return "paid"
+
+
+class ReadBetween(Work):
+    """Reads a between its two writes: what it saw there is not kept anywhere."""
+
+    def steps(self, tx: Transaction) -> str:
+        before = self.balance(tx)
+        self.add(tx, "a", -5)
+        assert self.balance(tx) == before - 5
+        self.add(tx, "a", -5)
+        self.add(tx, "b", 10)
+        self.order(tx)
+        return "paid"
+
+    def balance(self, tx: Transaction) -> int:
+        item = tx.get_item(TableName=self.table, Key={"pk": {"S": "a"}})["Item"]
+        return int(item["balance"]["N"])
+
+
+@pytest.mark.parametrize(
+    ("chain", "blob"),
+    [(TwiceSame, 0), (TwiceOther, 0), (ReadBetween, 0), (ReadBetween, 70_000)],
+    ids=["same-writes", "put-then-update", "read-between", "read-between-image-apart"],
+)
+def test_given_work_writing_an_item_twice_when_its_attempt_dies_anywhere_then_a_retry_applies_once(
+    make_tm: Callable[..., TransactionManager],
+    ddb: Any,
+    tables: Tables,
+    chain: type[Work],
+    blob: int,
+) -> None:
+    schedules = 0
+    for index in range(60):
+        # Given an attempt that dies after its `index`-th call (with a blob, a's image is
+        # too large to ride in the item and goes to the images table)
+        fresh_start(ddb, tables)
+        if blob:
+            a = {"pk": {"S": "a"}, "balance": {"N": "100"}, "blob": {"S": "x" * blob}}
+            ddb.put_item(TableName=tables.data, Item=a)
+        work = chain(tables.data)
+        victim = make_tm(max_workers=1)
+        victim.key_names(tables.data)
+        chaos = dies(victim, "after", index)
+        with contextlib.suppress(Crash):
+            victim.run(work, transaction_id=ORDER)
+        if not chaos.fired:
+            break
+        schedules += 1
+        # When the work is retried under the id: resumed (the earlier writes to a are
+        # neither applied again nor compared), or, where a read between them must be
+        # answered, rolled back and run again from the start
+        outcome = make_tm().run(work, transaction_id=ORDER)
+        # Then every write applied once
+        at = f"died after call {index} ({chaos.calls[index]})"
+        assert outcome == "paid" or isinstance(outcome, AlreadyCommitted), at
+        then_applied_once(make_tm, ddb, tables, work, at)
+    assert schedules >= 14

@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 from . import schema as s
 from ._items import canonical_number
 from ._requests import Request
-from .errors import InvalidTransactionIdError, TransactionError, TransactionIdReusedError
+from .errors import (
+    InvalidTransactionIdError,
+    TransactionError,
+    TransactionIdReusedError,
+    TransactionRolledBackError,
+)
 
 if TYPE_CHECKING:
     from ._view import Local
@@ -156,12 +161,22 @@ class Replay:
     means the id was reused for other work: :class:`TransactionIdReusedError`,
     and nothing is written. A commit before every recorded request came again
     raises it too (rolling back first if this run recorded requests of its own).
+
+    An item written several times keeps only its last write in the record,
+    with its number: the run's earlier writes to it were applied already (a
+    write is recorded only once the one before it is) and are neither applied
+    again nor compared. What an earlier attempt saw between them (a read, old
+    or new values of a write) is not kept: such a request rolls the
+    transaction back (:class:`TransactionRolledBackError`, which ``tm.run``
+    retries), and the work starts over in a new transaction.
     """
 
     def __init__(self, tx: Transaction) -> None:
         self.tx = tx
         #: Items whose recorded request this run made again, or made first.
         self.issued: set[str] = set()
+        #: Writes this run made to an item before the one its record keeps.
+        self.writes: dict[str, int] = {}
         self.added = False  # this run recorded a request of its own
 
     def pending(self) -> list[str]:
@@ -185,11 +200,19 @@ class Replay:
             self.issued.add(req.rid)
             self.added = True
             return None
+        earlier = self.writes.get(req.rid, 0)
+        if req.op == "get" and recorded.request.op != "get":
+            if earlier:
+                raise self._start_over(req, "a read between writes of an earlier attempt")
+            return tx._read_before_write(recorded)
+        if req.op != "get" and earlier + 1 < recorded.seq:
+            if req.return_values != "NONE":
+                raise self._start_over(req, "the values around a write of an earlier attempt")
+            self.writes[req.rid] = earlier + 1
+            return {}
         if same_request(recorded.request, req):
             self.issued.add(req.rid)
             return tx._replayed(recorded) if recorded.confirmed else None
-        if req.op == "get" and recorded.request.op != "get":
-            return tx._read_before_write(recorded)
         raise self._reused(req, "the request differs from the one recorded on this item")
 
     def check_complete(self) -> None:
@@ -203,6 +226,18 @@ class Replay:
             f"commit before {len(missing)} recorded request(s) were made again: the "
             "transaction_id carries other work",
             tx_id=self.tx.id,
+        )
+
+    def _start_over(self, req: Request, what: str) -> TransactionRolledBackError:
+        """A request whose answer the record does not keep: roll back, so the work can
+        run again from the start in a new transaction under the same id."""
+        self.tx._abort()
+        return TransactionRolledBackError(
+            f"resumed by its transaction_id, the transaction cannot answer {what} to this "
+            "item; it was rolled back so that the work runs again from the start",
+            tx_id=self.tx.id,
+            table=req.table,
+            key=req.key,
         )
 
     def _reused(self, req: Request, why: str) -> TransactionIdReusedError:

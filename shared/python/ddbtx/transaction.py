@@ -828,10 +828,19 @@ class Transaction:
         transaction, as that read saw it (the write is caught up first, which saves it)."""
         for _ in range(COMMIT_ROUNDS):
             if local.confirmed:
-                return {} if local.transient else _wrap(local.pre or {})
+                break
             self._catch_up([local])
             local = self.record.current(local)
-        raise TransactionError("a recorded request kept moving", tx_id=self.id)
+        else:
+            raise TransactionError("a recorded request kept moving", tx_id=self.id)
+        if local.transient:
+            return {}
+        if local.pre is None:  # a later write learnt its earlier ones from the item: read it
+            req = local.request
+            item = self.p.read_item(req.table, req.key) or {}
+            image = self.p.image_of(self.id, req.rid, item)
+            local.pre = strip(image if image is not None else item)
+        return _wrap(local.pre)
 
     def _guarded(self, step: Callable[[], Any]) -> Any:
         """Run lock/apply steps; errors that doom the transaction roll it back first."""
