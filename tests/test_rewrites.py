@@ -271,3 +271,33 @@ def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_recor
         assert_clean(ddb, tables)
         rescuer.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(0))
     assert schedules >= 15
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["existing", "absent"])
+@pytest.mark.parametrize("second", ["put", "update", "increment", "delete"])
+def test_given_a_write_when_write_all_writes_the_item_again_then_it_is_as_native(
+    tm: TransactionManager, ddb: Any, tables: Tables, twin: str, exists: bool, second: str
+) -> None:
+    # Given a transaction that deleted item "a" (or updated it)
+    start(ddb, tables, twin, exists)
+    tx = tm.begin()
+    first = "delete" if second != "delete" else "update"
+    assert through(tx, *request(first, tables.data)) == native(ddb, *request(first, twin))
+    # When a batch writes "a" again together with another item
+    method, params = request(second, tables.data)
+    kind = {"put_item": "Put", "update_item": "Update", "delete_item": "Delete"}[method]
+    params.pop("ReturnValues")
+    other = {"Put": {"TableName": tables.data, "Item": {"pk": S("other"), "n": N(1)}}}
+    expected = native(ddb, *request(second, twin))
+    ddb.put_item(TableName=twin, Item={"pk": S("other"), "n": N(1)})
+    try:
+        tx.write_all([{kind: params}, other])
+        answer = "ok"
+    except (ConditionalCheckFailedError, InvalidRequestError):
+        answer = "error"
+    # Then it succeeds or fails as natively, and commits DynamoDB's items
+    assert answer == expected[0]
+    if answer == "ok":
+        tx.commit()
+        assert data_state(ddb, tables.data) == data_state(ddb, twin)
+    assert_clean(ddb, tables)
