@@ -9,7 +9,6 @@ twin table, and every answer and the final item must match.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,11 +18,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ddbtx import schema as s
-from ddbtx.chaos import Chaos, Crash
-from ddbtx.errors import ConditionalCheckFailedError, DdbtxError, InvalidRequestError
+from ddbtx.errors import ConditionalCheckFailedError, InvalidRequestError
 from ddbtx.tables import create_data_table
 from ddbtx.transaction import TransactionManager
-from helpers import Tables, assert_clean, data_state
+from helpers import Tables, assert_clean, crash_run, data_state, rescue
 
 S = lambda v: {"S": v}  # noqa: E731
 N = lambda n: {"N": str(n)}  # noqa: E731
@@ -237,24 +235,18 @@ def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_recor
         # Given a coordinator whose call `index` fails (it dies, or its answer is lost)
         ddb.put_item(TableName=tables.data, Item=ORIGINAL)
         ddb.delete_item(TableName=tables.data, Key={"pk": S("b")})
-        victim = make_tm(max_workers=1)
-        chaos = Chaos(victim.client)
-        chaos.arm(kind, at=index)  # type: ignore[arg-type]
-        tx = victim.begin()
-        with contextlib.suppress(Crash, DdbtxError):
+
+        def work(tx: Any) -> None:
             for pk, name in CRASH_PLAN:
-                getattr(tx, crash_request(pk, name, tables.data)[0])(
-                    **crash_request(pk, name, tables.data)[1]
-                )
-            tx.commit()
+                method, params = crash_request(pk, name, tables.data)
+                getattr(tx, method)(**params)
+
+        tx, chaos = crash_run(make_tm(max_workers=1), kind, index, work)
         if not chaos.fired:
             break
         schedules += 1
         # When another coordinator resumes and commits, and a sweeper settles the rest
-        with contextlib.suppress(DdbtxError):
-            make_tm().resume(tx.id).commit()
-        rescuer = make_tm()
-        rescuer.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+        rescuer = rescue(make_tm, tx.id)
         # Then each item is as the recorded writes left it if committed, else as before
         header = rescuer.protocol.records.read_header(tx.id)
         committed = header is not None and header.state == s.STATE_COMMITTED
