@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from ddbtx import schema as s
 from ddbtx.errors import ConditionalCheckFailedError, InvalidRequestError
+from ddbtx.instrumentation import count_requests
 from ddbtx.tables import create_data_table
 from ddbtx.transaction import TransactionManager
 from helpers import Tables, assert_clean, crash_run, data_state, rescue
@@ -293,3 +294,38 @@ def test_given_a_write_when_write_all_writes_the_item_again_then_it_is_as_native
         tx.commit()
         assert data_state(ddb, tables.data) == data_state(ddb, twin)
     assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "rv", "calls"),
+    [
+        # the add, then the write
+        ("update", "update", "NONE", {"UpdateItem": 2}),
+        ("put", "delete", "NONE", {"UpdateItem": 2}),
+        ("delete", "put", "NONE", {"UpdateItem": 1, "PutItem": 1}),
+        # old values: read before the write (a lost answer leaves no other way to them)
+        ("update", "update", "ALL_OLD", {"UpdateItem": 2, "GetItem": 1}),
+        # an update after a delete clears the item to its key first
+        ("delete", "update", "ALL_NEW", {"UpdateItem": 2, "PutItem": 1}),
+    ],
+)
+def test_a_second_write_costs_its_add_and_its_write(
+    tm: TransactionManager,
+    ddb: Any,
+    tables: Tables,
+    twin: str,
+    first: str,
+    second: str,
+    rv: str,
+    calls: dict[str, int],
+) -> None:
+    # Given an existing item the transaction wrote once
+    start(ddb, tables, twin, exists=True)
+    tx = tm.begin()
+    through(tx, *request(first, tables.data))
+    # When it writes the item again, Then exactly these requests are sent
+    with count_requests(tm.client) as counts:
+        assert through(tx, *request(second, tables.data, rv=rv))[0] == "ok"
+    assert dict(counts.by_operation) == calls
+    tx.rollback()
+    assert data_state(ddb, tables.data) == {"a": ORIGINAL}
