@@ -10,7 +10,6 @@ few-KB item spans several rows, which is cheap enough to crash at every call.
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -21,12 +20,10 @@ import pytest
 from ddbtx import _parts, _steps, _view
 from ddbtx import schema as s
 from ddbtx._items import value_size
-from ddbtx.chaos import Chaos, Crash
-from ddbtx.errors import DdbtxError
 from ddbtx.sweeper import Sweeper
 from ddbtx.tables import create_data_table
 from ddbtx.transaction import TransactionManager
-from helpers import Tables, assert_clean, data_state, scan
+from helpers import Tables, assert_clean, crash_run, data_state, rescue, scan
 
 S = lambda v: {"S": v}  # noqa: E731
 N = lambda n: {"N": str(n)}  # noqa: E731
@@ -198,23 +195,18 @@ def test_given_a_crash_at_any_call_when_a_coordinator_and_a_sweeper_rescue_then_
         # span several rows
         reset()
         original = balances_of(ddb, tables.data)
-        victim = make_tm(max_workers=1)
-        chaos = Chaos(victim.client)
-        chaos.arm(kind, at=index)  # type: ignore[arg-type]
-        tx = victim.begin()
-        with contextlib.suppress(Crash, DdbtxError):
+
+        def work(tx: Any) -> None:
             for method, params in requests(3000):
                 getattr(tx, method)(TableName=tables.data, **params)
-            tx.commit()
+
+        tx, chaos = crash_run(make_tm(max_workers=1), kind, index, work)
         if not chaos.fired:
             break
         schedules += 1
         # When a second coordinator resumes it (reading bodies back from their parts) and
-        # commits what is still pending, then a sweeper deletes the record
-        with contextlib.suppress(DdbtxError):
-            make_tm().resume(tx.id).commit()
-        sweeper = make_tm()
-        sweeper.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+        # commits what is still pending, then a sweeper settles the rest
+        sweeper = rescue(make_tm, tx.id)
         # Then the record's decision holds for every item it names
         assert balances_of(ddb, tables.data) == expected(ddb, tables, original, tx.id), index
         # and once the record is deleted, no row of any copy is left

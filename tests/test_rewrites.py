@@ -9,7 +9,6 @@ twin table, and every answer and the final item must match.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,11 +18,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ddbtx import schema as s
-from ddbtx.chaos import Chaos, Crash
-from ddbtx.errors import ConditionalCheckFailedError, DdbtxError, InvalidRequestError
+from ddbtx.errors import ConditionalCheckFailedError, InvalidRequestError
+from ddbtx.instrumentation import count_requests
 from ddbtx.tables import create_data_table
 from ddbtx.transaction import TransactionManager
-from helpers import Tables, assert_clean, data_state
+from helpers import Tables, assert_clean, crash_run, data_state, rescue
 
 S = lambda v: {"S": v}  # noqa: E731
 N = lambda n: {"N": str(n)}  # noqa: E731
@@ -237,24 +236,18 @@ def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_recor
         # Given a coordinator whose call `index` fails (it dies, or its answer is lost)
         ddb.put_item(TableName=tables.data, Item=ORIGINAL)
         ddb.delete_item(TableName=tables.data, Key={"pk": S("b")})
-        victim = make_tm(max_workers=1)
-        chaos = Chaos(victim.client)
-        chaos.arm(kind, at=index)  # type: ignore[arg-type]
-        tx = victim.begin()
-        with contextlib.suppress(Crash, DdbtxError):
+
+        def work(tx: Any) -> None:
             for pk, name in CRASH_PLAN:
-                getattr(tx, crash_request(pk, name, tables.data)[0])(
-                    **crash_request(pk, name, tables.data)[1]
-                )
-            tx.commit()
+                method, params = crash_request(pk, name, tables.data)
+                getattr(tx, method)(**params)
+
+        tx, chaos = crash_run(make_tm(max_workers=1), kind, index, work)
         if not chaos.fired:
             break
         schedules += 1
         # When another coordinator resumes and commits, and a sweeper settles the rest
-        with contextlib.suppress(DdbtxError):
-            make_tm().resume(tx.id).commit()
-        rescuer = make_tm()
-        rescuer.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+        rescuer = rescue(make_tm, tx.id)
         # Then each item is as the recorded writes left it if committed, else as before
         header = rescuer.protocol.records.read_header(tx.id)
         committed = header is not None and header.state == s.STATE_COMMITTED
@@ -271,3 +264,68 @@ def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_recor
         assert_clean(ddb, tables)
         rescuer.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(0))
     assert schedules >= 15
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["existing", "absent"])
+@pytest.mark.parametrize("second", ["put", "update", "increment", "delete"])
+def test_given_a_write_when_write_all_writes_the_item_again_then_it_is_as_native(
+    tm: TransactionManager, ddb: Any, tables: Tables, twin: str, exists: bool, second: str
+) -> None:
+    # Given a transaction that deleted item "a" (or updated it)
+    start(ddb, tables, twin, exists)
+    tx = tm.begin()
+    first = "delete" if second != "delete" else "update"
+    assert through(tx, *request(first, tables.data)) == native(ddb, *request(first, twin))
+    # When a batch writes "a" again together with another item
+    method, params = request(second, tables.data)
+    kind = {"put_item": "Put", "update_item": "Update", "delete_item": "Delete"}[method]
+    params.pop("ReturnValues")
+    other = {"Put": {"TableName": tables.data, "Item": {"pk": S("other"), "n": N(1)}}}
+    expected = native(ddb, *request(second, twin))
+    ddb.put_item(TableName=twin, Item={"pk": S("other"), "n": N(1)})
+    try:
+        tx.write_all([{kind: params}, other])
+        answer = "ok"
+    except (ConditionalCheckFailedError, InvalidRequestError):
+        answer = "error"
+    # Then it succeeds or fails as natively, and commits DynamoDB's items
+    assert answer == expected[0]
+    if answer == "ok":
+        tx.commit()
+        assert data_state(ddb, tables.data) == data_state(ddb, twin)
+    assert_clean(ddb, tables)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "rv", "calls"),
+    [
+        # the add, then the write
+        ("update", "update", "NONE", {"UpdateItem": 2}),
+        ("put", "delete", "NONE", {"UpdateItem": 2}),
+        ("delete", "put", "NONE", {"UpdateItem": 1, "PutItem": 1}),
+        # old values: read before the write (a lost answer leaves no other way to them)
+        ("update", "update", "ALL_OLD", {"UpdateItem": 2, "GetItem": 1}),
+        # an update after a delete clears the item to its key first
+        ("delete", "update", "ALL_NEW", {"UpdateItem": 2, "PutItem": 1}),
+    ],
+)
+def test_a_second_write_costs_its_add_and_its_write(
+    tm: TransactionManager,
+    ddb: Any,
+    tables: Tables,
+    twin: str,
+    first: str,
+    second: str,
+    rv: str,
+    calls: dict[str, int],
+) -> None:
+    # Given an existing item the transaction wrote once
+    start(ddb, tables, twin, exists=True)
+    tx = tm.begin()
+    through(tx, *request(first, tables.data))
+    # When it writes the item again, Then exactly these requests are sent
+    with count_requests(tm.client) as counts:
+        assert through(tx, *request(second, tables.data, rv=rv))[0] == "ok"
+    assert dict(counts.by_operation) == calls
+    tx.rollback()
+    assert data_state(ddb, tables.data) == {"a": ORIGINAL}

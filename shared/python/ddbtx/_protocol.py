@@ -18,7 +18,8 @@ Steps, their conditions and where they live (the README's step list):
 step           condition (name: what it guards)            function
 =============  ==========================================  =================================
 create         ``_record.CREATE``: ids are unique           ``RecordStore.create``
-add            ``_record.ADD_NEW`` / ``ADD_UPGRADE``        ``RecordStore.add``
+add            ``_record.ADD_NEW`` / ``ADD_UPGRADE`` /      ``RecordStore.add``
+               ``ADD_REWRITE``: the entry it replaces
 lock           ``_steps.LOCK_EXISTING``: free, exists,      ``ItemSteps.lock_existing``
                the request's own condition
 lock (insert)  ``_steps.LOCK_INSERT``: the key is absent    ``ItemSteps.lock_insert``
@@ -28,6 +29,8 @@ save image     (none: images are keyed by tx and request)  ``ItemSteps.save_imag
 apply          ``_steps.APPLY``: under this request's       ``ItemSteps.apply``
                lock, once
 mark deleted   ``_steps.HELD``: under this request's lock   ``ItemSteps.mark_deleted``
+apply (a       ``_rewrite.REWRITE``: under the lock, over   ``Rewrites.apply``
+later write)   exactly what the earlier write left
 take over      ``_record.TAKE_OVER``: nonce unchanged       ``RecordStore.take_over``
 wait mark      ``_record.PENDING``                          ``RecordStore.mark_waiting``
 decide         ``_record.DECIDE_AT_VERSION`` (commit),      ``RecordStore.decide``

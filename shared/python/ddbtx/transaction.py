@@ -737,26 +737,21 @@ class Transaction:
                     key=req.key,
                 )
             return known
-        if known.request.op != "get":
-            return self._rewrite(known, req)
-        return Local(
-            request=req,
-            nonce=known.nonce,
-            locked=True,
-            transient=known.transient,
-            pre=known.pre,
-            upgrade=True,
-        )
+        return self._next_write(known, req)
 
     @staticmethod
-    def _rewrite(known: Local, req: Request) -> Local:
-        """A further write to an item this transaction wrote: same lock, the next write."""
-        kept_image = known.applied and not known.transient
-        prior = (
-            write_marker(known.seq, known.request.op),
-            known.request.op == "delete",
-            kept_image,
-        )
+    def _next_write(known: Local, req: Request) -> Local:
+        """A write to an item this transaction holds, under the same lock: the upgrade of
+        its read lock, or its next write (applied over the earlier ones; the image stays
+        the one from before the transaction)."""
+        prior = None
+        if known.request.op != "get":
+            op = known.request.op
+            prior = (
+                write_marker(known.seq, op),
+                op == "delete",
+                known.applied and not known.transient,
+            )
         return Local(
             request=req,
             nonce=known.nonce,
@@ -765,7 +760,7 @@ class Transaction:
             pre=known.pre,
             external_image=known.external_image,
             upgrade=True,
-            seq=known.seq + 1,
+            seq=known.seq + 1 if prior else 1,
             prior=prior,
         )
 
