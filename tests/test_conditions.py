@@ -371,9 +371,7 @@ PROJECTIONS: dict[str, str] = {
 
 
 @pytest.fixture(scope="module", params=KINDS)
-def filled(
-    request: pytest.FixtureRequest, emulators: dict[str, LocalDynamo]
-) -> Iterator[Filled]:
+def filled(request: pytest.FixtureRequest, emulators: dict[str, LocalDynamo]) -> Iterator[Filled]:
     """Per emulator, a table for ITEMS and one for MIXED, and the items as DynamoDB returns them."""
     client = emulators[request.param].client()
     run = uuid.uuid4().hex[:8]

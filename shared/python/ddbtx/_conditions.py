@@ -246,7 +246,7 @@ def _kind(value: Item | None) -> str | None:
 def equal(a: Item | None, b: Item | None) -> bool:
     """DynamoDB's ``=`` on two AttributeValues (a missing one equals nothing)."""
     kind = _kind(a)
-    if a is None or b is None or kind != _kind(b):
+    if a is None or b is None or kind is None or kind != _kind(b):
         return False
     x, y = a[kind], b[kind]
     if kind == "N":
@@ -272,7 +272,7 @@ def _ordered(value: Item) -> Any:
     if kind == "N":
         return Decimal(raw)
     if kind == "S":
-        return raw.encode()  # DynamoDB orders strings by their UTF-8 bytes
+        return raw  # code point order, which is the UTF-8 byte order DynamoDB uses
     return _bytes(raw)
 
 
