@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from helpers import GSI, GSI_KEYS, LSI_ALL, LSI_KEYS
+
 Item = dict[str, Any]
 
-GSI, GSI_KEYS, LSI_KEYS, LSI_ALL = "by-g", "by-g-keys", "by-v", "by-v-all"
 #: Over 64 KB: an item this large keeps its saved image in the images table.
 BIG = "x" * (70 * 1024)
 

@@ -22,9 +22,9 @@ from botocore.exceptions import ClientError
 from ddbtx import Isolation, Transaction, TransactionManager
 from ddbtx.errors import DdbtxError
 from ddbtx.local import KINDS, LocalDynamo
-from ddbtx.tables import create_table_if_missing
+from helpers import create_read_table
 
-from .read_shapes import BIG, GSI, GSI_KEYS, LSI_ALL, LSI_KEYS, PENDING, SEED, SHAPES, ReadShape
+from .read_shapes import BIG, PENDING, SEED, SHAPES, ReadShape
 from .runner import normal
 
 LEVELS = {"committed": Isolation.COMMITTED, "uncommitted": Isolation.UNCOMMITTED}
@@ -40,42 +40,6 @@ EMULATOR_DEVIATIONS: dict[tuple[str, str], str] = {
         "expressions, syntax); moto fails with an internal error"
     ),
 }
-
-
-def _index(name: str, hash_key: str, range_key: str, projection: str) -> dict[str, Any]:
-    return {
-        "IndexName": name,
-        "KeySchema": [
-            {"AttributeName": hash_key, "KeyType": "HASH"},
-            {"AttributeName": range_key, "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": projection},
-    }
-
-
-def create_read_table(client: Any, name: str) -> None:
-    """Hash ``pk`` + range ``sk``, with a global and a local index of each projection."""
-    create_table_if_missing(
-        client,
-        name,
-        None,
-        KeySchema=[
-            {"AttributeName": "pk", "KeyType": "HASH"},
-            {"AttributeName": "sk", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": a, "AttributeType": t}
-            for a, t in (("pk", "S"), ("sk", "N"), ("g", "S"), ("v", "N"))
-        ],
-        GlobalSecondaryIndexes=[
-            _index(GSI, "g", "sk", "ALL"),
-            _index(GSI_KEYS, "g", "sk", "KEYS_ONLY"),
-        ],
-        LocalSecondaryIndexes=[
-            _index(LSI_KEYS, "pk", "v", "KEYS_ONLY"),
-            _index(LSI_ALL, "pk", "v", "ALL"),
-        ],
-    )
 
 
 @dataclass
