@@ -90,8 +90,10 @@ class ReadShape:
     id: str
     op: str
     params: Item
-    #: Why a committed read may miss an item here (the documented index phantom), if so.
-    phantom: str | None = None
+    #: The documented index phantom: items (pk, sk) whose committed value the read would
+    #: return but whose pending value took them out of its index range, so a committed
+    #: read through the index cannot find them.
+    phantoms: tuple[tuple[str, int], ...] = ()
 
 
 VALUES: dict[str, Item] = {
@@ -134,20 +136,22 @@ def _placeholders(params: Item) -> Item:
     return out
 
 
-def query(id: str, key: str, phantom: str | None = None, **params: Any) -> ReadShape:
-    return ReadShape(
-        f"query/{id}", "query", _placeholders({"KeyConditionExpression": key, **params}), phantom
-    )
+def query(
+    id: str, key: str, phantoms: tuple[tuple[str, int], ...] = (), **params: Any
+) -> ReadShape:
+    params = _placeholders({"KeyConditionExpression": key, **params})
+    return ReadShape(f"query/{id}", "query", params, phantoms)
 
 
-def scan(id: str, phantom: str | None = None, **params: Any) -> ReadShape:
-    return ReadShape(f"scan/{id}", "scan", _placeholders(params), phantom)
+def scan(id: str, phantoms: tuple[tuple[str, int], ...] = (), **params: Any) -> ReadShape:
+    return ReadShape(f"scan/{id}", "scan", _placeholders(params), phantoms)
 
 
-PHANTOM_A = "p4's pending g=b moved it out of g=a: the index no longer has it under a"
-PHANTOM_B = "p8's pending REMOVE g took it out of the index, and q2's put moved it to g=a"
-PHANTOM_GONE = "p8's pending REMOVE g took it out of the index"
-PHANTOM_V = "p4's pending v=5 moved it out of v 30..50 in the local index"
+#: p4's pending g=b moved it out of g=a (and its pending v=5 out of v 30..50).
+PHANTOM_A = PHANTOM_V = (("p", 4),)
+#: p8's pending REMOVE g took it out of the GSI; q2's pending put moved it from g=b to g=a.
+PHANTOM_B = (("p", 8), ("q", 2))
+PHANTOM_GONE = (("p", 8),)
 
 P = "pk = :p"
 READS: list[ReadShape] = [
