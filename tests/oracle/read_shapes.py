@@ -163,6 +163,9 @@ READS: list[ReadShape] = [
     query("filter-n", P, FilterExpression="n < :five"),
     query("filter-tag", P, FilterExpression="#tag = :x"),
     query("filter-not", P, FilterExpression="NOT #tag = :y"),
+    # enclosed in parentheses already (as boto3's builder writes it): adding a pair would be
+    # redundant, which DynamoDB refuses
+    query("filter-parenthesized", P, FilterExpression="(n < :five OR #tag = :y)"),
     query("filter-exists", P, FilterExpression="attribute_exists(#tag) AND n <> :100"),
     query("filter-nested", P, FilterExpression="#m.#k = :one"),
     query("filter-size", P, FilterExpression="size(#l) > :two OR n = :zero"),

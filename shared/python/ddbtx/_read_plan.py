@@ -253,6 +253,20 @@ def plan(
     return read
 
 
+def _grouped(expression: str) -> str:
+    """``expression`` in parentheses, unless one pair already encloses it all: DynamoDB
+    refuses redundant parentheses (boto3's condition builder adds a pair of its own)."""
+    text = expression.strip()
+    depth = 0
+    for position, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            # Expressions hold no string literals, so parentheses always pair up.
+            enclosed = position == len(text) - 1 and text.startswith("(")
+            return text if enclosed else f"({text})"
+    return f"({text})"
+
+
 def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
     """Items carry their protocol attributes: add them to the projection, widen the filter."""
     sent = read.params = dict(read.params)
@@ -269,7 +283,7 @@ def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
         if read.count_only:
             sent["Select"] = "SPECIFIC_ATTRIBUTES"
     if sent.get("FilterExpression") and read.level != "uncommitted":
-        sent["FilterExpression"] = f"({sent['FilterExpression']}) OR {NEEDS_IMAGE}"
+        sent["FilterExpression"] = f"{_grouped(sent['FilterExpression'])} OR {NEEDS_IMAGE}"
         names.update({"#ddbtxp": s.ATTR_APPLIED, "#ddbtxn": s.ATTR_TRANSIENT})
     if names:
         sent["ExpressionAttributeNames"] = names
@@ -281,7 +295,7 @@ def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
     key comes back."""
     sent = read.params = dict(read.params)
     if sent.get("FilterExpression"):
-        sent["FilterExpression"] = f"({sent['FilterExpression']}) OR {EVERY_ITEM}"
+        sent["FilterExpression"] = f"{_grouped(sent['FilterExpression'])} OR {EVERY_ITEM}"
         names["#ddbtxv"] = s.ATTR_VERDICT
     if read.count_only:
         sent["Select"] = "ALL_PROJECTED_ATTRIBUTES"
