@@ -336,14 +336,13 @@ def test_given_a_query_in_a_transaction_then_every_item_returned_is_read_locked_
     assert counts.by_operation == {"Query": 1, "PutItem": 1, "UpdateItem": 4}
     # And a younger transaction cannot write one of them until it ends (repeatable read);
     # it gives up before the holder would count as stale
-    with pytest.raises(TransactionConflictError):
-        with make_tm(lock_wait=1.0).transaction() as younger:
-            younger.update_item(
-                TableName=table,
-                Key=key(4),
-                UpdateExpression="SET n = :v",
-                ExpressionAttributeValues={":v": {"N": "0"}},
-            )
+    with pytest.raises(TransactionConflictError), make_tm(lock_wait=1.0).transaction() as younger:
+        younger.update_item(
+            TableName=table,
+            Key=key(4),
+            UpdateExpression="SET n = :v",
+            ExpressionAttributeValues={":v": {"N": "0"}},
+        )
     assert numbers(tx.query(**params)) == numbers(page)
     tx.commit()
     tx.delete()

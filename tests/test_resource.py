@@ -212,7 +212,7 @@ def test_given_an_item_a_transaction_holds_when_tm_table_writes_it_then_it_waits
 def test_given_a_false_condition_when_tm_table_writes_then_nothing_is_written(
     twins: tuple[Any, Any, str], ddb: Any, tm: TransactionManager
 ) -> None:
-    _, ours, name = twins
+    _, ours, _ = twins
     ours.put_item(Item={"pk": "p", "sk": 1, "n": Decimal(1)})
     with pytest.raises(ConditionalCheckFailedError):
         ours.delete_item(Key={"pk": "p", "sk": 1}, ConditionExpression=Attr("n").gt(5))

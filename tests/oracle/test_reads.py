@@ -156,6 +156,8 @@ def expectation(request: pytest.FixtureRequest, shape: ReadShape, level: str) ->
     deviation = EMULATOR_DEVIATIONS.get((shape.id, kind))
     if deviation:
         pytest.skip(f"{kind} departs from AWS here; AWS: {deviation}")
+
+
 @pytest.mark.usefixtures("expectation")
 @pytest.mark.parametrize("level", sorted(LEVELS))
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.id for s in SHAPES])
