@@ -220,49 +220,44 @@ class Reads:
 
     def judge_all(self, read: ReadPlan, items: list[Item]) -> list[Item]:
         """The items a page returns, in order, judged at the read's level."""
-        seen = [classify(item, read.level, read.table, read.key_names) for item in items]
-        external = [x for kind, x in seen if kind == "external"]
-        images = self.images(external) if external else {}
         out: list[Item] = []
-        for item, (kind, x) in zip(items, seen, strict=True):
+        for item, (kind, view) in zip(items, self.resolve(read, items), strict=True):
             if kind == "trusted":
                 out.append(read.trusted(item))
-                continue
-            if kind == "hidden":
-                continue
-            view: Item | None = x
-            if kind == "external":
-                view = images.get(x)
-                if view is None:  # completed meanwhile: read the item again
-                    view = self.reread(read.table, key_of(item, read.key_names), read.level)
-            judged = read.judge(view) if view is not None else None
-            if judged is not None:
-                out.append(judged)
+            elif kind == "view":
+                judged = read.judge(view)
+                if judged is not None:
+                    out.append(judged)
         return out
 
     def _base_items(self, read: ReadPlan, items: list[Item]) -> list[Item]:
         """Index items judged on their base items (the index cannot show locks)."""
         keys = [key_of(item, read.key_names) for item in items]
         base = self.batch_get(read.table, keys)
-        views = [self.view_of(read, base.get(request_id(read.table, key))) for key in keys]
-        judged = (read.judge(view) for view in views if view is not None)
-        return [item for item in judged if item is not None]
+        found = [b for b in (base.get(request_id(read.table, k)) for k in keys) if b is not None]
+        out: list[Item] = []
+        for item, (kind, view) in zip(found, self.resolve(read, found), strict=True):
+            value = strip(item) if kind == "trusted" else view
+            judged = read.judge(value) if value is not None else None
+            if judged is not None:
+                out.append(judged)
+        return out
 
-    def view_of(self, read: ReadPlan, item: Item | None) -> Item | None:
-        """The full value of a base item at the read's level (None: not seen)."""
-        if item is None:
-            return None
-        kind, x = classify(item, read.level, read.table, read.key_names)
-        if kind == "trusted":
-            return strip(item)
-        if kind == "external":
-            image = self.images([x]).get(x)
-            return (
-                strip(image)
-                if image is not None
-                else self.reread(read.table, key_of(item, read.key_names), read.level)
-            )
-        return x  # type: ignore[no-any-return]
+    def resolve(self, read: ReadPlan, items: list[Item]) -> list[_Seen]:
+        """How each item is seen, with every image kept apart fetched in one go: "trusted"
+        (the item as DynamoDB returned it), "view" (a full value to judge) or "hidden"."""
+        seen = [classify(item, read.level, read.table, read.key_names) for item in items]
+        external = [x for kind, x in seen if kind == "external"]
+        images = self.images(external) if external else {}
+        out: list[_Seen] = []
+        for item, (kind, x) in zip(items, seen, strict=True):
+            if kind == "external":
+                view = images.get(x)
+                if view is None:  # completed meanwhile: read the item again
+                    view = self.reread(read.table, key_of(item, read.key_names), read.level)
+                kind, x = ("view", view) if view is not None else ("hidden", None)
+            out.append((kind, x))
+        return out
 
     def reread(self, table: str, key: Item, level: str) -> Item | None:
         """An item read again (its external image went with a completion meanwhile)."""
@@ -276,7 +271,7 @@ class Reads:
             if kind == "trusted":
                 return strip(stored)
             if kind != "external":
-                return x  # type: ignore[no-any-return]
+                return x  # type: ignore[no-any-return]  # a view, or None when hidden
             image = self.images([x]).get(x)
             if image is not None:
                 return image
