@@ -40,6 +40,16 @@ def item(sk: int, n: int, g: str = "a", **extra: Any) -> dict[str, Any]:
     return {**key(sk), "n": {"N": str(n)}, "g": {"S": g}, **extra}
 
 
+def set_n(tx: Any, table: str, sk: int, n: int) -> None:
+    """``tx`` sets p/``sk``'s n (an update applied under its lock)."""
+    tx.update_item(
+        TableName=table,
+        Key=key(sk),
+        UpdateExpression="SET n = :v",
+        ExpressionAttributeValues={":v": {"N": str(n)}},
+    )
+
+
 def numbers(response: dict[str, Any]) -> list[tuple[int, int]]:
     """(sk, n) of each returned item, in order."""
     return [(int(i["sk"]["N"]), int(i["n"]["N"])) for i in response["Items"]]
@@ -68,12 +78,7 @@ def holder(make_tm: Callable[..., TransactionManager], table: str) -> Iterator[A
     """Another coordinator's pending transaction: p/1 updated (image in the item), p/2
     deleted, p/7 inserted, p/3 read-locked."""
     tx = make_tm().begin()
-    tx.update_item(
-        TableName=table,
-        Key=key(1),
-        UpdateExpression="SET n = :v",
-        ExpressionAttributeValues={":v": {"N": "100"}},
-    )
+    set_n(tx, table, 1, 100)
     tx.delete_item(TableName=table, Key=key(2))
     tx.put_item(TableName=table, Item=item(7, 7))
     tx.get_item(TableName=table, Key=key(3))
@@ -156,12 +161,7 @@ def test_given_locked_items_when_read_committed_then_only_images_kept_apart_cost
         ddb.put_item(TableName=table, Item=item(sk, sk, big={"S": BIG}))
     tx = make_tm().begin()
     for sk in (1, 5, 6):
-        tx.update_item(
-            TableName=table,
-            Key=key(sk),
-            UpdateExpression="SET n = :v",
-            ExpressionAttributeValues={":v": {"N": "100"}},
-        )
+        set_n(tx, table, sk, 100)
     assert ddb.get_item(TableName=table, Key=key(6))["Item"].get(s.ATTR_IMAGE_EXTERNAL)
     # When the partition is read committed
     with count_requests(warm.client) as counts:
@@ -286,12 +286,7 @@ def test_given_an_image_removed_by_a_completion_meanwhile_then_the_item_is_read_
     ddb.put_item(TableName=table, Item=item(5, 5, big={"S": BIG}))
     other = make_tm()
     tx = other.begin()
-    tx.update_item(
-        TableName=table,
-        Key=key(5),
-        UpdateExpression="SET n = :v",
-        ExpressionAttributeValues={":v": {"N": "100"}},
-    )
+    set_n(tx, table, 5, 100)
 
     # When the transaction commits (and deletes the image) just before the image is read
     def commit_first(model: Any, **_: Any) -> None:
@@ -337,12 +332,7 @@ def test_given_a_query_in_a_transaction_then_every_item_returned_is_read_locked_
     # And a younger transaction cannot write one of them until it ends (repeatable read);
     # it gives up before the holder would count as stale
     with pytest.raises(TransactionConflictError), make_tm(lock_wait=1.0).transaction() as younger:
-        younger.update_item(
-            TableName=table,
-            Key=key(4),
-            UpdateExpression="SET n = :v",
-            ExpressionAttributeValues={":v": {"N": "0"}},
-        )
+        set_n(younger, table, 4, 0)
     assert numbers(tx.query(**params)) == numbers(page)
     tx.commit()
     tx.delete()
@@ -353,12 +343,7 @@ def test_given_own_writes_when_queried_in_the_transaction_then_they_are_seen_and
     tm: TransactionManager, table: str
 ) -> None:
     tx = tm.begin()
-    tx.update_item(
-        TableName=table,
-        Key=key(1),
-        UpdateExpression="SET n = :v",
-        ExpressionAttributeValues={":v": {"N": "100"}},
-    )
+    set_n(tx, table, 1, 100)
     tx.delete_item(TableName=table, Key=key(2))
     tx.put_item(TableName=table, Item=item(8, 8))
     page = tx.query(
@@ -378,12 +363,7 @@ def test_given_a_younger_holder_when_an_older_transaction_queries_then_it_reads_
     # Given an older transaction, and a younger one holding a pending write on p/1
     older = tm.begin()
     younger = make_tm().begin()
-    younger.update_item(
-        TableName=table,
-        Key=key(1),
-        UpdateExpression="SET n = :v",
-        ExpressionAttributeValues={":v": {"N": "100"}},
-    )
+    set_n(younger, table, 1, 100)
     # When the older one queries the partition
     page = older.query(TableName=table, **P)
     # Then it wounded the younger one (wound-wait) and read the committed value under its lock
