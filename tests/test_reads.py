@@ -434,6 +434,7 @@ BAD: dict[str, tuple[str, dict[str, Any], str]] = {
     "unparsable-filter": ("scan", {"FilterExpression": "n = = n"}, "cannot be parsed"),
     "batch-empty": ("batch_get_item", {"RequestItems": {}}, "RequestItems"),
     "batch-bad-key": ("batch_get_item", {"Keys": [{"pk": {"N": "1"}, "sk": {"N": "1"}}]}, "type"),
+    "batch-duplicate-keys": ("batch_get_item", {"Keys": [key(1), key(1)]}, "duplicates"),
     "get-missing-key-part": ("get_item", {"Key": {"pk": {"S": "p"}}}, "key attributes"),
 }
 

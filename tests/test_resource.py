@@ -214,8 +214,18 @@ def test_given_a_false_condition_when_tm_table_writes_then_nothing_is_written(
 ) -> None:
     _, ours, _ = twins
     ours.put_item(Item={"pk": "p", "sk": 1, "n": Decimal(1)})
-    with pytest.raises(ConditionalCheckFailedError):
+    # When a write's condition is false on a free item, or on an absent one
+    with count_requests(tm.client) as counts, pytest.raises(ConditionalCheckFailedError):
         ours.delete_item(Key={"pk": "p", "sk": 1}, ConditionExpression=Attr("n").gt(5))
+    with pytest.raises(ConditionalCheckFailedError):
+        ours.update_item(
+            Key={"pk": "p", "sk": 2},
+            UpdateExpression="SET n = :n",
+            ConditionExpression=Attr("pk").exists(),
+            ExpressionAttributeValues={":n": 1},
+        )
+    # Then nothing is written, for the failed write and one read of the item
+    assert counts.by_operation == {"DeleteItem": 1, "GetItem": 1}
     assert [i["n"] for i in ours.scan()["Items"]] == [1]
     assert scan(ddb, tm.transactions_table) == []
 

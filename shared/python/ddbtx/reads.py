@@ -179,9 +179,12 @@ class Reads:
             table_keys = table_params.get("Keys")
             if not isinstance(table_keys, list) or not table_keys:
                 raise InvalidRequestError("Keys must be a non-empty list", table=table)
-            keys[table] = [
-                build("get", {"TableName": table, "Key": key}, key_types).key for key in table_keys
+            built = [
+                build("get", {"TableName": table, "Key": key}, key_types) for key in table_keys
             ]
+            if len({r.rid for r in built}) != len(built):
+                raise InvalidRequestError("Keys has duplicates", table=table)
+            keys[table] = [r.key for r in built]
             as_get = {"TableName": table, **_without(table_params, "Keys")}
             reads[table] = plan("get", as_get, level, tuple(key_types))
         return reads, keys

@@ -21,13 +21,24 @@ from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from boto3.exceptions import Boto3Error
 
+from . import schema as s
+from ._conditions import Condition
 from ._dynamo import call
 from ._requests import build
-from .errors import ConditionFailed, InvalidRequestError, ValidationFailed
+from .errors import (
+    ConditionalCheckFailedError,
+    ConditionFailed,
+    InvalidRequestError,
+    TransactionError,
+    ValidationFailed,
+)
 from .guard import guard
 
 if TYPE_CHECKING:
     from .transaction import Isolation, Transaction, TransactionManager
+
+#: Times a write outside a transaction is tried while its item keeps changing.
+ATTEMPTS = 8
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -91,20 +102,7 @@ class Table:
         if tx is not None:
             return _python(getattr(tx, f"{op}_item")(**params))
         manager: TransactionManager = self._owner  # type: ignore[assignment]
-        build(op, params, manager.key_types(self.name))  # type: ignore[arg-type]
-        try:
-            # One native write, guarded against items a transaction holds: atomic and
-            # isolated like a one-item transaction, at the cost of the plain request.
-            response = call(manager.client, f"{op}_item", **guard(params))
-        except ConditionFailed:
-            # A transaction holds the item, or the request's own condition is false: the
-            # protocol tells them apart, waiting for (or wounding) the holder.
-            response = manager.run(lambda t: getattr(t, f"{op}_item")(**params))
-        except ValidationFailed as exc:
-            raise InvalidRequestError(
-                f"DynamoDB rejected the request: {exc}", table=self.name
-            ) from exc
-        return _python(response)
+        return _python(write_outside(manager, op, params))
 
     # -- reads -------------------------------------------------------------------------
 
@@ -197,6 +195,39 @@ class Table:
         except (TypeError, ValueError, Boto3Error) as exc:
             raise InvalidRequestError(f"{exc} (boto3 cannot convert it)", table=self.name) from exc
         return params
+
+
+def write_outside(manager: TransactionManager, op: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One write outside any transaction, isolated from them: a native request that fails on
+    an item a transaction holds (:func:`ddbtx.guard`); such an item is written by a
+    one-request transaction instead, which waits for or wounds the holder. A false
+    condition costs the failed write and one read.
+    """
+    table = params["TableName"]
+    request = build(op, params, manager.key_types(table))  # type: ignore[arg-type]
+    for _ in range(ATTEMPTS):
+        try:
+            return call(manager.client, f"{op}_item", **guard(params))
+        except ConditionFailed:
+            pass
+        except ValidationFailed as exc:
+            raise InvalidRequestError(f"DynamoDB rejected the request: {exc}", table=table) from exc
+        # Held by a transaction, or the request's own condition is false: the item says which.
+        found = call(
+            manager.client, "get_item", TableName=table, Key=request.key, ConsistentRead=True
+        ).get("Item")
+        if found is not None and s.ATTR_LOCK in found:
+            result: dict[str, Any] = manager.run(lambda tx: getattr(tx, f"{op}_item")(**params))
+            return result
+        condition = request.condition
+        names = params.get("ExpressionAttributeNames")
+        values = params.get("ExpressionAttributeValues")
+        if condition and not Condition(condition, names).matches(found or {}, values):
+            raise ConditionalCheckFailedError(
+                "the request's condition is false", table=table, key=request.key
+            )
+        # Free, and the condition holds now: a holder released the item meanwhile.
+    raise TransactionError(f"an item in {table} kept changing under a write")
 
 
 def _isolation_in_transaction(table: str) -> InvalidRequestError:
