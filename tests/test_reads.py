@@ -10,7 +10,9 @@ and that bad input is refused before anything is sent.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,8 +25,10 @@ from ddbtx import (
     TransactionRolledBackError,
 )
 from ddbtx import schema as s
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.errors import Throttled
 from ddbtx.instrumentation import count_requests
-from helpers import GSI, GSI_KEYS, Tables, assert_clean, create_read_table
+from helpers import GSI, GSI_KEYS, Tables, assert_clean, create_read_table, scan
 
 COMMITTED, UNCOMMITTED = Isolation.COMMITTED, Isolation.UNCOMMITTED
 #: Over 64 KB, so a write keeps this item's image in the images table.
@@ -451,3 +455,61 @@ def test_given_bad_input_when_read_then_a_specific_error_and_no_request(
     with count_requests(warm.client) as counts, pytest.raises(InvalidRequestError, match=message):
         getattr(warm, op)(**params)
     assert counts.total == 0
+
+
+# --- faults ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["before", "after", "lost"])
+def test_given_a_crash_at_any_call_of_a_locking_query_when_swept_then_nothing_is_left(
+    make_tm: Callable[..., TransactionManager], table: str, ddb: Any, kind: str
+) -> None:
+    before = sorted(map(repr, scan(ddb, table)))
+    for index in range(20):
+        # Given a coordinator that dies at call `index` of a read-locking query
+        victim = make_tm(max_workers=1)
+        victim.key_types(table)
+        chaos = Chaos(victim.client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        tx = victim.begin()
+        with contextlib.suppress(Crash):
+            tx.query(TableName=table, **P)
+        chaos.close()
+        if not chaos.fired:
+            break
+        # When a sweeper finishes its transaction
+        make_tm().sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(0))
+        # Then every lock is gone and every item as it was
+        assert sorted(map(repr, scan(ddb, table))) == before, f"{kind} at call {index}"
+        assert_clean(ddb, Tables(victim.transactions_table, victim.images_table, table))
+    assert index == 8, "each of the 8 calls was faulted: the query, the add, 6 locks"
+
+
+@pytest.mark.parametrize("kind", ["lost", "throttle"])
+def test_given_a_fault_at_any_call_of_a_committed_read_then_it_is_right_or_raises(
+    make_tm: Callable[..., TransactionManager], table: str, ddb: Any, kind: str
+) -> None:
+    # Given an applied write with its image in the item (p/1) and one kept apart (p/5)
+    ddb.put_item(TableName=table, Item=item(5, 5, big={"S": BIG}))
+    holder = make_tm().begin()
+    for sk in (1, 5):
+        set_n(holder, table, sk, 100)
+    for index in range(5):
+        # When call `index` of a committed query is lost (and retried) or throttled
+        reader = make_tm(max_attempts=1 if kind == "throttle" else 3)
+        reader.key_types(table)
+        chaos = Chaos(reader.client)
+        chaos.arm(kind, at=index)  # type: ignore[arg-type]
+        try:
+            page = reader.query(TableName=table, ProjectionExpression="sk, n", **P)
+        except Throttled:
+            assert kind == "throttle"
+            continue
+        finally:
+            chaos.close()
+        if not chaos.fired:
+            break
+        # Then the answer, when there is one, is the committed one
+        assert numbers(page) == [(sk, sk) for sk in range(1, 7)], f"{kind} at call {index}"
+    assert index == 2, "the Query and the image read were both faulted"
+    holder.rollback()
