@@ -59,7 +59,8 @@ T = TypeVar("T")
 
 
 class Isolation(enum.Enum):
-    """Read isolation levels of :meth:`TransactionManager.get_item`.
+    """Read isolation levels of :meth:`TransactionManager.get_item` and the reads of many
+    items (``query``, ``scan``, ``batch_get_item``; README: "Reads of many items").
 
     ``UNCOMMITTED`` reads the item as it is, uncommitted writes included.
     ``COMMITTED`` never returns uncommitted data: a locked item that has a write
