@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from ddbtx import schema as s
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.errors import DdbtxError
 from ddbtx.tables import create_table_if_missing
 
 
@@ -104,3 +108,28 @@ def create_read_table(client: Any, name: str) -> None:
             _index(LSI_ALL, "pk", "v", "ALL"),
         ],
     )
+
+
+def crash_run(tm: Any, kind: str, index: int, work: Any) -> tuple[Any, Chaos]:
+    """``work(tx)`` then a commit, by ``tm`` with fault ``kind`` armed at its call ``index``.
+
+    Returns the transaction and the chaos (``chaos.fired``: the fault happened).
+    """
+    chaos = Chaos(tm.client)
+    chaos.arm(kind, at=index)
+    tx = tm.begin()
+    with contextlib.suppress(Crash, DdbtxError):
+        work(tx)
+        tx.commit()
+    return tx, chaos
+
+
+def rescue(make_tm: Any, tx_id: str) -> Any:
+    """Two rescuers of a transaction whose coordinator died: another coordinator resumes
+    and commits it (if it still can), then a sweep settles whatever is left. Returns the
+    sweeping manager (its record is kept: delete it with ``sweep(..., delete_after=0)``)."""
+    with contextlib.suppress(DdbtxError):
+        make_tm().resume(tx_id).commit()
+    sweeper = make_tm()
+    sweeper.sweep(tx_id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
+    return sweeper

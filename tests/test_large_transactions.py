@@ -300,7 +300,13 @@ def named_rows(tm: TransactionManager, tx_id: str) -> set[str]:
     """Sort keys of the rows a transaction's record names: the header and its spilled bodies."""
     header = tm.protocol.records.read_header(tx_id)
     assert header is not None
-    spilled = [f"r#{entry.rid}#{entry.nonce}" for entry in header.entries.values() if entry.spilled]
+    records = tm.protocol.records
+    spilled = [
+        key[s.TX_SK]["S"]
+        for entry in header.entries.values()
+        if entry.spilled
+        for key in records.body_keys(tx_id, entry)
+    ]
     return {s.TX_HEADER_SK, *spilled}
 
 

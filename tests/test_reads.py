@@ -11,6 +11,7 @@ and that bad input is refused before anything is sent.
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -23,6 +24,8 @@ from ddbtx import (
     TransactionConflictError,
     TransactionManager,
     TransactionRolledBackError,
+    _parts,
+    _steps,
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
@@ -512,4 +515,33 @@ def test_given_a_fault_at_any_call_of_a_committed_read_then_it_is_right_or_raise
         # Then the answer, when there is one, is the committed one
         assert numbers(page) == [(sk, sk) for sk in range(1, 7)], f"{kind} at call {index}"
     assert index == 2, "the Query and the image read were both faulted"
+    holder.rollback()
+
+
+def test_given_an_image_over_several_rows_when_read_committed_then_it_is_joined_back(
+    warm: TransactionManager,
+    table: str,
+    ddb: Any,
+    make_tm: Callable[..., TransactionManager],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given rows that split past 1.5 KB (as they do near 400 KB), and a pending update of a
+    # 3 KB item: its image is kept apart, over several rows
+    monkeypatch.setattr(_parts, "ROW_LIMIT", 1500)
+    monkeypatch.setattr(_parts, "PART_BYTES", 400)
+    monkeypatch.setattr(_steps, "INLINE_IMAGE_LIMIT", 0)
+    noise = secrets.token_hex(1500)  # does not compress to one part
+    ddb.put_item(TableName=table, Item=item(5, 5, big={"S": noise}))
+    holder = make_tm().begin()
+    set_n(holder, table, 5, 100)
+    parts = [r for r in scan(ddb, holder.manager.images_table) if s.ROW_PARTS not in r]
+    # When the partition is read committed
+    with count_requests(warm.client) as counts:
+        page = warm.query(TableName=table, **P)
+    # Then the item is its committed self, big attribute and all: its image's first row
+    # comes with the page's BatchGetItem, each further part with a GetItem
+    found = {int(i["sk"]["N"]): i for i in page["Items"]}
+    assert found[5]["n"] == {"N": "5"} and found[5]["big"] == {"S": noise}
+    assert len(parts) >= 2
+    assert counts.by_operation == {"Query": 1, "BatchGetItem": 1, "GetItem": len(parts)}
     holder.rollback()

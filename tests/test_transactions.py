@@ -9,7 +9,6 @@ import pytest
 
 from ddbtx import (
     ConditionalCheckFailedError,
-    DuplicateRequestError,
     InvalidRequestError,
     SweepOutcome,
     TransactionCommittedError,
@@ -220,17 +219,21 @@ def test_given_a_missing_table_when_requested_then_invalid_request_names_the_tab
         tx.get_item(TableName="no-such-table", Key=key("a"))
 
 
-def test_given_a_write_when_the_same_item_is_written_again_then_duplicate_and_still_usable(
+def test_given_a_write_when_the_same_item_is_written_again_then_both_apply_in_order(
     tm: TransactionManager, ddb: Any, tables: Tables, seed: Any
 ) -> None:
+    # Given a transaction that added 1 to a
     seed(a=100)
     tx = tm.begin()
     add_to(tx, tables.data, "a", 1)
-    with pytest.raises(DuplicateRequestError, match="already has a write"):
-        tx.delete_item(TableName=tables.data, Key=key("a"))
-    add_to(tx, tables.data, "b", 1)
+    # When it adds 1 again, then deletes b and puts it back
+    add_to(tx, tables.data, "a", 1)
+    tx.delete_item(TableName=tables.data, Key=key("b"))
+    tx.put_item(TableName=tables.data, Item={**key("b"), "balance": N(7)})
     tx.commit()
-    assert data_state(ddb, tables.data)["a"]["balance"] == N(101)
+    # Then each write applied to the item as the one before left it
+    assert data_state(ddb, tables.data)["a"]["balance"] == N(102)
+    assert data_state(ddb, tables.data)["b"]["balance"] == N(7)
     assert_clean(ddb, tables)
 
 

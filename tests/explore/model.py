@@ -45,6 +45,7 @@ class Listed:
     pk: str
     marker: str | None  #: the request name for a put or update (None: delete, get, spilled)
     nonce: str
+    seq: int = 1  #: which write to the item it is (a later write replaces the entry)
 
     def describe(self) -> str:
         return f"{self.op} {self.pk}" + (f" ({self.marker})" if self.marker else "")
@@ -69,25 +70,56 @@ def read_record(raw: Item) -> Record:
             marker = params["Item"]["M"].get("w", {}).get("S")
         elif "ExpressionAttributeNames" in params:
             marker = params["ExpressionAttributeNames"]["M"].get("#m", {}).get("S", "")[2:]
-        record.listed[pk] = Listed(m["o"]["S"], pk, marker or None, m["n"]["S"])
-        if "x" in m:
-            record.spilled_rows.add(f"r#{rid}#{m['n']['S']}")
+        seq = int(m["w"]["N"]) if "w" in m else 1
+        record.listed[pk] = Listed(m["o"]["S"], pk, marker or None, m["n"]["S"], seq)
+        if "x" in m:  # a body row; near 400 KB, ``x`` counts the rows it spans
+            first = f"r#{rid}#{m['n']['S']}"
+            parts = int(m["x"]["N"]) if "N" in m["x"] else 1
+            record.spilled_rows.update([first, *(f"{first}#{k}" for k in range(1, parts))])
     return record
 
 
-def expected_item(pk: str, listed: Listed | None, put_items: dict[str, Item]) -> Item | None:
-    """The item after a commit that applied ``listed`` (None: nothing listed) exactly once."""
-    before = INITIAL[pk]
+def expected_item(
+    pk: str, listed: Listed | None, put_items: dict[str, Item], chain: list[tuple[str, str]]
+) -> Item | None:
+    """The item after a commit that applied ``listed`` (None: nothing listed) exactly once,
+    after the earlier writes of its ``chain`` ((op, name) in order, the listed one last)."""
+    item = INITIAL[pk]
     if listed is None or listed.op == "get":
-        return before
-    if listed.op == "delete":
-        return None
-    if listed.op == "put":
-        return put_items.get(listed.marker or "")
-    base = dict(before or {"pk": {"S": pk}})
-    base["n"] = {"N": str(int(base.get("n", {"N": "0"})["N"]) + 1)}
-    base[f"u_{listed.marker}"] = {"BOOL": True}
-    return base
+        return item
+    for op, name in chain:
+        if op == "delete":
+            item = None
+        elif op == "put":
+            item = put_items.get(name)
+        else:
+            base = dict(item or {"pk": {"S": pk}})
+            base["n"] = {"N": str(int(base.get("n", {"N": "0"})["N"]) + 1)}
+            base[f"u_{name}"] = {"BOOL": True}
+            item = base
+    return item
+
+
+def chain_of(listed: Listed, seen: list[Seen]) -> list[tuple[str, str]]:
+    """The writes to ``listed``'s item that its entry stands for, in order: the listed one
+    (the latest) and the ``seq - 1`` writes to the item its coordinator made before it."""
+    calls = [(obs, name, op, pk) for obs in seen for name, op, pk in obs.requests]
+    mine = [
+        i
+        for i, (_, name, op, pk) in enumerate(calls)
+        if pk == listed.pk and op == listed.op and (listed.marker in (None, name))
+    ]
+    if not mine:
+        return [(listed.op, listed.marker or "")]
+    last = mine[-1]
+    owner = calls[last][0].owner
+    earlier = [
+        (op, name)
+        for obs, name, op, pk in calls[:last]
+        if obs.owner == owner and pk == listed.pk and op != "get" and obs.outcome == "ok"
+    ]
+    kept = earlier[-(listed.seq - 1) :] if listed.seq > 1 else []
+    return [*kept, (listed.op, calls[last][1])]
 
 
 @dataclass
@@ -120,8 +152,9 @@ def check(
         if state == s.STATE_PENDING or not record.finished:
             problems.append(f"record left unfinished in state {state}")
     listed = record.listed if record is not None and state == s.STATE_COMMITTED else {}
+    chains = {pk: chain_of(entry, seen) for pk, entry in listed.items()}
     for pk in INITIAL:
-        want = expected_item(pk, listed.get(pk), put_items)
+        want = expected_item(pk, listed.get(pk), put_items, chains.get(pk, []))
         got = items.get(pk)
         if want != got:
             what = listed[pk].describe() if pk in listed else "nothing"
@@ -131,11 +164,13 @@ def check(
             )
     for obs in seen:
         # No record: nothing was ever recorded (an empty commit writes nothing either).
-        problems += _promises(obs, state, listed) if record is not None else []
+        problems += _promises(obs, state, listed, chains) if record is not None else []
     return problems
 
 
-def _promises(obs: Seen, state: str, listed: dict[str, Listed]) -> list[str]:
+def _promises(
+    obs: Seen, state: str, listed: dict[str, Listed], chains: dict[str, list[tuple[str, str]]]
+) -> list[str]:
     """What a call that returned tells about the outcome."""
     out: list[str] = []
     if obs.action == "commit" and obs.outcome == "ok" and state != s.STATE_COMMITTED:
@@ -150,7 +185,11 @@ def _promises(obs: Seen, state: str, listed: dict[str, Listed]) -> list[str]:
         entry = listed.get(pk)
         if entry is None:
             out.append(f"{obs.owner}'s {name} ({op} {pk}) returned normally; not listed")
-        elif op != "get" and (entry.op != op or (op != "delete" and entry.marker != name)):
+        elif (
+            op != "get"
+            and (op, name) not in chains.get(pk, [])
+            and (entry.op != op or (op != "delete" and entry.marker != name))
+        ):
             out.append(
                 f"{obs.owner}'s {name} ({op} {pk}) returned normally; the committed record "
                 f"lists {entry.describe()} on {pk} instead"

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from ddbtx import (
-    DuplicateRequestError,
     InvalidRequestError,
     TransactionManager,
 )
@@ -163,20 +162,6 @@ def test_given_a_missing_table_then_the_request_names_it(
             UpdateExpression="ADD balance :n",
             ExpressionAttributeValues={":n": {"N": "1"}},
         )
-
-
-@pytest.mark.parametrize("second", ["update", "delete", "put"])
-def test_given_the_same_item_written_twice_then_the_second_write_is_refused(
-    tm: TransactionManager, tables: Tables, unchanged: dict[str, Any], second: str
-) -> None:
-    with pytest.raises(DuplicateRequestError), tm.transaction() as tx:
-        add(tx, tables.data, "a")
-        if second == "update":
-            add(tx, tables.data, "a")
-        elif second == "delete":
-            tx.delete_item(TableName=tables.data, Key=key("a"))
-        else:
-            tx.put_item(TableName=tables.data, Item={**key("a"), "balance": {"N": "1"}})
 
 
 def test_given_an_item_over_400_kb_with_protocol_attributes_then_the_put_is_refused(

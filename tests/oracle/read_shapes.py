@@ -49,6 +49,7 @@ SEED: list[Item] = [
     _item("q", 1, g="a", v=10, n=1),
     _item("q", 2, g="b", v=20, n=20, tag="x"),
     _item("q", 3, g="c", n=30),
+    _item("p", 11, g="c", v=95, n=11, tag="y"),
 ]
 
 
@@ -80,6 +81,11 @@ PENDING: list[tuple[str, Item]] = [
     _update("q", 1, "SET n = n + :one", one={"N": "1"}),
     ("put", {"Item": _item("q", 2, g="a", v=25, n=-1)}),  # a put over an item
     ("delete", _key("q", 4)),  # a delete of a missing item
+    # several writes to one item: the image stays the one from before the transaction
+    _update("p", 11, "SET n = :v", v={"N": "50"}),
+    ("delete", _key("p", 11)),
+    ("put", {"Item": _item("q", 3, g="c", n=-30)}),
+    _update("q", 3, "SET tag = :t", t={"S": "x"}),
 ]
 
 
@@ -233,7 +239,7 @@ def _keys(*pairs: tuple[str, int]) -> list[Item]:
 
 
 #: Every pending state, and items nobody holds.
-BATCH_KEYS = _keys(*[("p", i) for i in range(1, 11)], ("q", 1), ("q", 2), ("q", 3), ("q", 4))
+BATCH_KEYS = _keys(*[("p", i) for i in range(1, 12)], ("q", 1), ("q", 2), ("q", 3), ("q", 4))
 GETS: list[ReadShape] = [
     ReadShape("batch/all", "batch", {"Keys": BATCH_KEYS}),
     ReadShape("batch/projection", "batch", {"Keys": BATCH_KEYS, "ProjectionExpression": "n"}),

@@ -148,3 +148,18 @@ def lock_owner(item: Item | None) -> str | None:
 
 def flag(item: Item | None, name: str) -> bool:
     return bool((item or {}).get(name, {}).get("BOOL", False))
+
+
+def applied(item: Item | None) -> bool:
+    """Whether a write of the holding transaction has changed the item (its saved image,
+    or its absence if inserted, is what a roll back restores)."""
+    return schema.ATTR_APPLIED in (item or {})
+
+
+def write_marker(seq: int, op: str) -> dict[str, Any] | None:
+    """The ``_tx:ap`` value an item carries once its ``seq``-th write in a transaction
+    is applied: ``true`` after a first put or update, none after a first delete (its
+    ``_tx:del`` says it), the number itself from the second write on."""
+    if seq >= 2:
+        return {"N": str(seq)}
+    return {"BOOL": True} if op in ("put", "update") else None

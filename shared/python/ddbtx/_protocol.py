@@ -18,7 +18,8 @@ Steps, their conditions and where they live (the README's step list):
 step           condition (name: what it guards)            function
 =============  ==========================================  =================================
 create         ``_record.CREATE``: ids are unique           ``RecordStore.create``
-add            ``_record.ADD_NEW`` / ``ADD_UPGRADE``        ``RecordStore.add``
+add            ``_record.ADD_NEW`` / ``ADD_UPGRADE`` /      ``RecordStore.add``
+               ``ADD_REWRITE``: the entry it replaces
 lock           ``_steps.LOCK_EXISTING``: free, exists,      ``ItemSteps.lock_existing``
                the request's own condition
 lock (insert)  ``_steps.LOCK_INSERT``: the key is absent    ``ItemSteps.lock_insert``
@@ -28,6 +29,8 @@ save image     (none: images are keyed by tx and request)  ``ItemSteps.save_imag
 apply          ``_steps.APPLY``: under this request's       ``ItemSteps.apply``
                lock, once
 mark deleted   ``_steps.HELD``: under this request's lock   ``ItemSteps.mark_deleted``
+apply (a       ``_rewrite.REWRITE``: under the lock, over   ``Rewrites.apply``
+later write)   exactly what the earlier write left
 take over      ``_record.TAKE_OVER``: nonce unchanged       ``RecordStore.take_over``
 wait mark      ``_record.PENDING``                          ``RecordStore.mark_waiting``
 decide         ``_record.DECIDE_AT_VERSION`` (commit),      ``RecordStore.decide``
@@ -48,11 +51,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
+from datetime import timedelta
 from typing import Any, TypeVar
 
+from . import _parts
 from . import schema as s
 from ._dynamo import call
-from ._items import Item, flag, is_locked_by, request_id, strip
+from ._items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
 from ._record import (
     Entry,
     Header,
@@ -68,6 +73,9 @@ from ._record import (
     shard_of,
 )
 from .errors import ConditionFailed, TableNotFound, Throttled, ValidationFailed
+
+#: Saved images outlive any transaction that needs them; TTL only collects orphans.
+IMAGE_TTL = timedelta(days=7)
 
 __all__ = [
     "Entry",
@@ -169,7 +177,7 @@ class Protocol:
     def batch_write(self, table: str, rows: list[dict[str, Any]]) -> None:
         """Put or delete ``rows`` (``PutRequest``/``DeleteRequest``s) in batches sent together.
 
-        Only for rows no one else writes (request bodies of one transaction):
+        Only for rows no one else writes (request bodies and images of one transaction):
         a batch has no conditions, and resending one is harmless.
         """
         chunks = [rows[i : i + BATCH_ROWS] for i in range(0, len(rows), BATCH_ROWS)]
@@ -254,16 +262,47 @@ class Protocol:
             image: Item = item[s.ATTR_IMAGE]["M"]
             return image
         if flag(item, s.ATTR_IMAGE_EXTERNAL):
-            resp = call(
-                self.client,
-                "get_item",
-                TableName=self.images_table,
-                Key={s.IMAGE_PK: {"S": tx_id}, s.IMAGE_SK: {"S": rid}},
-                ConsistentRead=True,
-            )
-            saved = resp.get("Item")
-            return saved[s.IMAGE_ITEM]["M"] if saved else None
+            return self.read_image(tx_id, rid)
         return None
+
+    def image_key(self, tx_id: str, rid: str) -> Item:
+        return {s.IMAGE_PK: {"S": tx_id}, s.IMAGE_SK: {"S": rid}}
+
+    def image_rows(self, tx_id: str, rid: str, image: Item) -> list[Item]:
+        """The images table row(s) of a saved image: one, or several near 400 KB."""
+        key = self.image_key(tx_id, rid)
+        expires = int(self.clock() + IMAGE_TTL.total_seconds())
+        first = {**key, s.IMAGE_TTL: {"N": str(expires)}}
+        row = {**first, s.IMAGE_ITEM: {"M": image}}
+        if _parts.fits(row):
+            return [row]
+        return _parts.rows(first, key, s.IMAGE_SK, {"M": image})
+
+    def read_image(self, tx_id: str, rid: str, row: Item | None = None) -> Item | None:
+        """A saved image from the images table (None: not there); ``row``: its first row,
+        already read."""
+        key = self.image_key(tx_id, rid)
+        row = row or self.get_image_row(key)
+        if row is None:
+            return None
+        if s.IMAGE_ITEM in row:
+            image: Item = row[s.IMAGE_ITEM]["M"]
+            return image
+        parts = [row[s.ROW_PART]["B"]]
+        for part_key in _parts.part_keys(key, s.IMAGE_SK, _parts.count(row)):
+            part = self.get_image_row(part_key)
+            if part is None:
+                return None  # being deleted: its transaction is completed
+            parts.append(part[s.ROW_PART]["B"])
+        joined: Item = _parts.join(parts)["M"]
+        return joined
+
+    def get_image_row(self, key: Item) -> Item | None:
+        resp = call(
+            self.client, "get_item", TableName=self.images_table, Key=key, ConsistentRead=True
+        )
+        row: Item | None = resp.get("Item")
+        return row
 
     def undo(
         self, tx_id: str, table: str, key: Item, item: Item | None, *, only: str | None = None
@@ -287,7 +326,7 @@ class Protocol:
             try:
                 if flag(item, s.ATTR_TRANSIENT):
                     self.release(table, key, lock_value, delete=True, applied=None)
-                elif flag(item, s.ATTR_APPLIED):
+                elif applied(item):
                     image = self.image_of(tx_id, request_id(table, key), item)
                     if image is None:
                         logger.error("applied item without image tx=%s table=%s", tx_id, table)
@@ -325,7 +364,13 @@ class Protocol:
                 continue
             deleting = entry.op == "delete" or (flag(item, s.ATTR_TRANSIENT) and entry.op == "get")
             needs_write = entry.op in ("put", "update")
-            if needs_write and not flag(item, s.ATTR_APPLIED):
+            # A rewrite (seq >= 2) is applied once the item carries its number.
+            done = (
+                applied(item)
+                if entry.seq == 1
+                else item.get(s.ATTR_APPLIED) == write_marker(entry.seq, entry.op)
+            )
+            if needs_write and not done:
                 logger.error(
                     "committed tx %s has an unapplied write on %s; undoing it", tx_id, entry.table
                 )
@@ -367,22 +412,30 @@ class Protocol:
 
     def delete_images(self, tx_id: str) -> None:
         """Remove every external image of a transaction (after its items are settled)."""
-        resp = call(
-            self.client,
-            "query",
-            TableName=self.images_table,
-            KeyConditionExpression="#id = :id",
-            ExpressionAttributeNames={"#id": s.IMAGE_PK},
-            ExpressionAttributeValues={":id": {"S": tx_id}},
-            ConsistentRead=True,
-        )
-        for row in resp.get("Items", []):
-            call(
+        keys: list[Item] = []
+        start: dict[str, Any] = {}
+        while True:
+            resp = call(
                 self.client,
-                "delete_item",
+                "query",
                 TableName=self.images_table,
-                Key={s.IMAGE_PK: row[s.IMAGE_PK], s.IMAGE_SK: row[s.IMAGE_SK]},
+                KeyConditionExpression="#id = :id",
+                ProjectionExpression="#id, #rid",
+                ExpressionAttributeNames={"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK},
+                ExpressionAttributeValues={":id": {"S": tx_id}},
+                ConsistentRead=True,
+                **start,
             )
+            keys.extend(resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                break
+            start = {"ExclusiveStartKey": resp["LastEvaluatedKey"]}
+        # First rows before further parts (``rid#k``): whoever finds a first row finds
+        # every part of its image.
+        for part in (False, True):
+            for key in keys:
+                if ("#" in key[s.IMAGE_SK]["S"]) == part:
+                    call(self.client, "delete_item", TableName=self.images_table, Key=key)
 
     def complete(
         self,
@@ -465,6 +518,6 @@ def user_view(item: Item | None) -> Item:
         return {}
     if flag(item, s.ATTR_DELETED):
         return {}
-    if flag(item, s.ATTR_TRANSIENT) and not flag(item, s.ATTR_APPLIED):
+    if flag(item, s.ATTR_TRANSIENT) and not applied(item):
         return {}
     return strip(item)

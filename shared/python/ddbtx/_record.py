@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from . import _parts
 from . import schema as s
 from ._dynamo import call
 from ._items import Item, flag, item_size
@@ -77,6 +78,8 @@ class Entry:
     nonce: str
     params: dict[str, Any] | None = None  # None when the body has its own row
     spilled: bool = False
+    parts: int = 1  # rows the body spans, when it has its own (``_parts``: near 400 KB)
+    seq: int = 1  # which write to its item this is, in the transaction (2, 3: rewrites)
 
 
 @dataclass
@@ -132,8 +135,11 @@ def entry_to_av(entry: Entry) -> dict[str, Any]:
         "k": {"M": entry.key},
         "n": {"S": entry.nonce},
     }
+    if entry.seq > 1:
+        m["w"] = {"N": str(entry.seq)}
     if entry.spilled or entry.params is None:
-        m["x"] = {"BOOL": True}
+        # The flag is the body's row count when it spans several (its deleter needs it).
+        m["x"] = {"N": str(entry.parts)} if entry.parts > 1 else {"BOOL": True}
     else:
         m["p"] = params_to_av(entry.params)
     return {"M": m}
@@ -149,6 +155,8 @@ def entry_from_av(rid: str, value: dict[str, Any]) -> Entry:
         nonce=m["n"]["S"],
         params=params_from_av(m["p"]) if "p" in m else None,
         spilled="x" in m,
+        parts=int(m["x"]["N"]) if "N" in m.get("x", {}) else 1,
+        seq=int(m["w"]["N"]) if "w" in m else 1,
     )
 
 
@@ -179,6 +187,12 @@ PENDING = "#st = :p"
 ADD_NEW = "attribute_not_exists(#rq.#r{i})"
 #: add (upgrade): a pending transaction turns its own read lock (same nonce) into a write.
 ADD_UPGRADE = "#rq.#r{i}.#o = :get AND #rq.#r{i}.#n = :n{i}"
+#: add (second write to an item): replaces the first write's entry, same nonce (its lock).
+ADD_REWRITE_FIRST = (
+    "#rq.#r{i}.#n = :n{i} AND #rq.#r{i}.#o <> :get AND attribute_not_exists(#rq.#r{i}.#w)"
+)
+#: add (a later write): replaces the entry of exactly the write before it, same nonce.
+ADD_REWRITE = "#rq.#r{i}.#n = :n{i} AND #rq.#r{i}.#w = :w{i}"
 #: take over: the request still carries the nonce this coordinator saw, while pending.
 TAKE_OVER = "#st = :p AND #rq.#rid.#n = :old"
 #: decide (commit): pending, at exactly the version whose requests the committer saw applied.
@@ -239,33 +253,51 @@ class RecordStore:
         return header_from_item(resp["Item"]) if "Item" in resp else None
 
     def load_params(self, tx_id: str, entry: Entry) -> dict[str, Any]:
-        """The full request of an entry, reading its body row when it has one."""
+        """The full request of an entry, reading its body row(s) when it has them."""
         if entry.params is not None:
             return entry.params
-        resp = call(
-            self.client,
-            "get_item",
-            TableName=self.table,
-            Key=self.body_key(tx_id, entry),
-            ConsistentRead=True,
-        )
-        if "Item" not in resp:
+        key = self.body_key(tx_id, entry)
+        row = self._get(key)
+        if row is None:
             raise TransactionError(
                 f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
             )
-        entry.params = params_from_av(resp["Item"]["p"])
+        if "p" in row:
+            entry.params = params_from_av(row["p"])
+            return entry.params
+        parts = [row[s.ROW_PART]["B"]]
+        for part_key in _parts.part_keys(key, s.TX_SK, _parts.count(row)):
+            part = self._get(part_key)
+            if part is None:  # deleted after the first row: the record is being deleted
+                raise TransactionError(
+                    f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
+                )
+            parts.append(part[s.ROW_PART]["B"])
+        entry.params = params_from_av(_parts.join(parts))
         return entry.params
+
+    def _get(self, key: Item) -> Item | None:
+        resp = call(self.client, "get_item", TableName=self.table, Key=key, ConsistentRead=True)
+        row: Item | None = resp.get("Item")
+        return row
 
     # -- writes by the transaction's own coordinators ------------------------------
 
-    def body_row(self, tx_id: str, entry: Entry) -> Item:
+    def body_rows(self, tx_id: str, entry: Entry) -> list[Item]:
+        """The row(s) of a request body kept apart from the header; sets ``entry.parts``."""
         expires = int(self.clock() + BODY_ROW_TTL.total_seconds())
-        return {
-            **self.body_key(tx_id, entry),
-            "p": params_to_av(entry.params or {}),
-            "n": {"S": entry.nonce},
-            s.TX_TTL: {"N": str(expires)},
-        }
+        key = self.body_key(tx_id, entry)
+        first = {**key, "n": {"S": entry.nonce}, s.TX_TTL: {"N": str(expires)}}
+        body = params_to_av(entry.params or {})
+        row = {**first, "p": body}
+        rows = [row] if _parts.fits(row) else _parts.rows(first, key, s.TX_SK, body)
+        entry.parts = len(rows)
+        return rows
+
+    def body_keys(self, tx_id: str, entry: Entry) -> list[Item]:
+        """Keys of every row of a body kept apart, the first row first."""
+        key = self.body_key(tx_id, entry)
+        return [key, *_parts.part_keys(key, s.TX_SK, entry.parts)]
 
     def create(self, tx_id: str, bodies: dict[str, dict[str, Any]]) -> None:
         """create + add: write the header with its first requests (raises ConditionFailed)."""
@@ -287,9 +319,12 @@ class RecordStore:
         )
 
     def add(
-        self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, str]
+        self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
     ) -> Header:
-        """add: record requests (``upgrades``: rid -> nonce of our read lock); the header after.
+        """add: record requests; the header after.
+
+        ``upgrades`` maps a request id to the nonce of this transaction's lock on
+        the item and how many writes the entry it replaces has made (0: a read).
 
         A coordinator that adds is no longer blocked: its wait mark goes in the
         same write, so a wait episode costs one write to mark.
@@ -312,9 +347,18 @@ class RecordStore:
             values[f":e{i}"] = body
             sets.append(f"#rq.#r{i} = :e{i}")
             if rid in upgrades:
-                names["#o"], names["#n"] = "o", "n"
-                values[":get"], values[f":n{i}"] = {"S": "get"}, {"S": upgrades[rid]}
-                conditions.append(ADD_UPGRADE.format(i=i))
+                nonce, writes = upgrades[rid]
+                names["#n"] = "n"
+                values[f":n{i}"] = {"S": nonce}
+                if writes == 0:
+                    names["#o"], values[":get"] = "o", {"S": "get"}
+                    conditions.append(ADD_UPGRADE.format(i=i))
+                elif writes == 1:
+                    names["#o"], names["#w"], values[":get"] = "o", "w", {"S": "get"}
+                    conditions.append(ADD_REWRITE_FIRST.format(i=i))
+                else:
+                    names["#w"], values[f":w{i}"] = "w", {"N": str(writes)}
+                    conditions.append(ADD_REWRITE.format(i=i))
             else:
                 conditions.append(ADD_NEW.format(i=i))
         resp = call(
@@ -466,9 +510,12 @@ class RecordStore:
         """delete: remove a completed record and its body rows."""
         tx_id = header.tx_id
         spilled = [entry for entry in header.entries.values() if entry.spilled]
-        batch_write(
-            self.table, [{"DeleteRequest": {"Key": self.body_key(tx_id, e)}} for e in spilled]
-        )
+        # First rows go in an earlier batch than further parts: a reader that finds a
+        # first row finds all of its parts.
+        firsts = [self.body_key(tx_id, e) for e in spilled]
+        further = [k for e in spilled for k in self.body_keys(tx_id, e)[1:]]
+        for keys in (firsts, further):
+            batch_write(self.table, [{"DeleteRequest": {"Key": k}} for k in keys])
         try:
             call(
                 self.client,

@@ -248,10 +248,9 @@ def too_large(size: int | None = None) -> str:
     """Why an item cannot take part in a transaction: what must fit in one DynamoDB item."""
     what = f"the item is {size} bytes" if size is not None else "the item is too large"
     return (
-        f"{what}: in a transaction its lock ({PROTOCOL_OVERHEAD} bytes at most), its saved "
-        f"image and its request body must each fit in one item within the {MAX_ITEM_BYTES}-byte "
-        "DynamoDB limit beside ddbtx's own attributes (README: items near 400 KB); write it "
-        "natively instead"
+        f"{what}: in a transaction it must also hold its lock and flags ({PROTOCOL_OVERHEAD} "
+        f"bytes at most) within the {MAX_ITEM_BYTES}-byte DynamoDB limit (README: items "
+        "within about 60 bytes of 400 KB); write it natively instead"
     )
 
 

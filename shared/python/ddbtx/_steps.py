@@ -50,6 +50,9 @@ class ItemSteps:
     def __init__(self, tx: Transaction) -> None:
         self.tx = tx
         self.p = tx.p
+        from ._rewrite import Rewrites  # it builds on this module's steps
+
+        self.rewrites = Rewrites(self)
 
     # -- lock (+apply) ----------------------------------------------------------------
 
@@ -186,9 +189,13 @@ class ItemSteps:
     def adopt_own_lock(self, local: Local, item: Item) -> dict[str, Any]:
         """The record's lock for this request is on the item (a retried write landed, or a
         resume): apply the write if it is not yet, with its condition evaluated again."""
+        if local.seq > 1:
+            return self.rewrites.apply(local, item)
         local.locked = True
         local.transient = flag(item, s.ATTR_TRANSIENT)
         local.applied = flag(item, s.ATTR_APPLIED)
+        # Its image in the images table must be deleted at completion, whoever saved it.
+        local.external_image = flag(item, s.ATTR_IMAGE_EXTERNAL)
         op = local.request.op
         if local.applied:
             image = self.p.image_of(self.tx.id, local.request.rid, item)
@@ -204,8 +211,10 @@ class ItemSteps:
         return _wrap(local.pre or {}) if op == "get" else {}
 
     def _apply_locked(self, local: Local) -> dict[str, Any]:
-        """A write on an item this transaction already read-locked (upgrade)."""
+        """A write on an item this transaction already read-locked (upgrade) or wrote."""
         req = local.request
+        if local.seq > 1:
+            return self.rewrites.apply(local)
         if req.op == "get":
             return self.tx.read_own(local)
         if req.op == "delete":
@@ -452,18 +461,13 @@ class ItemSteps:
         )
 
     def save_image(self, local: Local, image: Item) -> None:
-        """save image: one too large to ride inside the item goes to the images table."""
-        call(
-            self.p.client,
-            "put_item",
-            TableName=self.p.images_table,
-            Item={
-                s.IMAGE_PK: {"S": self.tx.id},
-                s.IMAGE_SK: {"S": local.request.rid},
-                s.IMAGE_ITEM: {"M": image},
-                s.IMAGE_TTL: {"N": str(int(self.p.clock()) + 7 * 86400)},
-            },
-        )
+        """save image: one too large to ride inside the item goes to the images table
+        (over several rows near 400 KB, all written before the item names them)."""
+        rows = self.p.image_rows(self.tx.id, local.request.rid, image)
+        if len(rows) == 1:
+            call(self.p.client, "put_item", TableName=self.p.images_table, Item=rows[0])
+        else:
+            self.p.batch_write(self.p.images_table, [{"PutRequest": {"Item": r}} for r in rows])
         local.external_image = True
 
     def lost_lock(self, local: Local) -> dict[str, Any]:
@@ -503,6 +507,9 @@ class ItemSteps:
             assert item is not None
             self.adopt_own_lock(local, item)
             return
+        if local.seq > 1:
+            # A later write needs the earlier ones on the item: never redone from scratch.
+            self.lost_lock(local)
         taken, won = self.tx.record.take_over(local, new_nonce())
         if won:
             self.lock_and_apply(taken)

@@ -49,7 +49,14 @@ class Local:
     applied: bool = False
     pre: Item | None = None  # the item before the write (user view), None if absent
     external_image: bool = False
-    upgrade: bool = False  # a write on an item this transaction had read-locked
+    upgrade: bool = False  # a write on an item this transaction had read-locked or written
+    #: Which write to its item this is (2, 3, ...: it applies to the item as the
+    #: transaction's earlier writes left it; the image stays the one from before them).
+    seq: int = 1
+    #: For a rewrite (seq >= 2), what the earlier writes left, when this coordinator made
+    #: them: ``_tx:ap`` on the item now, whether the item reads as absent (deleted), and
+    #: whether an image is saved. None: not known here (read from the item).
+    prior: tuple[dict[str, Any] | None, bool, bool] | None = None
 
 
 class AddRefused(Exception):
@@ -83,6 +90,7 @@ class RecordView:
         self.marked = False  # the record carries our wait mark until the next add
         self.requests: dict[str, Local] = {}
         self.spilled: set[str] = set()  # requests whose body has its own row
+        self.parts: dict[str, int] = {}  # rows of each such body (more than one near 400 KB)
         #: Items this coordinator sent a lock write for: where a late lock of ours can be.
         self.touched: dict[str, Request] = {}
         self._header_bytes = 0
@@ -123,17 +131,25 @@ class RecordView:
             for entry in header.entries.values():
                 if entry.spilled:
                     self.spilled.add(entry.rid)
+                    self.parts[entry.rid] = entry.parts
                 planned, known = self._planned.get(entry.rid), self.requests.get(entry.rid)
                 lost = self.unrecorded.pop(entry.rid, None)
                 if self._matches(lost, entry):
                     assert lost is not None
                     self.requests[entry.rid] = lost  # an add whose answer was lost did land
                 elif not (self._matches(planned, entry) or self._matches(known, entry)):
-                    self.requests[entry.rid] = Local(self._request_of(entry), entry.nonce)
+                    self.requests[entry.rid] = Local(
+                        self._request_of(entry), entry.nonce, seq=entry.seq
+                    )
 
     @staticmethod
     def _matches(local: Local | None, entry: Entry) -> bool:
-        return local is not None and local.nonce == entry.nonce and local.request.op == entry.op
+        return (
+            local is not None
+            and local.nonce == entry.nonce
+            and local.request.op == entry.op
+            and local.seq == entry.seq
+        )
 
     def _request_of(self, entry: Entry) -> Request:
         """A request recorded by another coordinator (validated when it was added)."""
@@ -167,6 +183,8 @@ class RecordView:
                     loc.request.key,
                     loc.nonce,
                     spilled=rid in self.spilled,
+                    parts=self.parts.get(rid, 1),
+                    seq=loc.seq,
                 )
                 for rid, loc in self.requests.items()
             }
@@ -184,7 +202,7 @@ class RecordView:
         with self._lock:
             for local in locals_:
                 self._planned[local.request.rid] = local
-            header_bytes, spilled = self._header_bytes, set(self.spilled)
+            header_bytes, spilled, parts = self._header_bytes, set(self.spilled), dict(self.parts)
             bodies, rows = self._bodies(locals_)
         recorded: list[Local] = []
         try:
@@ -206,6 +224,7 @@ class RecordView:
             with self._lock:
                 self._header_bytes = header_bytes
                 self.spilled = spilled | (named & self.spilled)
+                self.parts = parts | {rid: self.parts[rid] for rid in named if rid in self.parts}
             self._drop_rows([e for e in rows if e.rid not in named], spilled)
             raise
         except _Decided:
@@ -256,7 +275,11 @@ class RecordView:
         """One conditional add of ``chunk``; a refusal comes back as a value (others may land)."""
         from .errors import ConditionFailed
 
-        upgrades = {loc.request.rid: loc.nonce for loc in chunk if loc.upgrade}
+        upgrades = {
+            loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
+            for loc in chunk
+            if loc.upgrade
+        }
         try:
             header = self.store.add(
                 self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
@@ -276,7 +299,7 @@ class RecordView:
         for local in chunk:
             req = local.request
             mine = header.entries.get(req.rid)
-            if mine is None or mine.nonce != local.nonce or mine.op != req.op:
+            if mine is None or not self._matches(local, mine):
                 return AddRefused(
                     DuplicateRequestError(
                         "another coordinator already added this item",
@@ -296,12 +319,16 @@ class RecordView:
         rows: list[Entry] = []
         for local in locals_:
             req = local.request
-            entry = Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params))
+            entry = Entry(
+                req.rid, req.op, req.table, req.key, local.nonce, dict(req.params), seq=local.seq
+            )
             body = entry_to_av(entry)
             size = item_size({"x": body})
             if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
-                rows.append(replace(entry))
-                entry.spilled, entry.params = True, None
+                row_entry = replace(entry)
+                self.store.body_rows(self.tx_id, row_entry)  # counts its rows (near 400 KB: >1)
+                rows.append(row_entry)
+                entry.spilled, entry.params, entry.parts = True, None, row_entry.parts
                 body = entry_to_av(entry)
                 size = item_size({"x": body})
             self._header_bytes += size
@@ -313,7 +340,11 @@ class RecordView:
         try:
             self._batch_write(
                 self.store.table,
-                [{"PutRequest": {"Item": self.store.body_row(self.tx_id, e)}} for e in entries],
+                [
+                    {"PutRequest": {"Item": row}}
+                    for e in entries
+                    for row in self.store.body_rows(self.tx_id, e)
+                ],
             )
         except ValidationFailed as exc:
             if "size" in str(exc).lower() and len(entries) == 1:
@@ -325,6 +356,7 @@ class RecordView:
             raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
         with self._lock:
             self.spilled.update(e.rid for e in entries)
+            self.parts.update((e.rid, e.parts) for e in entries)
 
     def _drop_rows(self, entries: list[Entry], spilled: set[str] | None = None) -> None:
         """Delete body rows the record does not name (under their nonce).
@@ -340,9 +372,12 @@ class RecordView:
             if spilled and read is not None and read.nonce == entry.nonce and entry.rid in spilled:
                 old = read.request
                 restored = Entry(old.rid, old.op, old.table, old.key, read.nonce, old.params)
-                rows.append({"PutRequest": {"Item": self.store.body_row(self.tx_id, restored)}})
+                puts = self.store.body_rows(self.tx_id, restored)
+                rows.extend({"PutRequest": {"Item": row}} for row in puts)
+                surplus = self.store.body_keys(self.tx_id, entry)[len(puts) :]
             else:
-                rows.append({"DeleteRequest": {"Key": self.store.body_key(self.tx_id, entry)}})
+                surplus = self.store.body_keys(self.tx_id, entry)
+            rows.extend({"DeleteRequest": {"Key": key}} for key in surplus)
         try:
             self._batch_write(self.store.table, rows)
         except Exception:  # rows the record never names expire by their TTL
@@ -361,11 +396,10 @@ class RecordView:
 
         req = local.request
         moved = req.rid in self.spilled
+        moved_body = Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))
         if moved:
             # Body rows are keyed by nonce: the new one's is in place before the record names it.
-            self._write_body_rows(
-                [Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))]
-            )
+            self._write_body_rows([moved_body])
         fresh = Local(request=req, nonce=new_nonce)
         try:
             header = self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce)
@@ -376,13 +410,13 @@ class RecordView:
             recorded = now.entries.get(req.rid)
             if recorded is None or recorded.nonce != new_nonce:
                 if moved:  # another nonce won: our new row is unnamed
-                    self._drop_rows([Entry(req.rid, req.op, req.table, req.key, new_nonce)])
+                    self._drop_rows([moved_body])
                 self.adopt(now)
                 return self.current(local), False
             header = now  # our own take-over, its answer lost and the SDK's retry refused
         self.adopt(header, own=[fresh])
         if moved:  # the record names the new nonce's row now: the old one is unnamed
-            self._drop_rows([Entry(req.rid, req.op, req.table, req.key, local.nonce)])
+            self._drop_rows([replace(moved_body, nonce=local.nonce)])
         after = self.current(fresh)
         return after, after is fresh
 

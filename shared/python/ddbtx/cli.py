@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import schema as s
 from ._cli_errors import CliError, explain
-from ._items import flag, lock_owner
+from ._items import applied, lock_owner
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -256,7 +256,7 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
                         "key": {n: item[n] for n in names},
                         "transaction_id": owner,
                         "state": state,
-                        "write_applied": flag(item, s.ATTR_APPLIED),
+                        "write_applied": applied(item),
                     }
                 )
     return rows

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import schema as s
 from ._dynamo import call
-from ._items import Item, flag, key_of, lock_owner, request_id, strip
+from ._items import Item, applied, flag, key_of, lock_owner, request_id, strip
 from ._protocol import user_view
 from ._read_plan import IndexInfo, Level, ReadOp, ReadPlan, plan, validate
 from ._requests import build
@@ -69,7 +69,7 @@ def classify(item: Item, level: str, table: str, key_names: Sequence[str]) -> _S
         return ("trusted", item)
     if flag(item, s.ATTR_TRANSIENT):
         return ("hidden", None)  # inserted by a pending transaction: not committed
-    if not flag(item, s.ATTR_APPLIED):
+    if not applied(item):
         return ("trusted", item)  # locked, nothing written yet: the stored value is committed
     if s.ATTR_IMAGE in item:
         return ("view", strip(item[s.ATTR_IMAGE]["M"]))
@@ -287,8 +287,10 @@ class Reads:
         out: dict[_External, Item] = {}
         for ref, key in zip(refs, keys, strict=True):
             row = rows.get(request_id(self.tm.images_table, key))
-            if row is not None:
-                out[ref] = strip(row[s.IMAGE_ITEM]["M"])
+            # An image near 400 KB spans several rows: the first says how many.
+            image = self.tm.protocol.read_image(ref.tx_id, ref.rid, row) if row else None
+            if image is not None:
+                out[ref] = strip(image)
         return out
 
     def batch_get(self, table: str, keys: list[Item]) -> dict[str, Item]:

@@ -15,7 +15,7 @@ import logging
 from typing import Any, Final
 
 from . import schema as s
-from ._items import Item, flag, is_locked_by, lock_owner
+from ._items import Item, applied, is_locked_by, lock_owner
 from ._protocol import Header, SweepOutcome
 from .transaction import TransactionManager
 
@@ -80,7 +80,7 @@ def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
                 "locked": held,
                 # Another transaction's lock on the item, for the operator's next step.
                 "locked_by": lock_owner(item),
-                "write_applied": held and flag(item, s.ATTR_APPLIED),
+                "write_applied": held and applied(item),
             }
         )
     return {

@@ -40,7 +40,8 @@ ITEM_ATTRIBUTES: Final = (
 
 # --- transactions table: hash id + range sk -----------------------------------
 TX_PK: Final = "id"  #: transaction id (S)
-TX_SK: Final = "sk"  #: "#" for the TX record header, "r#<rid>" for spilled request bodies
+#: "#" for the TX record header, "r#<rid>#<nonce>" for request bodies kept in their own row
+TX_SK: Final = "sk"
 TX_HEADER_SK: Final = "#"
 TX_STATE: Final = "st"  #: "P" pending, "C" committed, "R" rolled back
 TX_VERSION: Final = "v"  #: N, bumped by every change to the header
@@ -64,6 +65,12 @@ IMAGE_PK: Final = "id"  #: transaction id (S)
 IMAGE_SK: Final = "rid"  #: request id (S)
 IMAGE_ITEM: Final = "img"  #: M, the saved item
 IMAGE_TTL: Final = "ttl"
+
+# --- a value too large for one row (images and request bodies near 400 KB) -----
+#: B, one part of the serialised value; part k (1, 2, ...) lives under "<sort key>#k".
+ROW_PART: Final = "z"
+#: N, on the first row only: how many rows the value spans.
+ROW_PARTS: Final = "zn"
 
 # --- locks table: hash pk + range sk ------------------------------------------
 LOCK_PK: Final = "pk"

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Final
 
+from . import _parts
 from . import schema as s
 from ._dynamo import call
 from ._items import Item, flag, is_locked_by, key_of, lock_owner, request_id
@@ -789,16 +790,29 @@ class Sweeper:
 
     def _delete_orphan_image(self, run: _Run, tx_id: str, rid: str) -> None:
         """Delete an image whose transaction is gone or finished, after undoing any lock
-        that still depends on it (an image is the only copy of the item it saved)."""
-        key = {s.IMAGE_PK: {"S": tx_id}, s.IMAGE_SK: {"S": rid}}
-        if self.data_tables:
-            resp = call(self.client, "get_item", TableName=self.tm.images_table, Key=key,
-                        ConsistentRead=True)  # fmt: skip
-            saved = resp.get("Item", {}).get(s.IMAGE_ITEM, {}).get("M")
-            if saved is None:
+        that still depends on it (an image is the only copy of the item it saved).
+
+        A near-400 KB image spans rows ``rid``, ``rid#1``, ...: its first row goes
+        first, then its parts; a part whose first row still exists is left to it.
+        """
+        protocol = self.tm.protocol
+        key = protocol.image_key(tx_id, rid)
+        base, _, part = rid.partition("#")
+        if part and protocol.get_image_row(protocol.image_key(tx_id, base)) is not None:
+            return  # deleted with its first row, after that row's lock is undone
+        if self.data_tables and not part:
+            first = protocol.get_image_row(key)
+            if first is None:
                 return  # removed concurrently
-            self._undo_image_owner(run, tx_id, rid, saved)
-        call(self.client, "delete_item", TableName=self.tm.images_table, Key=key)
+            # None: parts missing, so its writer died before any item could name it.
+            saved = protocol.read_image(tx_id, rid, first)
+            if saved is not None:
+                self._undo_image_owner(run, tx_id, rid, saved)
+        resp = call(self.client, "delete_item", TableName=self.tm.images_table, Key=key,
+                    ReturnValues="ALL_OLD")  # fmt: skip
+        parts = _parts.count(resp.get("Attributes", {}))
+        for part_key in _parts.part_keys(key, s.IMAGE_SK, parts):
+            call(self.client, "delete_item", TableName=self.tm.images_table, Key=part_key)
         run.count("orphan_images_deleted")
 
     def _undo_image_owner(self, run: _Run, tx_id: str, rid: str, saved: Item) -> None:

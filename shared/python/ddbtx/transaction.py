@@ -20,7 +20,12 @@ from typing import Any, TypeVar
 from . import schema as s
 from ._contention import Contender, Contention
 from ._dynamo import call
-from ._items import Item, is_locked_by, item_size
+from ._items import (
+    Item,
+    is_locked_by,
+    item_size,
+    write_marker,
+)
 from ._protocol import Protocol, SweepOutcome, new_tx_id, user_view
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import KeyTypes, Op, Request, build
@@ -693,12 +698,20 @@ class Transaction:
                     key=req.key,
                 )
             return known
+        return self._next_write(known, req)
+
+    @staticmethod
+    def _next_write(known: Local, req: Request) -> Local:
+        """A write to an item this transaction holds, under the same lock: the upgrade of
+        its read lock, or its next write (applied over the earlier ones; the image stays
+        the one from before the transaction)."""
+        prior = None
         if known.request.op != "get":
-            raise DuplicateRequestError(
-                "the item already has a write in this transaction",
-                tx_id=self.id,
-                table=req.table,
-                key=req.key,
+            op = known.request.op
+            prior = (
+                write_marker(known.seq, op),
+                op == "delete",
+                known.applied and not known.transient,
             )
         return Local(
             request=req,
@@ -706,7 +719,10 @@ class Transaction:
             locked=True,
             transient=known.transient,
             pre=known.pre,
+            external_image=known.external_image,
             upgrade=True,
+            seq=known.seq + 1 if prior else 1,
+            prior=prior,
         )
 
     def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
@@ -870,7 +886,7 @@ class Transaction:
             if loc.transient:
                 item[s.ATTR_TRANSIENT] = {"BOOL": True}
             if loc.applied:
-                item[s.ATTR_APPLIED] = {"BOOL": True}
+                item[s.ATTR_APPLIED] = write_marker(loc.seq, loc.request.op) or {"BOOL": True}
                 if loc.external_image:
                     item[s.ATTR_IMAGE_EXTERNAL] = {"BOOL": True}
                 elif loc.pre is not None:

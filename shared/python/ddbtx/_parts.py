@@ -1,0 +1,102 @@
+"""Values too large for one row, kept in several: saved images and request bodies.
+
+A transaction keeps two copies of an item besides the item itself: its saved
+image (images table) and its request body (a body row of the TX record). Each
+copy shares its row with a key and a few protocol attributes, so for an item
+near DynamoDB's 400 KB limit the copy no longer fits in one row. Such a value is
+serialised, compressed and cut into parts: the first row keeps the row's usual
+key and says how many parts there are, part ``k`` lives under the same key with
+``#k`` appended to its sort key. Values that fit keep the plain one-row format
+(readable in the console, and no extra work), so only near-400 KB items pay.
+
+Writers put every part before anything names the value (the lock's
+``_tx:ext`` flag, the record's entry), and deleters remove the first row
+before the others, so a reader that finds the first row always finds them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+from . import schema as s
+from ._items import MAX_ITEM_BYTES, Item, item_size
+
+#: Raw bytes of one part: a row of it, its key and its TTL stay well under 400 KB.
+PART_BYTES = 350_000
+#: A value's row is split once it passes this size: 1 KB under the limit, as DynamoDB's
+#: own sizing of a row can differ slightly from :func:`item_size`.
+ROW_LIMIT = MAX_ITEM_BYTES - 1024
+
+
+def fits(row: Item) -> bool:
+    """Whether ``row`` is safely within DynamoDB's item size limit."""
+    return item_size(row) <= ROW_LIMIT
+
+
+def part_sort_key(sort_key: str, k: int) -> str:
+    """Sort key of part ``k`` (1, 2, ...) of the value whose first row is ``sort_key``."""
+    return f"{sort_key}#{k}"
+
+
+def split(value: dict[str, Any]) -> list[bytes]:
+    """The parts of one AttributeValue (at least one)."""
+    data = zlib.compress(json.dumps(_to_json(value), separators=(",", ":")).encode(), 6)
+    return [data[i : i + PART_BYTES] for i in range(0, max(len(data), 1), PART_BYTES)]
+
+
+def join(parts: list[bytes]) -> dict[str, Any]:
+    """The AttributeValue that :func:`split` cut into ``parts`` (in order)."""
+    value: dict[str, Any] = _from_json(json.loads(zlib.decompress(b"".join(parts))))
+    return value
+
+
+def rows(first: Item, key: Item, sort_name: str, value: dict[str, Any]) -> list[Item]:
+    """The rows of ``value``: ``first`` (the row's key and attributes, without the
+    value) carrying part 0 and the count, then one row per further part."""
+    parts = split(value)
+    out = [{**first, s.ROW_PART: {"B": parts[0]}, s.ROW_PARTS: {"N": str(len(parts))}}]
+    extra = {name: av for name, av in first.items() if name not in key}
+    for k, part in enumerate(parts[1:], start=1):
+        part_key = {**key, sort_name: {"S": part_sort_key(key[sort_name]["S"], k)}}
+        out.append({**part_key, **extra, s.ROW_PART: {"B": part}})
+    return out
+
+
+def count(first_row: Item) -> int:
+    """How many rows the value whose first row this is spans (1: a plain row)."""
+    return int(first_row[s.ROW_PARTS]["N"]) if s.ROW_PARTS in first_row else 1
+
+
+def part_keys(key: Item, sort_name: str, parts: int) -> list[Item]:
+    """Keys of the further parts (beyond the first row) of a value spanning ``parts`` rows."""
+    base = key[sort_name]["S"]
+    return [{**key, sort_name: {"S": part_sort_key(base, k)}} for k in range(1, parts)]
+
+
+def _to_json(value: dict[str, Any]) -> Any:
+    ((kind, raw),) = value.items()
+    if kind == "B":
+        return {"B": base64.b64encode(raw).decode()}
+    if kind == "BS":
+        return {"BS": [base64.b64encode(b).decode() for b in raw]}
+    if kind == "M":
+        return {"M": {name: _to_json(v) for name, v in raw.items()}}
+    if kind == "L":
+        return {"L": [_to_json(v) for v in raw]}
+    return value
+
+
+def _from_json(value: dict[str, Any]) -> dict[str, Any]:
+    ((kind, raw),) = value.items()
+    if kind == "B":
+        return {"B": base64.b64decode(raw)}
+    if kind == "BS":
+        return {"BS": [base64.b64decode(b) for b in raw]}
+    if kind == "M":
+        return {"M": {name: _from_json(v) for name, v in raw.items()}}
+    if kind == "L":
+        return {"L": [_from_json(v) for v in raw]}
+    return value

@@ -1,0 +1,206 @@
+"""apply, for a transaction's second and later writes to one item.
+
+The first write to an item locks it and saves its image. A later write in the
+same transaction (delete then put, put then update, update then update) applies
+to the item as the earlier writes left it, under the same lock, and the saved
+image stays the one from before the transaction, so a roll back restores it.
+
+The record keeps only the latest write of each item: its entry is replaced, with
+the write's number (``seq``), by an add conditioned on the entry it replaces
+(``_record.ADD_REWRITE``). The item carries that number in ``_tx:ap`` once the
+write is applied, so a resumed coordinator applies exactly the write the item
+does not carry yet; the earlier ones are on the item already, because a
+coordinator records a write only after the one before it was applied.
+
+A write after a delete applies to an absent item: its condition is evaluated on
+an absent item, a put replaces the item, and an update first clears the item
+down to its key (``_tx:ap`` = ``"<seq>-"``, so a crash between the two resumes
+from there) and then updates it, as DynamoDB's update of a missing item does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import schema as s
+from ._items import Item, flag, strip, write_marker
+from ._record import new_lock_value
+from ._steps import _attributes, _with_user_condition
+from ._view import Local
+from .errors import ConditionFailed, ValidationFailed
+
+if TYPE_CHECKING:
+    from ._steps import ItemSteps
+
+#: rewrite: under this request's lock, and only over exactly what the earlier writes left
+#: (``{prior}`` is one of the two below), so it is applied once, and never over a
+#: state this coordinator did not see.
+REWRITE = "#ddbtxl = :ddbtxl AND {prior}"
+#: ...the earlier writes left no ``_tx:ap`` (the first write was a delete),
+NO_MARKER = "attribute_not_exists(#ddbtxp)"
+#: ...or exactly the ``_tx:ap`` the write before this one set.
+SAME_MARKER = "#ddbtxp = :ddbtxm"
+
+
+def _cleared(seq: int) -> dict[str, Any]:
+    """``_tx:ap`` of an item cleared to its key for the update that is write ``seq``."""
+    return {"S": f"{seq}-"}
+
+
+class Rewrites:
+    """apply for writes 2, 3, ... to one item of one transaction."""
+
+    def __init__(self, steps: ItemSteps) -> None:
+        self.steps = steps
+        self.tx = steps.tx
+        self.p = steps.p
+
+    def apply(self, local: Local, item: Item | None = None) -> dict[str, Any]:
+        """Apply ``local`` (seq >= 2) over what the earlier writes left.
+
+        ``item``: the item as just read (a resume); without it, the
+        coordinator's own knowledge of its earlier write is used.
+        """
+        req = local.request
+        if item is not None or local.prior is None:
+            if item is None:
+                item = self.p.read_item(req.table, req.key)
+            if self._from_item(local, item):
+                local.applied = local.confirmed = True
+                rv = req.return_values
+                after = strip(item) if not flag(item, s.ATTR_DELETED) else {}
+                return _attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
+        assert local.prior is not None
+        marker, absent, _ = local.prior
+        before = self._before(local, absent or marker == _cleared(local.seq))
+        try:
+            result = self._write(local)
+        except ValidationFailed as exc:
+            raise self.steps._rejected(req, exc) from exc
+        except ConditionFailed as exc:
+            return self._settle(local, before, exc)
+        local.applied = local.confirmed = True
+        return _attributes(before) if req.return_values == "ALL_OLD" else result
+
+    # -- what the earlier writes left ---------------------------------------------------
+
+    def _from_item(self, local: Local, item: Item | None) -> bool:
+        """Learn from the item what the earlier writes left; True if this write is there."""
+        if (item or {}).get(s.ATTR_LOCK, {}).get("S") != new_lock_value(self.tx.id, local.nonce):
+            self.steps.lost_lock(local)  # raises: a later write's lock is never re-taken
+        assert item is not None
+        local.locked = True
+        local.transient = flag(item, s.ATTR_TRANSIENT)
+        local.external_image = flag(item, s.ATTR_IMAGE_EXTERNAL)
+        marker = item.get(s.ATTR_APPLIED)
+        absent = flag(item, s.ATTR_DELETED)
+        imaged = s.ATTR_IMAGE in item or local.external_image
+        if s.ATTR_IMAGE in item:
+            local.pre = strip(item[s.ATTR_IMAGE]["M"])
+        elif not local.transient and not imaged:
+            local.pre = strip(item)  # only deletes so far: the item is as it was before
+        local.prior = (marker, absent, imaged)
+        return marker == write_marker(local.seq, local.request.op)
+
+    def _before(self, local: Local, absent: bool) -> Item | None:
+        """The item as the earlier writes left it, when the caller wants old values back
+        (a lost response leaves no other way to return them)."""
+        if local.request.return_values not in ("ALL_OLD", "UPDATED_OLD"):
+            return None
+        if absent:
+            return {}
+        return strip(self.p.read_item(local.request.table, local.request.key))
+
+    # -- the write ----------------------------------------------------------------------
+
+    def _names(self, local: Local) -> tuple[dict[str, str], dict[str, Any], str]:
+        """Placeholders of the user's request and ours, and the REWRITE guard."""
+        assert local.prior is not None
+        marker = local.prior[0]
+        names, values = self.steps._lock_names(local)
+        names.update({"#ddbtxp": s.ATTR_APPLIED, "#ddbtxd": s.ATTR_DELETED})
+        values.update({":ddbtxs": {"N": str(local.seq)}, ":ddbtxt": {"BOOL": True}})
+        if marker is None:
+            return names, values, REWRITE.format(prior=NO_MARKER)
+        values[":ddbtxm"] = marker
+        return names, values, REWRITE.format(prior=SAME_MARKER)
+
+    def _image(self, local: Local, values: dict[str, Any]) -> dict[str, Any]:
+        """The image attributes an item replaced by this write must carry."""
+        assert local.prior is not None
+        if local.transient:
+            return {}
+        if local.external_image:
+            return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
+        return self.steps._image_attrs(local, values)
+
+    def _write(self, local: Local) -> dict[str, Any]:
+        req = local.request
+        assert local.prior is not None
+        marker, absent, imaged = local.prior
+        cleared = marker == _cleared(local.seq)
+        if (absent or cleared) and req.condition:
+            self.steps._check_on_absent(local)
+        names, values, guard = self._names(local)
+        condition = guard if absent or cleared else _with_user_condition(req, guard)
+        rv = req.return_values
+        protocol: Item = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_APPLIED: values[":ddbtxs"]}
+        if local.transient:
+            protocol[s.ATTR_TRANSIENT] = {"BOOL": True}
+        if req.op == "put":  # (ALL_OLD: the caller returns what it read before)
+            item = {**req.params["Item"], **protocol, **self._image(local, values)}
+            self.steps._guarded_put(req, item, condition, names, values)
+            return {}
+        if req.op == "delete":
+            sets = "#ddbtxd = :ddbtxt, #ddbtxp = :ddbtxs"
+            sets += self._set_image(local, values, names, imaged)
+            self.steps._update(req, f"SET {sets}", condition, names, values)
+            return {}
+        if absent and not cleared:
+            # update of an absent item: clear it to its key first, as DynamoDB would see it
+            clear = {**req.key, **protocol, **self._image(local, values)}
+            clear[s.ATTR_APPLIED] = _cleared(local.seq)
+            self.steps._guarded_put(req, clear, condition, names, values)
+            local.prior = (_cleared(local.seq), absent, True)
+            names, values, condition = self._names(local)
+        sets = "#ddbtxp = :ddbtxs"
+        if absent or cleared or rv == "ALL_OLD":
+            rv = rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE"
+        resp = self.steps._user_update(req, sets, names, values, condition, rv)
+        return _attributes(strip(resp.get("Attributes")))
+
+    def _set_image(
+        self, local: Local, values: dict[str, Any], names: dict[str, str], imaged: bool
+    ) -> str:
+        """SET clauses saving the image, when no earlier write saved it (only deletes)."""
+        if imaged or local.transient:
+            return ""
+        clauses = ""
+        for i, (attr, value) in enumerate(self.steps._image_attrs(local, values).items()):
+            names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
+            clauses += f", #ddbtxi{i} = :ddbtxi{i}"
+        return clauses
+
+    # -- a failed guard -----------------------------------------------------------------
+
+    def _settle(self, local: Local, before: Item | None, exc: ConditionFailed) -> dict[str, Any]:
+        """The write's condition failed: our own write (its response lost), the user's
+        condition is false, or the lock is gone (the transaction was rolled back)."""
+        req = local.request
+        item = self.p.read_item(req.table, req.key)
+        seen = local.prior
+        assert seen is not None
+        absent = seen[1] or seen[0] == _cleared(local.seq)
+        if self._from_item(local, item):
+            local.applied = local.confirmed = True
+            assert item is not None
+            after = {} if flag(item, s.ATTR_DELETED) else strip(item)
+            rv, old = req.return_values, before or {}
+            if rv == "ALL_OLD":
+                return _attributes(old)
+            if rv == "UPDATED_OLD":  # the attributes the write changed, as they were
+                return _attributes({k: v for k, v in old.items() if after.get(k) != v})
+            return _attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
+        if absent and local.prior != seen:
+            return self.apply(local, item)  # our clear landed, its answer lost: go on from it
+        raise self.steps._condition_false(req) from exc
