@@ -181,7 +181,7 @@ def measure(
     name: Callable[[str], str] = unique_name,
 ) -> tuple[list[Row], dict[str, dict[str, int]]]:
     """Rows for every state and read, and the requests of ``tx.query`` and a SERIALIZABLE
-    query of the unlocked partition."""
+    query of the unlocked partition. ``name`` makes the tables' names (the caller drops them)."""
     tm = TransactionManager(client, name("tx"), name("img"))
     tm.create_tables()
     other = TransactionManager(client, tm.transactions_table, tm.images_table)
@@ -231,8 +231,6 @@ def measure(
         "tx.query + rollback + delete": _count(client, in_transaction),
         "SERIALIZABLE": _count(client, lambda: tm.query(isolation=Isolation.SERIALIZABLE, **query)),
     }
-    for dropped in (table, tm.transactions_table, tm.images_table):
-        client.delete_table(TableName=dropped)
     return rows, locking
 
 
@@ -284,7 +282,16 @@ def main(
     kinds: tuple[Kind, ...] = chosen_kinds(args)
     with emulators(kinds) as started:
         for kind in kinds:
-            rows, locking = measure(started[kind].client(), kind, args.items, args.locked)
+            client = started[kind].client()
+            made: list[str] = []
+
+            def name(role: str) -> str:
+                made.append(unique_name(role))
+                return made[-1]
+
+            rows, locking = measure(client, kind, args.items, args.locked, name)
+            for table in made:
+                client.delete_table(TableName=table)
             out(report(rows, locking, args.items, args.locked))
             out("")
             results.append((rows, locking))
