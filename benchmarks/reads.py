@@ -262,6 +262,16 @@ def report(rows: list[Row], locking: dict[str, dict[str, int]], items: int, lock
     return "\n".join([table, "", *lines])
 
 
+def _naming(made: list[str]) -> Callable[[str], str]:
+    """Unique table names, each noted in ``made``."""
+
+    def name(role: str) -> str:
+        made.append(unique_name(role))
+        return made[-1]
+
+    return name
+
+
 def main(
     argv: Sequence[str] | None = None, out: Callable[[str], None] = print
 ) -> list[tuple[list[Row], dict[str, dict[str, int]]]]:
@@ -284,12 +294,7 @@ def main(
         for kind in kinds:
             client = started[kind].client()
             made: list[str] = []
-
-            def name(role: str) -> str:
-                made.append(unique_name(role))
-                return made[-1]
-
-            rows, locking = measure(client, kind, args.items, args.locked, name)
+            rows, locking = measure(client, kind, args.items, args.locked, _naming(made))
             for table in made:
                 client.delete_table(TableName=table)
             out(report(rows, locking, args.items, args.locked))
