@@ -11,6 +11,7 @@ from typing import Any
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError
+from ddbtx.tables import create_table_if_missing
 
 
 class FakeClock:
@@ -77,6 +78,47 @@ def assert_clean(client: Any, tables: Tables) -> None:
     for record in scan(client, tables.tx):
         if record[s.TX_SK]["S"] == s.TX_HEADER_SK:
             assert record.get(s.TX_FINISHED) == {"BOOL": True}, f"unfinished TX record {record}"
+
+
+#: Indexes of :func:`create_read_table`: a global one (hash ``g``, range ``sk``) projecting
+#: ALL and KEYS_ONLY, and a local one (range ``v``) projecting KEYS_ONLY and ALL.
+GSI, GSI_KEYS, LSI_KEYS, LSI_ALL = "by-g", "by-g-keys", "by-v", "by-v-all"
+
+
+def _index(name: str, hash_key: str, range_key: str, projection: str) -> dict[str, Any]:
+    return {
+        "IndexName": name,
+        "KeySchema": [
+            {"AttributeName": hash_key, "KeyType": "HASH"},
+            {"AttributeName": range_key, "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": projection},
+    }
+
+
+def create_read_table(client: Any, name: str) -> None:
+    """Hash ``pk`` (S) + range ``sk`` (N), with a global and a local index of each projection."""
+    create_table_if_missing(
+        client,
+        name,
+        None,
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": a, "AttributeType": t}
+            for a, t in (("pk", "S"), ("sk", "N"), ("g", "S"), ("v", "N"))
+        ],
+        GlobalSecondaryIndexes=[
+            _index(GSI, "g", "sk", "ALL"),
+            _index(GSI_KEYS, "g", "sk", "KEYS_ONLY"),
+        ],
+        LocalSecondaryIndexes=[
+            _index(LSI_KEYS, "pk", "v", "KEYS_ONLY"),
+            _index(LSI_ALL, "pk", "v", "ALL"),
+        ],
+    )
 
 
 def crash_run(tm: Any, kind: str, index: int, work: Any) -> tuple[Any, Chaos]:

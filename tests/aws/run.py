@@ -183,6 +183,10 @@ def delete_tables(client: Any, prefix: str) -> list[str]:
             deleted.append(name)
         except client.exceptions.ResourceNotFoundException:
             pass  # deleted meanwhile (a test's own teardown)
+    # DeleteTable only starts the deletion: wait until the names are free again.
+    waiter = client.get_waiter("table_not_exists")
+    for name in deleted:
+        waiter.wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
     return deleted
 
 

@@ -125,14 +125,17 @@ def _check_values(values: Any, table: str) -> None:
         _check_av(placeholder, value, table)
 
 
-def _check_placeholders(params: dict[str, Any], table: str) -> None:
+def _check_placeholders(
+    params: dict[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
+) -> None:
     """Every placeholder defined is used, and every one used is defined, as DynamoDB demands.
 
     DynamoDB rejects the whole request otherwise; the protocol's own writes add
     placeholders of their own, so without this check such a request could be
     applied (or worse, read one of the protocol's placeholders).
+    ``expression_params`` names the request's expression parameters.
     """
-    expressions = [params[p] for p in _EXPRESSIONS if params.get(p) is not None]
+    expressions = [params[p] for p in expression_params if params.get(p) is not None]
     used = set(_PLACEHOLDER.findall(" ".join(expressions)))
     for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
         defined = params.get(param)

@@ -24,13 +24,8 @@ from ._dynamo import call
 from ._exactly import Replay, begin_by_id, check_transaction_id, join, same_request
 from ._items import (
     Item,
-    applied,
-    flag,
     is_locked_by,
     item_size,
-    lock_owner,
-    request_id,
-    strip,
     write_marker,
 )
 from ._protocol import Protocol, SweepOutcome, new_tx_id, user_view
@@ -52,6 +47,8 @@ from .errors import (
     TransactionRolledBackError,
     ValidationFailed,
 )
+from .reads import Reads, locked_batch_get, locked_read
+from .resource import Table
 
 __all__ = [
     "HEADER_SOFT_LIMIT",
@@ -71,7 +68,8 @@ T = TypeVar("T")
 
 
 class Isolation(enum.Enum):
-    """Read isolation levels of :meth:`TransactionManager.get_item`.
+    """Read isolation levels of :meth:`TransactionManager.get_item` and the reads of many
+    items (``query``, ``scan``, ``batch_get_item``; README: "Reads of many items").
 
     ``UNCOMMITTED`` reads the item as it is, uncommitted writes included.
     ``COMMITTED`` never returns uncommitted data: a locked item that has a write
@@ -214,6 +212,7 @@ class TransactionManager:
             finished_ttl_seconds=int(finished_ttl.total_seconds()),
             sleep=sleep,
         )
+        self.reads = Reads(self)
 
     def close(self) -> None:
         """Stop the pool of per-item step threads; a later step starts a new one."""
@@ -534,7 +533,7 @@ class TransactionManager:
             logger.debug("transact_write falls back to the protocol: %s", exc.code)
             return False
 
-    # -- reads outside transactions --------------------------------------------
+    # -- reads outside transactions (ddbtx.reads) ------------------------------
 
     def get_item(
         self,
@@ -543,46 +542,96 @@ class TransactionManager:
         Key: Item,  # noqa: N803
         isolation: Isolation = Isolation.COMMITTED,
         ConsistentRead: bool = True,  # noqa: N803
+        **params: Any,
     ) -> dict[str, Any]:
         """Read one item at the given isolation level; returns ``{"Item": ...}`` or ``{}``.
+
+        ``ProjectionExpression`` and ``ExpressionAttributeNames`` work as in boto3.
 
         Examples
         --------
         >>> tm.get_item(TableName="Accounts", Key={"id": {"S": "a"}})  # doctest: +SKIP
         {'Item': {'id': {'S': 'a'}, 'balance': {'N': '90'}}}
         """
-        isolation = Isolation(isolation)
-        if isolation is Isolation.SERIALIZABLE:
-            tx = self.begin()
-            try:
-                return tx.get_item(TableName=TableName, Key=Key)
-            finally:
-                tx.rollback()
-                tx.delete()
-        build("get", {"TableName": TableName, "Key": Key}, self.key_types(TableName))
-        for _ in range(8):
-            resp = call(
-                self.client, "get_item", TableName=TableName, Key=Key, ConsistentRead=ConsistentRead
-            )
-            item = resp.get("Item")
-            if isolation is Isolation.UNCOMMITTED or not item or s.ATTR_LOCK not in item:
-                return _wrap(user_view(item))
-            view = self._committed_view(TableName, Key, item)
-            if view is not None:
-                return _wrap(view)
-        raise TransactionError(f"item in {TableName} kept changing under a committed read")
+        params.update(TableName=TableName, Key=Key, ConsistentRead=ConsistentRead)
+        return self.reads.read("get", params, Isolation(isolation).value)
 
-    def _committed_view(self, table: str, key: Item, item: Item) -> Item | None:
-        """The last committed state of a locked item, or None to read again."""
-        transient = flag(item, s.ATTR_TRANSIENT)
-        if not applied(item):
-            return {} if transient else strip(item)
-        if transient:
-            return {}
-        owner = lock_owner(item) or ""
-        image = self.protocol.image_of(owner, request_id(table, key), item)
-        # None: the external image was removed by a completion racing us; read again.
-        return strip(image) if image is not None else None
+    def query(self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any) -> dict[str, Any]:
+        """One page of a Query at the given isolation level, in boto3's response shape.
+
+        Takes ``Query``'s parameters (expressions, ``IndexName``, ``Limit``,
+        ``ExclusiveStartKey``, ``Select``, ...). ``COMMITTED`` returns an item
+        with an applied write as its saved image and never an item a pending
+        transaction inserted; ``UNCOMMITTED`` the items as they are, without
+        bare lock holders and pending deletes; ``SERIALIZABLE`` read-locks every
+        item returned in a short transaction. README: "Reads of many items".
+
+        Examples
+        --------
+        >>> tm.query(TableName="Orders", KeyConditionExpression="customer = :c",  # doctest: +SKIP
+        ...          ExpressionAttributeValues={":c": {"S": "alice"}})["Items"]
+        [{'customer': {'S': 'alice'}, 'order': {'S': 'o-1'}}]
+        """
+        return self.reads.read("query", params, Isolation(isolation).value)
+
+    def scan(self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any) -> dict[str, Any]:
+        """One page of a Scan at the given isolation level (see :meth:`query`).
+
+        Examples
+        --------
+        >>> tm.scan(TableName="Accounts", FilterExpression="balance < :z",  # doctest: +SKIP
+        ...         ExpressionAttributeValues={":z": {"N": "0"}})["Count"]
+        0
+        """
+        return self.reads.read("scan", params, Isolation(isolation).value)
+
+    def query_pages(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every page of a Query, following ``LastEvaluatedKey`` (a generator).
+
+        Examples
+        --------
+        >>> for page in tm.query_pages(TableName="Orders",  # doctest: +SKIP
+        ...                            KeyConditionExpression="customer = :c",
+        ...                            ExpressionAttributeValues={":c": {"S": "alice"}}):
+        ...     print(page["Count"])
+        """
+        return self.reads.pages(lambda **p: self.query(isolation=isolation, **p), params)
+
+    def scan_pages(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every page of a Scan, following ``LastEvaluatedKey`` (a generator)."""
+        return self.reads.pages(lambda **p: self.scan(isolation=isolation, **p), params)
+
+    def batch_get_item(
+        self,
+        *,
+        RequestItems: dict[str, Any],  # noqa: N803 - boto3's parameter names
+        isolation: Isolation = Isolation.COMMITTED,
+        **params: Any,
+    ) -> dict[str, Any]:
+        """``BatchGetItem`` at the given isolation level: ``Responses`` and ``UnprocessedKeys``.
+
+        Examples
+        --------
+        >>> tm.batch_get_item(RequestItems={"Accounts": {"Keys": [  # doctest: +SKIP
+        ...     {"id": {"S": "a"}}, {"id": {"S": "b"}}]}})["Responses"]["Accounts"]
+        [{'id': {'S': 'a'}, 'balance': {'N': '90'}}, {'id': {'S': 'b'}, 'balance': {'N': '10'}}]
+        """
+        params["RequestItems"] = RequestItems
+        return self.reads.batch_get_item(params, Isolation(isolation).value)
+
+    def table(self, name: str) -> Table:
+        """A boto3-``Table``-like view of a data table: Python values, ``conditions`` objects.
+
+        Examples
+        --------
+        >>> tm.table("Accounts").get_item(Key={"id": "a"})  # doctest: +SKIP
+        {'Item': {'id': 'a', 'balance': Decimal('90')}}
+        """
+        return Table(self, name)
 
 
 _BATCH_OPS: dict[str, Op] = {"Put": "put", "Update": "update", "Delete": "delete"}
@@ -670,6 +719,48 @@ class Transaction:
     def get_item(self, **params: Any) -> dict[str, Any]:
         """Read an item under a read lock; sees this transaction's own writes."""
         return self._request("get", params)
+
+    def query(self, **params: Any) -> dict[str, Any]:
+        """One page of a Query that read-locks every item it returns (repeatable read).
+
+        Each item is judged again on the value read under its lock, and this
+        transaction's own writes are seen. Items that would match but are not
+        returned (phantoms) are not locked. README: "Reads of many items".
+
+        Examples
+        --------
+        >>> tx.query(TableName="Orders", KeyConditionExpression="customer = :c",  # doctest: +SKIP
+        ...          ExpressionAttributeValues={":c": {"S": "alice"}})["Count"]
+        2
+        """
+        return locked_read(self, "query", params)
+
+    def scan(self, **params: Any) -> dict[str, Any]:
+        """One page of a Scan that read-locks every item it returns (see :meth:`query`)."""
+        return locked_read(self, "scan", params)
+
+    def query_pages(self, **params: Any) -> Iterator[dict[str, Any]]:
+        """Every page of :meth:`query`, following ``LastEvaluatedKey`` (a generator)."""
+        return self.manager.reads.pages(self.query, params)
+
+    def scan_pages(self, **params: Any) -> Iterator[dict[str, Any]]:
+        """Every page of :meth:`scan`, following ``LastEvaluatedKey`` (a generator)."""
+        return self.manager.reads.pages(self.scan, params)
+
+    def batch_get_item(self, **params: Any) -> dict[str, Any]:
+        """``BatchGetItem`` that read-locks every key; nothing is left unprocessed."""
+        return locked_batch_get(self, params)
+
+    def table(self, name: str) -> Table:
+        """A boto3-``Table``-like view of a data table inside this transaction.
+
+        Examples
+        --------
+        >>> tx.table("Accounts").update_item(Key={"id": "a"},  # doctest: +SKIP
+        ...     UpdateExpression="ADD balance :n", ExpressionAttributeValues={":n": -10})
+        {}
+        """
+        return Table(self, name)
 
     def write_all(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several writes at once: one add for all, then every lock and write concurrently.

@@ -1,0 +1,467 @@
+"""Client-side evaluation of DynamoDB condition, key condition and projection expressions.
+
+A committed read returns a locked item as its saved image, and an image is not
+an item DynamoDB can filter or project: the reads of :mod:`ddbtx.reads` apply a
+request's ``KeyConditionExpression``, ``FilterExpression`` and
+``ProjectionExpression`` to such items here, and DynamoDB applies them to
+every other item. The two must agree: ``tests/test_conditions.py`` compares
+this evaluator with DynamoDB's own ``Scan`` on both emulators, expression by
+expression.
+
+DynamoDB validates every expression before it reads anything (the same
+request is always sent to it first), so this module evaluates only expressions
+DynamoDB accepted; what it cannot parse raises :class:`ExpressionError`.
+
+Semantics, as DynamoDB documents them (Developer Guide, "Condition and filter
+expressions, operators, and functions"; the legacy ``ComparisonOperator``
+reference for the details it leaves out):
+
+- ``=`` is true when both operands have the same type and the same value
+  (numbers compare as numbers, sets as sets, lists in order, maps by key), or
+  are both missing; ``<>`` is its negation, so ``a <> :v`` holds on an item
+  without ``a``.
+- ``<``, ``<=``, ``>``, ``>=`` and ``BETWEEN`` compare numbers, strings (by
+  UTF-8 bytes) and binaries of one type; any other pair is false.
+- ``IN`` is ``=`` against any of its operands.
+- ``begins_with`` takes a string or a binary prefix of the same type;
+  ``contains`` a substring, a binary subsequence, a set member or a list
+  element, with a string, number or binary operand.
+- ``size`` counts a string's characters, a binary's bytes, and the elements of
+  a set, list or map; on any other type or a missing path it is missing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+Item = dict[str, Any]
+#: A document path: attribute and map-key names, and list indexes.
+Path = tuple[str | int, ...]
+
+
+class ExpressionError(ValueError):
+    """The expression could not be parsed (DynamoDB would have rejected it first)."""
+
+
+# --- tokens ---------------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<cmp><>|<=|>=|=|<|>)
+    | (?P<punct>[(),.\[\]])
+    | (?P<name>\#[0-9A-Za-z_]+)
+    | (?P<value>:[0-9A-Za-z_]+)
+    | (?P<int>[0-9]+(?![A-Za-z_]))
+    | (?P<word>[A-Za-z_][0-9A-Za-z_]*)
+    )""",
+    re.X,
+)
+_KEYWORDS = frozenset({"AND", "OR", "NOT", "BETWEEN", "IN"})
+_FUNCTIONS = frozenset(
+    {"attribute_exists", "attribute_not_exists", "attribute_type", "begins_with", "contains"}
+)
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str
+    text: str
+
+
+def _tokens(text: str) -> list[_Token]:
+    out: list[_Token] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None or match.end() == pos:
+            raise ExpressionError(f"unexpected text at {pos}: {text[pos : pos + 20]!r}")
+        kind = match.lastgroup
+        assert kind is not None
+        token = match.group(kind)
+        if kind == "word" and token.upper() in _KEYWORDS:
+            kind, token = "keyword", token.upper()
+        out.append(_Token(kind, token))
+        pos = match.end()
+    return out
+
+
+class _Parser:
+    """Recursive descent over DynamoDB's condition grammar (precedence: comparisons and
+    functions, then NOT, AND, OR; parentheses group)."""
+
+    def __init__(self, text: str, names: Mapping[str, str]) -> None:
+        self.tokens = _tokens(text)
+        self.pos = 0
+        self.names = names
+
+    def peek(self, offset: int = 0) -> _Token | None:
+        index = self.pos + offset
+        return self.tokens[index] if index < len(self.tokens) else None
+
+    def take(self) -> _Token:
+        token = self.peek()
+        if token is None:
+            raise ExpressionError("the expression ends too early")
+        self.pos += 1
+        return token
+
+    def at(self, kind: str, text: str | None = None) -> bool:
+        token = self.peek()
+        return token is not None and token.kind == kind and (text is None or token.text == text)
+
+    def expect(self, kind: str, text: str | None = None) -> _Token:
+        if not self.at(kind, text):
+            raise ExpressionError(f"expected {text or kind}, found {self.peek()}")
+        return self.take()
+
+    def done(self) -> None:
+        if self.peek() is not None:
+            raise ExpressionError(f"unexpected {self.peek()}")
+
+    # -- paths ----------------------------------------------------------------------
+
+    def name(self) -> str:
+        token = self.take()
+        if token.kind == "name":
+            if token.text not in self.names:
+                raise ExpressionError(f"{token.text} is not in ExpressionAttributeNames")
+            return self.names[token.text]
+        if token.kind == "word":
+            return token.text
+        raise ExpressionError(f"expected an attribute name, found {token}")
+
+    def path(self) -> Path:
+        steps: list[str | int] = [self.name()]
+        while True:
+            if self.at("punct", "."):
+                self.take()
+                steps.append(self.name())
+            elif self.at("punct", "["):
+                self.take()
+                steps.append(int(self.expect("int").text))
+                self.expect("punct", "]")
+            else:
+                return tuple(steps)
+
+    # -- conditions -----------------------------------------------------------------
+
+    def condition(self) -> tuple[Any, ...]:
+        left = self.conjunction()
+        while self.at("keyword", "OR"):
+            self.take()
+            left = ("or", left, self.conjunction())
+        return left
+
+    def conjunction(self) -> tuple[Any, ...]:
+        left = self.negation()
+        while self.at("keyword", "AND"):
+            self.take()
+            left = ("and", left, self.negation())
+        return left
+
+    def negation(self) -> tuple[Any, ...]:
+        if self.at("keyword", "NOT"):
+            self.take()
+            return ("not", self.negation())
+        return self.primary()
+
+    def primary(self) -> tuple[Any, ...]:
+        if self.at("punct", "("):
+            self.take()
+            inner = self.condition()
+            self.expect("punct", ")")
+            return inner
+        token, following = self.peek(), self.peek(1)
+        if (
+            token is not None
+            and token.kind == "word"
+            and token.text in _FUNCTIONS
+            and following == _Token("punct", "(")
+        ):
+            return self.function()
+        left = self.operand()
+        if self.at("cmp"):
+            return ("cmp", self.take().text, left, self.operand())
+        if self.at("keyword", "BETWEEN"):
+            self.take()
+            low = self.operand()
+            self.expect("keyword", "AND")
+            return ("between", left, low, self.operand())
+        if self.at("keyword", "IN"):
+            self.take()
+            self.expect("punct", "(")
+            options = [self.operand()]
+            while self.at("punct", ","):
+                self.take()
+                options.append(self.operand())
+            self.expect("punct", ")")
+            return ("in", left, tuple(options))
+        raise ExpressionError(f"expected a comparison after an operand, found {self.peek()}")
+
+    def function(self) -> tuple[Any, ...]:
+        name = self.take().text
+        self.expect("punct", "(")
+        args = [("path", self.path())]
+        if name not in ("attribute_exists", "attribute_not_exists"):
+            self.expect("punct", ",")
+            args.append(self.operand())
+        self.expect("punct", ")")
+        return ("fn", name, tuple(args))
+
+    def operand(self) -> tuple[Any, ...]:
+        token = self.peek()
+        if token is not None and token.kind == "value":
+            self.take()
+            return ("value", token.text)
+        if (
+            token is not None
+            and token.kind == "word"
+            and token.text == "size"
+            and self.peek(1) == _Token("punct", "(")
+        ):
+            self.take()
+            self.take()
+            inner = self.path()
+            self.expect("punct", ")")
+            return ("size", inner)
+        return ("path", self.path())
+
+
+# --- values ---------------------------------------------------------------------------
+
+
+def _bytes(raw: Any) -> bytes:
+    return raw.encode() if isinstance(raw, str) else bytes(raw)
+
+
+def _kind(value: Item | None) -> str | None:
+    return next(iter(value)) if value else None
+
+
+def equal(a: Item | None, b: Item | None) -> bool:
+    """DynamoDB's ``=`` on two AttributeValues (a missing one equals nothing)."""
+    kind = _kind(a)
+    if a is None or b is None or kind is None or kind != _kind(b):
+        return False
+    x, y = a[kind], b[kind]
+    if kind == "N":
+        return Decimal(x) == Decimal(y)
+    if kind == "B":
+        return _bytes(x) == _bytes(y)
+    if kind == "SS":
+        return set(x) == set(y)
+    if kind == "NS":
+        return {Decimal(n) for n in x} == {Decimal(n) for n in y}
+    if kind == "BS":
+        return {_bytes(v) for v in x} == {_bytes(v) for v in y}
+    if kind == "L":
+        return len(x) == len(y) and all(equal(p, q) for p, q in zip(x, y, strict=True))
+    if kind == "M":
+        return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
+    return bool(x == y)
+
+
+def _ordered(value: Item) -> Any:
+    kind = _kind(value)
+    raw = value[kind]  # type: ignore[index]
+    if kind == "N":
+        return Decimal(raw)
+    if kind == "S":
+        return raw  # code point order, which is the UTF-8 byte order DynamoDB uses
+    return _bytes(raw)
+
+
+def _compare(op: str, a: Item | None, b: Item | None) -> bool:
+    if op in ("=", "<>"):
+        # Two missing operands are equal (both emulators agree; AWS documents nothing).
+        same = (a is None and b is None) or equal(a, b)
+        return same if op == "=" else not same
+    if a is None or b is None or _kind(a) != _kind(b) or _kind(a) not in ("N", "S", "B"):
+        return False
+    x, y = _ordered(a), _ordered(b)
+    return bool({"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op])
+
+
+def _size(value: Item | None) -> Item | None:
+    kind = _kind(value)
+    if value is None or kind in ("N", "BOOL", "NULL"):
+        return None
+    raw = value[kind]  # type: ignore[index]
+    return {"N": str(len(_bytes(raw) if kind == "B" else raw))}
+
+
+def _contains(container: Item | None, operand: Item | None) -> bool:
+    kind, wanted = _kind(container), _kind(operand)
+    if container is None or operand is None or wanted not in ("S", "N", "B"):
+        return False
+    raw, needle = container[kind], operand[wanted]  # type: ignore[index]
+    if kind == wanted == "S":
+        return bool(needle in raw)
+    if kind == wanted == "B":
+        return _bytes(needle) in _bytes(raw)
+    if kind == wanted + "S":
+        return any(equal({wanted: member}, operand) for member in raw)
+    if kind == "L":
+        return any(equal(element, operand) for element in raw)
+    return False
+
+
+def _begins_with(value: Item | None, prefix: Item | None) -> bool:
+    kind = _kind(value)
+    if value is None or prefix is None or kind != _kind(prefix) or kind not in ("S", "B"):
+        return False
+    if kind == "S":
+        return bool(value["S"].startswith(prefix["S"]))
+    return _bytes(value["B"]).startswith(_bytes(prefix["B"]))
+
+
+def resolve(item: Item, path: Path) -> Item | None:
+    """The AttributeValue at ``path`` in ``item``, or None where the path leads nowhere."""
+    first, *rest = path
+    value: Item | None = item.get(first) if isinstance(first, str) else None
+    for step in rest:
+        if value is None:
+            return None
+        kind = _kind(value)
+        if isinstance(step, int):
+            elements = value["L"] if kind == "L" else None
+            value = elements[step] if elements is not None and step < len(elements) else None
+        else:
+            value = value["M"].get(step) if kind == "M" else None
+    return value
+
+
+# --- conditions -----------------------------------------------------------------------
+
+
+class Condition:
+    """A parsed condition, key condition or filter expression, to evaluate on items.
+
+    Examples
+    --------
+    >>> cond = Condition("#b >= :min AND begins_with(id, :p)", {"#b": "balance"})
+    >>> cond.matches({"id": {"S": "acct-1"}, "balance": {"N": "12"}},
+    ...              {":min": {"N": "10"}, ":p": {"S": "acct"}})
+    True
+    """
+
+    def __init__(self, text: str, names: Mapping[str, str] | None = None) -> None:
+        parser = _Parser(text, names or {})
+        self.tree = parser.condition()
+        parser.done()
+
+    def matches(self, item: Item, values: Mapping[str, Item] | None = None) -> bool:
+        """Whether the condition holds on ``item`` (low-level AttributeValues)."""
+        return self._eval(self.tree, item, values or {})
+
+    def _operand(self, node: tuple[Any, ...], item: Item, values: Mapping[str, Item]) -> Any:
+        kind, arg = node
+        if kind == "value":
+            if arg not in values:
+                raise ExpressionError(f"{arg} is not in ExpressionAttributeValues")
+            return values[arg]
+        if kind == "size":
+            return _size(resolve(item, arg))
+        return resolve(item, arg)
+
+    def _eval(self, node: tuple[Any, ...], item: Item, values: Mapping[str, Item]) -> bool:
+        op = node[0]
+        if op == "or":
+            return self._eval(node[1], item, values) or self._eval(node[2], item, values)
+        if op == "and":
+            return self._eval(node[1], item, values) and self._eval(node[2], item, values)
+        if op == "not":
+            return not self._eval(node[1], item, values)
+        if op == "cmp":
+            left, right = (self._operand(n, item, values) for n in node[2:])
+            return _compare(node[1], left, right)
+        if op == "between":
+            x, low, high = (self._operand(n, item, values) for n in node[1:])
+            return _compare(">=", x, low) and _compare("<=", x, high)
+        if op == "in":
+            x = self._operand(node[1], item, values)
+            return any(equal(x, self._operand(n, item, values)) for n in node[2])
+        name, args = node[1], node[2]
+        target = self._operand(args[0], item, values)
+        if name == "attribute_exists":
+            return target is not None
+        if name == "attribute_not_exists":
+            return target is None
+        operand = self._operand(args[1], item, values)
+        if name == "attribute_type":
+            return target is not None and operand is not None and operand.get("S") == _kind(target)
+        if name == "begins_with":
+            return _begins_with(target, operand)
+        return _contains(target, operand)
+
+
+# --- projections ----------------------------------------------------------------------
+
+
+def parse_projection(text: str, names: Mapping[str, str] | None = None) -> list[Path]:
+    """The document paths of a ``ProjectionExpression``, names resolved."""
+    parser = _Parser(text, names or {})
+    paths = [parser.path()]
+    while parser.at("punct", ","):
+        parser.take()
+        paths.append(parser.path())
+    parser.done()
+    return paths
+
+
+def project(item: Item, paths: list[Path]) -> Item:
+    """``item`` with only ``paths``, as DynamoDB projects it.
+
+    A path that leads nowhere adds nothing; list elements keep their order and
+    close up (``l[3], l[1]`` gives a two-element list, ``l[1]`` first).
+    """
+    tree: dict[Any, Any] = {}
+    for path in paths:
+        node: Any = tree
+        for step in path[:-1]:
+            node = node.setdefault(step, {})
+            if node is _WHOLE:  # a parent path takes it all (DynamoDB refuses overlaps)
+                break
+        else:
+            node[path[-1]] = _WHOLE
+    out: Item = {}
+    for name, sub in tree.items():
+        if isinstance(name, str) and name in item:
+            picked = _pick(item[name], sub)
+            if picked is not None:
+                out[name] = picked
+    return out
+
+
+_WHOLE: Any = object()
+
+
+def _pick(value: Item, tree: Any) -> Item | None:
+    if tree is _WHOLE:
+        return value
+    kind = _kind(value)
+    if kind == "M":
+        picked = {
+            k: p
+            for k, sub in tree.items()
+            if isinstance(k, str) and k in value["M"]
+            for p in [_pick(value["M"][k], sub)]
+            if p is not None
+        }
+        return {"M": picked} if picked else None
+    if kind == "L":
+        elements = value["L"]
+        chosen = [
+            p
+            for i in sorted(k for k in tree if isinstance(k, int))
+            if i < len(elements)
+            for p in [_pick(elements[i], tree[i])]
+            if p is not None
+        ]
+        return {"L": chosen} if chosen else None
+    return None

@@ -1,0 +1,396 @@
+"""Reads of many items with isolation: Query, Scan, GetItem and BatchGetItem.
+
+Each read sends the user's own request (see :mod:`ddbtx._read_plan` for the
+little it changes) and judges every returned item by its protocol attributes:
+
+``uncommitted``
+    The item as stored, minus bare lock holders (``_tx:new`` without a write)
+    and pending deletes; protocol attributes are never returned.
+``committed``
+    Never an uncommitted value: an item with an applied write is returned as
+    its saved image (in the item, or one more read of the images table), an
+    item inserted by a pending transaction is not returned. Filter, key
+    condition and projection are applied to images on the client.
+``serializable``
+    The read runs in a short transaction of its own that read-locks every item
+    it returns, then releases them.
+
+Inside a transaction (:meth:`ddbtx.Transaction.query` and friends) every item
+returned is read-locked, and judged again on the value read under the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import schema as s
+from ._dynamo import call
+from ._items import Item, applied, flag, key_of, lock_owner, request_id, strip
+from ._protocol import user_view
+from ._read_plan import IndexInfo, Level, ReadOp, ReadPlan, plan, validate
+from ._requests import build
+from .errors import (
+    DynamoDBError,
+    InvalidRequestError,
+    TransactionError,
+    ValidationFailed,
+)
+
+if TYPE_CHECKING:
+    from .transaction import Transaction, TransactionManager
+
+#: Keys per BatchGetItem (DynamoDB's limit).
+BATCH_KEYS = 100
+#: Times unprocessed keys are asked for again, and an item re-read whose image went away.
+ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class _External:
+    """An applied write whose image is in the images table."""
+
+    tx_id: str
+    rid: str
+
+
+#: How one stored item is seen: returned as DynamoDB filtered and projected it ("trusted"),
+#: not at all ("hidden"), or judged on the client from a full value ("view") that may
+#: still have to be fetched ("external").
+_Seen = tuple[str, Any]
+
+
+def classify(item: Item, level: str, table: str, key_names: Sequence[str]) -> _Seen:
+    """How an item DynamoDB returned is seen at ``level`` (``uncommitted`` or ``committed``)."""
+    if level == "uncommitted":
+        return ("trusted", item) if user_view(item) else ("hidden", None)
+    if s.ATTR_LOCK not in item:
+        return ("trusted", item)
+    if flag(item, s.ATTR_TRANSIENT):
+        return ("hidden", None)  # inserted by a pending transaction: not committed
+    if not applied(item):
+        return ("trusted", item)  # locked, nothing written yet: the stored value is committed
+    if s.ATTR_IMAGE in item:
+        return ("view", strip(item[s.ATTR_IMAGE]["M"]))
+    owner = lock_owner(item) or ""
+    return ("external", _External(owner, request_id(table, key_of(item, tuple(key_names)))))
+
+
+class Reads:
+    """The isolated reads of one :class:`~ddbtx.TransactionManager` (``tm.reads``)."""
+
+    def __init__(self, manager: TransactionManager) -> None:
+        self.tm = manager
+        self.client = manager.client
+        self._indexes: dict[str, dict[str, IndexInfo]] = {}
+
+    # -- entry points ------------------------------------------------------------------
+
+    def read(self, op: ReadOp, params: Mapping[str, Any], level: str) -> dict[str, Any]:
+        """One Query, Scan or GetItem page at ``level`` (or ``serializable``)."""
+        if level == "serializable":
+            return self.serializable(lambda tx: locked_read(tx, op, params))
+        read = self.plan(op, params, level)  # type: ignore[arg-type]
+        if op == "get":
+            return self._get(read)
+        response = self.send(read)
+        items = response.get("Items", [])
+        judge = self._base_items if read.base_fetch else self.judge_all
+        return page(read, response, judge(read, items))
+
+    def batch_get_item(self, params: Mapping[str, Any], level: str) -> dict[str, Any]:
+        """``BatchGetItem`` at ``level``; ``UnprocessedKeys`` are the caller's to resend."""
+        if level == "serializable":
+            return self.serializable(lambda tx: locked_batch_get(tx, params))
+        reads, keys = self.batch_plans(params, level)  # type: ignore[arg-type]
+        request = {
+            table: {**_without(read.params, "TableName"), "Keys": keys[table]}
+            for table, read in reads.items()
+        }
+        extra = _without(params, "RequestItems")
+        response = self._call("batch_get_item", None, RequestItems=request, **extra)
+        out: dict[str, Any] = {
+            "Responses": {
+                table: self.judge_all(reads[table], items)
+                for table, items in response.get("Responses", {}).items()
+            },
+            "UnprocessedKeys": {
+                table: {**_without(params["RequestItems"][table], "Keys"), "Keys": left["Keys"]}
+                for table, left in (response.get("UnprocessedKeys") or {}).items()
+            },
+        }
+        if "ConsumedCapacity" in response:
+            out["ConsumedCapacity"] = response["ConsumedCapacity"]
+        return out
+
+    def pages(
+        self, run: Callable[..., dict[str, Any]], params: Mapping[str, Any]
+    ) -> Iterator[dict[str, Any]]:
+        """Every page of a paged read, following ``LastEvaluatedKey`` from ``params``'s start."""
+        current = dict(params)
+        while True:
+            response = run(**current)
+            yield response
+            if not response.get("LastEvaluatedKey"):
+                return
+            current["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def serializable(self, work: Callable[[Transaction], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``work`` in a short transaction that read-locks, then release every lock."""
+        tx = self.tm.begin()
+        try:
+            return work(tx)
+        finally:
+            tx.rollback()
+            tx.delete()
+
+    # -- planning ----------------------------------------------------------------------
+
+    def plan(self, op: ReadOp, params: Mapping[str, Any], level: Level) -> ReadPlan:
+        """Validate a read and plan it (the table's key schema is read once and cached)."""
+        table = validate(op, params)
+        key_types = self.tm.key_types(table)
+        if op == "get":
+            build("get", {"TableName": table, "Key": params.get("Key")}, key_types)
+        name = params.get("IndexName")
+        index = self.index(table, name) if name is not None else None
+        return plan(op, params, level, tuple(key_types), index)
+
+    def batch_plans(
+        self, params: Mapping[str, Any], level: Level
+    ) -> tuple[dict[str, ReadPlan], dict[str, list[Item]]]:
+        """One plan per table of a BatchGetItem, and each table's keys in canonical form."""
+        if not isinstance(params, Mapping) or set(params) - {
+            "RequestItems",
+            "ReturnConsumedCapacity",
+        }:
+            raise InvalidRequestError(
+                "batch_get_item takes RequestItems (and ReturnConsumedCapacity)"
+            )
+        items = params.get("RequestItems")
+        if not isinstance(items, Mapping) or not items:
+            raise InvalidRequestError("RequestItems must map table names to their Keys")
+        reads: dict[str, ReadPlan] = {}
+        keys: dict[str, list[Item]] = {}
+        for table, table_params in items.items():
+            validate("batch", table_params, table)
+            key_types = self.tm.key_types(table)
+            table_keys = table_params.get("Keys")
+            if not isinstance(table_keys, list) or not table_keys:
+                raise InvalidRequestError("Keys must be a non-empty list", table=table)
+            built = [
+                build("get", {"TableName": table, "Key": key}, key_types) for key in table_keys
+            ]
+            if len({r.rid for r in built}) != len(built):
+                raise InvalidRequestError("Keys has duplicates", table=table)
+            keys[table] = [r.key for r in built]
+            as_get = {"TableName": table, **_without(table_params, "Keys")}
+            reads[table] = plan("get", as_get, level, tuple(key_types))
+        return reads, keys
+
+    def index(self, table: str, name: Any) -> IndexInfo:
+        """A secondary index's keys and projection (one DescribeTable per table, cached)."""
+        known = self._indexes.get(table)
+        if known is None:
+            description = call(self.client, "describe_table", TableName=table)["Table"]
+            known = {
+                d["IndexName"]: IndexInfo.from_description(d, local)
+                for local, group in (
+                    (False, description.get("GlobalSecondaryIndexes")),
+                    (True, description.get("LocalSecondaryIndexes")),
+                )
+                for d in group or ()
+            }
+            self._indexes[table] = known
+        if not isinstance(name, str) or name not in known:
+            raise InvalidRequestError(f"table {table!r} has no index {name!r}", table=table)
+        return known[name]
+
+    # -- sending -----------------------------------------------------------------------
+
+    def send(self, read: ReadPlan) -> dict[str, Any]:
+        operation = {"query": "query", "scan": "scan", "get": "get_item"}[read.op]
+        return self._call(operation, read.table, **read.params)
+
+    def _call(self, operation: str, table: str | None, **params: Any) -> dict[str, Any]:
+        try:
+            return call(self.client, operation, **params)
+        except ValidationFailed as exc:
+            raise InvalidRequestError(f"DynamoDB rejected the read: {exc}", table=table) from exc
+
+    # -- judging -----------------------------------------------------------------------
+
+    def judge_all(self, read: ReadPlan, items: list[Item]) -> list[Item]:
+        """The items a page returns, in order, judged at the read's level."""
+        out: list[Item] = []
+        for item, (kind, view) in zip(items, self.resolve(read, items), strict=True):
+            if kind == "trusted":
+                out.append(read.trusted(item))
+            elif kind == "view":
+                judged = read.judge(view)
+                if judged is not None:
+                    out.append(judged)
+        return out
+
+    def _base_items(self, read: ReadPlan, items: list[Item]) -> list[Item]:
+        """Index items judged on their base items (the index cannot show locks)."""
+        keys = [key_of(item, read.key_names) for item in items]
+        base = self.batch_get(read.table, keys)
+        found = [b for b in (base.get(request_id(read.table, k)) for k in keys) if b is not None]
+        out: list[Item] = []
+        for item, (kind, view) in zip(found, self.resolve(read, found), strict=True):
+            value = strip(item) if kind == "trusted" else view
+            judged = read.judge(value) if value is not None else None
+            if judged is not None:
+                out.append(judged)
+        return out
+
+    def resolve(self, read: ReadPlan, items: list[Item]) -> list[_Seen]:
+        """How each item is seen, with every image kept apart fetched in one go: "trusted"
+        (the item as DynamoDB returned it), "view" (a full value to judge) or "hidden"."""
+        seen = [classify(item, read.level, read.table, read.key_names) for item in items]
+        external = [x for kind, x in seen if kind == "external"]
+        images = self.images(external) if external else {}
+        out: list[_Seen] = []
+        for item, (kind, x) in zip(items, seen, strict=True):
+            if kind == "external":
+                view = images.get(x)
+                if view is None:  # completed meanwhile: read the item again
+                    view = self.reread(read.table, key_of(item, read.key_names), read.level)
+                kind, x = ("view", view) if view is not None else ("hidden", None)
+            out.append((kind, x))
+        return out
+
+    def reread(self, table: str, key: Item, level: str) -> Item | None:
+        """An item read again (its external image went with a completion meanwhile)."""
+        key_names = tuple(key)
+        for _ in range(ATTEMPTS):
+            item = call(self.client, "get_item", TableName=table, Key=key, ConsistentRead=True)
+            stored = item.get("Item")
+            if stored is None:
+                return None
+            kind, x = classify(stored, level, table, key_names)
+            if kind == "trusted":
+                return strip(stored)
+            if kind != "external":
+                return x  # type: ignore[no-any-return]  # a view, or None when hidden
+            image = self.images([x]).get(x)
+            if image is not None:
+                return image
+        raise TransactionError(f"an item in {table} kept changing under a committed read")
+
+    def images(self, refs: list[_External]) -> dict[_External, Item]:
+        """External images by reference (absent: removed by a completion)."""
+        keys = [{s.IMAGE_PK: {"S": r.tx_id}, s.IMAGE_SK: {"S": r.rid}} for r in refs]
+        rows = self.batch_get(self.tm.images_table, keys)
+        out: dict[_External, Item] = {}
+        for ref, key in zip(refs, keys, strict=True):
+            row = rows.get(request_id(self.tm.images_table, key))
+            # An image near 400 KB spans several rows: the first says how many.
+            image = self.tm.protocol.read_image(ref.tx_id, ref.rid, row) if row else None
+            if image is not None:
+                out[ref] = strip(image)
+        return out
+
+    def batch_get(self, table: str, keys: list[Item]) -> dict[str, Item]:
+        """Consistent reads of ``keys`` (BatchGetItem, 100 at a time), by request id."""
+        found: dict[str, Item] = {}
+        unique = list({request_id(table, k): k for k in keys}.values())
+        for start in range(0, len(unique), BATCH_KEYS):
+            wanted = unique[start : start + BATCH_KEYS]
+            for attempt in range(ATTEMPTS):
+                response = call(
+                    self.client,
+                    "batch_get_item",
+                    RequestItems={table: {"Keys": wanted, "ConsistentRead": True}},
+                )
+                for item in response.get("Responses", {}).get(table, []):
+                    found[request_id(table, key_of(item, tuple(wanted[0])))] = item
+                wanted = (response.get("UnprocessedKeys") or {}).get(table, {}).get("Keys", [])
+                if not wanted:
+                    break
+                self.tm.sleep(0.05 * 2**attempt)
+            else:
+                raise DynamoDBError(
+                    f"BatchGetItem left {len(wanted)} keys of {table} unprocessed",
+                    code="UnprocessedKeys",
+                    operation="BatchGetItem",
+                )
+        return found
+
+    def _get(self, read: ReadPlan) -> dict[str, Any]:
+        response = self.send(read)
+        item = response.get("Item")
+        extra = {k: v for k, v in response.items() if k == "ConsumedCapacity"}
+        if item is None:
+            return extra
+        found = self.judge_all(read, [item])
+        return {"Item": found[0], **extra} if found else extra
+
+
+def page(read: ReadPlan, response: Mapping[str, Any], items: list[Item]) -> dict[str, Any]:
+    """A Query or Scan response of boto3's shape with the judged ``items``."""
+    out: dict[str, Any] = {} if read.count_only else {"Items": items}
+    out["Count"] = len(items)
+    out["ScannedCount"] = response.get("ScannedCount", 0)
+    for name in ("LastEvaluatedKey", "ConsumedCapacity"):
+        if name in response:
+            out[name] = response[name]
+    return out
+
+
+def _without(params: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in names}
+
+
+# --- inside a transaction -------------------------------------------------------------
+
+
+def lock_for_read(tx: Transaction, table: str, keys: list[Item]) -> list[Item | None]:
+    """Read-lock every key in ``tx`` (one add, then every lock at once); each item's value
+    under the lock, None where there is no item. Items ``tx`` already holds read as it
+    sees them (its own writes included)."""
+    tx._check_pending()
+    requests = [tx._build("get", {"TableName": table, "Key": key}) for key in keys]
+    values: dict[str, Item | None] = {}
+    fresh = []
+    for req in {r.rid: r for r in requests}.values():
+        known = tx.record.requests.get(req.rid)
+        if known is not None and known.confirmed:
+            values[req.rid] = tx.read_own(known).get("Item")
+        else:
+            fresh.append(tx._plan(req))
+    if fresh:
+        tx._add(fresh)
+        results = tx._guarded(lambda: tx.p.parallel(tx.steps.lock_and_apply, fresh))
+        for local, result in zip(fresh, results, strict=True):
+            values[local.request.rid] = result.get("Item")
+    return [values[req.rid] for req in requests]
+
+
+def locked_read(tx: Transaction, op: ReadOp, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A Query, Scan or GetItem in ``tx``: every item returned is read-locked, and judged on
+    the value read under its lock."""
+    reads = tx.manager.reads
+    read = reads.plan(op, params, "locking")
+    if op == "get":
+        (value,) = lock_for_read(tx, read.table, [read.params["Key"]])
+        one = read.judge(value) if value is not None else None
+        return {"Item": one} if one is not None else {}
+    response = reads.send(read)
+    keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
+    values = lock_for_read(tx, read.table, keys)
+    judged = (read.judge(value) for value in values if value is not None)
+    return page(read, response, [item for item in judged if item is not None])
+
+
+def locked_batch_get(tx: Transaction, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A BatchGetItem in ``tx``: every key read-locked (nothing is left unprocessed)."""
+    read_plans, keys = tx.manager.reads.batch_plans(params, "locking")
+    responses: dict[str, list[Item]] = {}
+    for table, read in read_plans.items():
+        values = lock_for_read(tx, table, keys[table])
+        judged_items = (read.judge(value) for value in values if value is not None)
+        responses[table] = [item for item in judged_items if item is not None]
+    return {"Responses": responses, "UnprocessedKeys": {}}
