@@ -754,10 +754,45 @@ class ReadBetween(Work):
         return int(item["balance"]["N"])
 
 
+class QueryThenWrite(Work):
+    """Reads with a Query and a BatchGetItem (read locks on what they return), then writes
+    the values it computed from them."""
+
+    def steps(self, tx: Transaction) -> str:
+        (a,) = tx.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :a",
+            ExpressionAttributeValues={":a": {"S": "a"}},
+        )["Items"]
+        keys = {self.table: {"Keys": [{"pk": {"S": "b"}}]}}
+        (b,) = tx.batch_get_item(RequestItems=keys)["Responses"][self.table]
+        for pk, item, amount in (("a", a, -10), ("b", b, 10)):
+            tx.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": pk}},
+                UpdateExpression="SET balance = :v",
+                ExpressionAttributeValues={":v": {"N": str(int(item["balance"]["N"]) + amount)}},
+            )
+        self.order(tx)
+        return "paid"
+
+
 @pytest.mark.parametrize(
     ("chain", "blob"),
-    [(TwiceSame, 0), (TwiceOther, 0), (ReadBetween, 0), (ReadBetween, 70_000)],
-    ids=["same-writes", "put-then-update", "read-between", "read-between-image-apart"],
+    [
+        (TwiceSame, 0),
+        (TwiceOther, 0),
+        (ReadBetween, 0),
+        (ReadBetween, 70_000),
+        (QueryThenWrite, 0),
+    ],
+    ids=[
+        "same-writes",
+        "put-then-update",
+        "read-between",
+        "read-between-image-apart",
+        "query-then-write",
+    ],
 )
 def test_given_work_writing_an_item_twice_when_its_attempt_dies_anywhere_then_a_retry_applies_once(
     make_tm: Callable[..., TransactionManager],

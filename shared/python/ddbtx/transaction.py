@@ -22,12 +22,7 @@ from . import schema as s
 from ._contention import Contender, Contention
 from ._dynamo import call
 from ._exactly import Replay, begin_by_id, check_transaction_id, join, same_request
-from ._items import (
-    Item,
-    is_locked_by,
-    item_size,
-    write_marker,
-)
+from ._items import Item, is_locked_by, item_size, strip, write_marker
 from ._protocol import Protocol, SweepOutcome, new_tx_id, user_view
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import KeyTypes, Op, Request, build
