@@ -53,6 +53,17 @@ def scan(client: Any, table: str) -> list[dict[str, Any]]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+def clear(client: Any, tables: Tables) -> None:
+    """Delete every row of the protocol tables and the data table."""
+    for table, keys in (
+        (tables.data, ("pk",)),
+        (tables.tx, (s.TX_PK, s.TX_SK)),
+        (tables.images, (s.IMAGE_PK, s.IMAGE_SK)),
+    ):
+        for item in scan(client, table):
+            client.delete_item(TableName=table, Key={k: item[k] for k in keys})
+
+
 def data_state(client: Any, table: str) -> dict[str, dict[str, Any]]:
     """The data table as {pk: item}, for exact before/after comparisons."""
     return {item["pk"]["S"]: item for item in scan(client, table)}

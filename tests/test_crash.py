@@ -24,20 +24,14 @@ from ddbtx import (
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError, Throttled
-from helpers import Tables, assert_clean, data_state, scan
+from helpers import Tables, assert_clean, clear, data_state
 
 SEED = {"a": 100, "b": 5, "d": 1}
 AFTER_COMMIT = {"a": 90, "b": 15, "n": 7}
 
 
 def reset(ddb: Any, tables: Tables) -> None:
-    for table, keys in (
-        (tables.data, ("pk",)),
-        (tables.tx, (s.TX_PK, s.TX_SK)),
-        (tables.images, (s.IMAGE_PK, s.IMAGE_SK)),
-    ):
-        for item in scan(ddb, table):
-            ddb.delete_item(TableName=table, Key={k: item[k] for k in keys})
+    clear(ddb, tables)
     for pk, balance in SEED.items():
         ddb.put_item(TableName=tables.data, Item={"pk": {"S": pk}, "balance": {"N": str(balance)}})
 

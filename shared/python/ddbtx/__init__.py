@@ -12,27 +12,39 @@ from .errors import (
     ConditionalCheckFailedError,
     DuplicateRequestError,
     InvalidRequestError,
+    InvalidTransactionIdError,
     TransactionCommittedError,
     TransactionConflictError,
     TransactionError,
+    TransactionIdReusedError,
     TransactionNotFoundError,
     TransactionRolledBackError,
 )
 from .guard import GuardError, guard, is_locked
-from .transaction import Contention, Isolation, SweepOutcome, Transaction, TransactionManager
+from .transaction import (
+    AlreadyCommitted,
+    Contention,
+    Isolation,
+    SweepOutcome,
+    Transaction,
+    TransactionManager,
+)
 
 __all__ = [
+    "AlreadyCommitted",
     "ConditionalCheckFailedError",
     "Contention",
     "DuplicateRequestError",
     "GuardError",
     "InvalidRequestError",
+    "InvalidTransactionIdError",
     "Isolation",
     "SweepOutcome",
     "Transaction",
     "TransactionCommittedError",
     "TransactionConflictError",
     "TransactionError",
+    "TransactionIdReusedError",
     "TransactionManager",
     "TransactionNotFoundError",
     "TransactionRolledBackError",

@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .errors import translate
+from .errors import ConditionFailed, translate
 
 #: HTTP connections a client keeps: at least the manager's default pool of
 #: concurrent per-item steps (32), so no step waits for or reopens a connection.
@@ -35,3 +35,23 @@ def call(client: Any, operation: str, **params: Any) -> dict[str, Any]:
         raise translate(exc) from exc
     response.pop("ResponseMetadata", None)
     return response
+
+
+def put_new(client: Any, table: str, item: dict[str, Any], condition: str, key: str) -> bool:
+    """PutItem of a row that must not exist yet (``condition`` names ``key`` as ``#id``).
+
+    Returns False when the condition failed: the row exists (possibly our own
+    put, its response lost and the SDK's retry refused).
+    """
+    try:
+        call(
+            client,
+            "put_item",
+            TableName=table,
+            Item=item,
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#id": key},
+        )
+    except ConditionFailed:
+        return False
+    return True

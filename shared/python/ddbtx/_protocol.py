@@ -40,6 +40,10 @@ complete       ``HELD``, ``RELEASE_APPLIED``/``_UNAPPLIED``  ``Protocol.complete
 complete       ``_record.MARK_COMPLETED``: decided, once    ``RecordStore.mark_completed``
 (record)
 delete         ``_record.DELETE_COMPLETED``                 ``RecordStore.delete``
+alias claim    ``_alias.CLAIM``: the caller's id is free    ``AliasStore.claim``
+alias move     ``_alias.MOVE``: names the rolled-back one   ``AliasStore.move``
+fence          ``_record.CREATE``: no record yet            ``RecordStore.create_finished``
+alias delete   ``_alias.FORGET``: names this record         ``AliasStore.forget``
 =============  ==========================================  =================================
 """
 
@@ -56,6 +60,7 @@ from typing import Any, TypeVar
 
 from . import _parts
 from . import schema as s
+from ._alias import AliasStore
 from ._dynamo import call
 from ._items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
 from ._record import (
@@ -146,6 +151,9 @@ class Protocol:
         self.max_workers = max_workers
         self.records = RecordStore(
             client, transactions_table, clock=clock, completed_ttl_seconds=finished_ttl_seconds
+        )
+        self.aliases = AliasStore(
+            client, transactions_table, clock=clock, ttl_seconds=finished_ttl_seconds
         )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -502,7 +510,14 @@ class Protocol:
         return SweepOutcome.FINALISED
 
     def delete_record(self, header: Header) -> None:
-        """delete: remove a completed TX record and its body rows."""
+        """delete: remove a completed TX record and its body rows.
+
+        The alias of an exactly-once id goes first: a crash in between leaves
+        the record, which the sweeper finds and deletes again, not an alias
+        naming a record that is gone.
+        """
+        if header.caller_id is not None:
+            self.aliases.forget(header.caller_id, header.tx_id)
         self.records.delete(header, self.batch_write)
 
 

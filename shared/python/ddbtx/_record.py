@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _parts
 from . import schema as s
-from ._dynamo import call
+from ._dynamo import call, put_new
 from ._items import Item, flag, item_size
 from .errors import ConditionFailed, TransactionError
 
@@ -95,6 +95,7 @@ class Header:
     raw_size: int = 0
     waiting: bool = False  # its coordinator is blocked on an older transaction's lock
     decided_by: str | None = None  # the transaction that rolled this one back (wound-wait)
+    caller_id: str | None = None  # the caller's transaction_id: its alias goes with the record
 
 
 # --- (de)serialisation of requests into the TX record -------------------------
@@ -174,6 +175,7 @@ def header_from_item(item: Item) -> Header:
         raw_size=item_size(item),
         waiting=s.TX_WAITING in item,
         decided_by=item[s.TX_DECIDED_BY]["S"] if s.TX_DECIDED_BY in item else None,
+        caller_id=item[s.TX_CALLER_ID]["S"] if s.TX_CALLER_ID in item else None,
     )
 
 
@@ -299,7 +301,9 @@ class RecordStore:
         key = self.body_key(tx_id, entry)
         return [key, *_parts.part_keys(key, s.TX_SK, entry.parts)]
 
-    def create(self, tx_id: str, bodies: dict[str, dict[str, Any]]) -> None:
+    def create(
+        self, tx_id: str, bodies: dict[str, dict[str, Any]], *, caller_id: str | None = None
+    ) -> None:
         """create + add: write the header with its first requests (raises ConditionFailed)."""
         item = {
             **self.header_key(tx_id),
@@ -309,6 +313,8 @@ class RecordStore:
             s.TX_SWEEP_KEY: {"S": f"{s.STATE_PENDING}#{shard_of(tx_id)}"},
             s.TX_REQUESTS: {"M": bodies},
         }
+        if caller_id is not None:
+            item[s.TX_CALLER_ID] = {"S": caller_id}
         call(
             self.client,
             "put_item",
@@ -317,6 +323,26 @@ class RecordStore:
             ConditionExpression=CREATE,
             ExpressionAttributeNames={"#id": s.TX_PK},
         )
+
+    def create_finished(self, tx_id: str, caller_id: str, state: str) -> bool:
+        """create, decided and completed at once: a record with no requests (False: it exists).
+
+        Rolled back, it fences an id whose alias names a transaction with no
+        record: that transaction's coordinator can then never create it. Committed,
+        it records an exactly-once transaction that made no requests.
+        """
+        item = {
+            **self.header_key(tx_id),
+            s.TX_STATE: {"S": state},
+            s.TX_VERSION: {"N": "1"},
+            s.TX_UPDATED: {"N": str(self.now_ms())},
+            s.TX_SWEEP_KEY: {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(tx_id)}"},
+            s.TX_REQUESTS: {"M": {}},
+            s.TX_FINISHED: {"BOOL": True},
+            s.TX_TTL: {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
+            s.TX_CALLER_ID: {"S": caller_id},
+        }
+        return put_new(self.client, self.table, item, CREATE, s.TX_PK)
 
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]

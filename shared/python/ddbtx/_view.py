@@ -86,6 +86,7 @@ class RecordView:
         self.state = s.STATE_PENDING
         self.version = 0
         self.created = False
+        self.caller_id: str | None = None  # written into the record it creates (exactly-once id)
         self.finished = False
         self.marked = False  # the record carries our wait mark until the next add
         self.requests: dict[str, Local] = {}
@@ -249,9 +250,13 @@ class RecordView:
         from .errors import ConditionFailed, TransactionError
 
         try:
-            self.store.create(self.tx_id, bodies)
+            self.store.create(self.tx_id, bodies, caller_id=self.caller_id)
         except ConditionFailed as exc:
             header = self.store.read_header(self.tx_id)
+            if header is not None and header.state != s.STATE_PENDING:
+                # A retry with the same transaction_id fenced this id before its record
+                # existed (a rolled-back tombstone): this coordinator must not go on.
+                raise _Decided(header) from exc
             # Our own create, its response lost, if it names our nonces; else an id collision.
             if header is None or any(
                 (mine := header.entries.get(loc.request.rid)) is None or mine.nonce != loc.nonce

@@ -19,6 +19,8 @@ Hierarchy::
     │   ├── TransactionConflictError
     │   ├── DuplicateRequestError
     │   ├── InvalidRequestError
+    │   │   └── InvalidTransactionIdError
+    │   ├── TransactionIdReusedError
     │   └── ConditionalCheckFailedError
     └── LockError
         ├── LockNotGrantedError
@@ -156,6 +158,19 @@ class DuplicateRequestError(TransactionError):
 
 class InvalidRequestError(TransactionError):
     """The request is malformed or cannot be applied (reserved names, size, types, ...)."""
+
+
+class InvalidTransactionIdError(InvalidRequestError):
+    """A ``transaction_id`` that is not a non-empty string of at most 1,024 UTF-8 bytes."""
+
+
+class TransactionIdReusedError(TransactionError):
+    """A ``transaction_id`` whose pending transaction recorded different work.
+
+    A retry with the same id makes the same requests again; one that differs
+    from what the id's transaction recorded (another item first, other
+    parameters, fewer requests at commit) means the id was reused for other work.
+    """
 
 
 class ConditionalCheckFailedError(TransactionError):

@@ -354,6 +354,12 @@ def lock_for_read(tx: Transaction, table: str, keys: list[Item]) -> list[Item | 
     tx._check_pending()
     requests = [tx._build("get", {"TableName": table, "Key": key}) for key in keys]
     values: dict[str, Item | None] = {}
+    if tx.replay is not None:
+        # Resumed by its transaction_id: each read is matched with the recorded ones (those
+        # first, as Transaction.write_all does), one at a time.
+        for req in sorted(requests, key=lambda r: r.rid not in tx.record.requests):
+            values[req.rid] = tx._request("get", dict(req.params)).get("Item")
+        return [values[req.rid] for req in requests]
     fresh = []
     for req in {r.rid: r for r in requests}.values():
         known = tx.record.requests.get(req.rid)
@@ -362,7 +368,7 @@ def lock_for_read(tx: Transaction, table: str, keys: list[Item]) -> list[Item | 
         else:
             fresh.append(tx._plan(req))
     if fresh:
-        tx._add(fresh)
+        fresh = tx._add(fresh)  # another attempt with the same transaction_id may have added them
         results = tx._guarded(lambda: tx.p.parallel(tx.steps.lock_and_apply, fresh))
         for local, result in zip(fresh, results, strict=True):
             values[local.request.rid] = result.get("Item")

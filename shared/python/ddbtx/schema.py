@@ -55,6 +55,17 @@ TX_SWEEP_KEY: Final = "sw"  #: S, "<state>#<shard>" hash key of the sparse sweep
 TX_WAITING: Final = "wt"
 #: S, id of the transaction that rolled this one back (wound-wait), for its coordinator's error.
 TX_DECIDED_BY: Final = "by"
+#: S, the caller's id of an exactly-once transaction (``transaction_id=``): names its alias row.
+TX_CALLER_ID: Final = "cid"
+
+# --- alias rows (same table): the caller's id -> the transaction that carries it --------
+#: Alias rows live in the transactions table under ``id = ALIAS_PREFIX + caller's id``,
+#: ``sk = ALIAS_SK``. Internal ids are hex and the sweeper's cursor id starts with "#", so
+#: no alias can collide with either; the sort key is not ``TX_HEADER_SK`` and the row has
+#: no ``TX_SWEEP_KEY``, so no header scan or sweep-index query ever returns an alias.
+ALIAS_PREFIX: Final = "@"
+ALIAS_SK: Final = "@"
+ALIAS_TX: Final = "tx"  #: S, internal id of the transaction the caller's id names now
 
 #: Sparse index the sweeper queries: hash ``sw`` = "<P|C|R|F>#<shard>", range ``ts``.
 SWEEP_INDEX: Final = "sweep-by-age"

@@ -14,22 +14,19 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from . import schema as s
 from ._contention import Contender, Contention
 from ._dynamo import call
-from ._items import (
-    Item,
-    is_locked_by,
-    item_size,
-    write_marker,
-)
+from ._exactly import Replay, begin_by_id, check_transaction_id, join, same_request
+from ._items import Item, is_locked_by, item_size, strip, write_marker
 from ._protocol import Protocol, SweepOutcome, new_tx_id, user_view
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import KeyTypes, Op, Request, build
-from ._steps import INLINE_IMAGE_LIMIT, ItemSteps, _wrap
+from ._steps import INLINE_IMAGE_LIMIT, ItemSteps, _return_values, _wrap
 from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES, AddRefused, Local, RecordView, _Decided
 from .errors import (
     ConditionalCheckFailedError,
@@ -40,6 +37,7 @@ from .errors import (
     TransactionCommittedError,
     TransactionConflictError,
     TransactionError,
+    TransactionIdReusedError,
     TransactionNotFoundError,
     TransactionRolledBackError,
     ValidationFailed,
@@ -51,6 +49,7 @@ __all__ = [
     "HEADER_SOFT_LIMIT",
     "INLINE_IMAGE_LIMIT",
     "SPILL_BYTES",
+    "AlreadyCommitted",
     "Contention",
     "Isolation",
     "SweepOutcome",
@@ -76,6 +75,23 @@ class Isolation(enum.Enum):
     UNCOMMITTED = "uncommitted"
     COMMITTED = "committed"
     SERIALIZABLE = "serializable"
+
+
+@dataclass(frozen=True)
+class AlreadyCommitted:
+    """What :meth:`TransactionManager.run` returns when an earlier attempt with the same
+    ``transaction_id`` committed: the work was not run again.
+
+    Attributes
+    ----------
+    transaction_id
+        The caller's id.
+    tx_id
+        The internal id of the transaction that committed it.
+    """
+
+    transaction_id: str
+    tx_id: str
 
 
 class TransactionManager:
@@ -230,32 +246,79 @@ class TransactionManager:
 
     # -- transactions ----------------------------------------------------------
 
-    def begin(self, *, priority: str | None = None) -> Transaction:
+    def begin(
+        self, *, priority: str | None = None, transaction_id: str | None = None
+    ) -> Transaction:
         """Start a transaction. Nothing is written until its first request.
 
         ``priority``: the id of an earlier attempt of the same work. The new
         transaction is then as old as that attempt under wound-wait, so a retry
         after being wounded moves up instead of starting last again, and cannot
         starve. Its id is new and unique.
+
+        ``transaction_id``: the caller's id for this work (at most 1,024 UTF-8
+        bytes), making it exactly-once: an attempt with an id already used gets
+        that id's transaction back instead of a new one. Pending, it is resumed
+        (make the same requests again: they are matched with the recorded ones,
+        not applied twice); committed, it comes back with ``already_committed``
+        set and takes no requests; rolled back, a new transaction starts. One
+        write (the alias) more than :meth:`begin` without an id, made at once.
+        The id is remembered as long as the transaction's record is kept
+        (README: exactly-once ids). Wound-wait ages never come from it.
+
+        Raises
+        ------
+        InvalidTransactionIdError
+            ``transaction_id`` is not a non-empty str of at most 1,024 UTF-8 bytes.
+
+        Examples
+        --------
+        >>> tx = tm.begin(transaction_id="order-42")                      # doctest: +SKIP
+        >>> if not tx.already_committed:                                  # doctest: +SKIP
+        ...     tx.put_item(TableName="Orders", Item={"id": {"S": "order-42"}})
+        ...     tx.commit()
         """
+        if transaction_id is not None:
+            return begin_by_id(self, check_transaction_id(transaction_id), priority)
+        return Transaction(self, self._new_id(priority))
+
+    def _new_id(self, priority: str | None) -> str:
         clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
-        return Transaction(self, new_tx_id(clock_ns, priority=priority))
+        return new_tx_id(clock_ns, priority=priority)
 
     @contextmanager
     def transaction(
-        self, *, delete: bool = True, priority: str | None = None
+        self,
+        *,
+        delete: bool | None = None,
+        priority: str | None = None,
+        transaction_id: str | None = None,
     ) -> Iterator[Transaction]:
         """Commit on normal exit; roll back and re-raise on an exception.
 
-        With ``delete`` (the default) the finished TX record is deleted on exit,
-        since the caller has seen the outcome. ``priority`` is as for :meth:`begin`.
+        With ``delete`` (the default without a ``transaction_id``) the finished
+        TX record is deleted on exit, since the caller has seen the outcome.
+        With a ``transaction_id`` (see :meth:`begin`) the record is kept, since
+        it is what remembers the id; check ``tx.already_committed`` in the block.
+        ``priority`` is as for :meth:`begin`.
+
+        Examples
+        --------
+        >>> with tm.transaction(transaction_id="order-42") as tx:        # doctest: +SKIP
+        ...     if not tx.already_committed:
+        ...         tx.put_item(TableName="Orders", Item={"id": {"S": "order-42"}})
         """
-        tx = self.begin(priority=priority)
+        if delete is None:
+            delete = transaction_id is None
+        elif delete and transaction_id is not None:
+            raise ValueError("delete=True would forget the transaction_id as soon as it commits")
+        tx = self.begin(priority=priority, transaction_id=transaction_id)
         try:
             yield tx
-        except BaseException:
+        except BaseException as exc:
             try:
-                if tx.state == s.STATE_PENDING:
+                # A reuse found at a request wrote nothing: the transaction is another work's.
+                if tx.state == s.STATE_PENDING and not isinstance(exc, TransactionIdReusedError):
                     tx.rollback()
                 if delete:
                     tx.delete()
@@ -266,7 +329,21 @@ class TransactionManager:
         if delete:
             tx.delete()
 
-    def run(self, work: Callable[[Transaction], T], *, attempts: int = 10) -> T:
+    @overload
+    def run(self, work: Callable[[Transaction], T], *, attempts: int = 10) -> T: ...
+
+    @overload
+    def run(
+        self, work: Callable[[Transaction], T], *, attempts: int = 10, transaction_id: str
+    ) -> T | AlreadyCommitted: ...
+
+    def run(
+        self,
+        work: Callable[[Transaction], T],
+        *,
+        attempts: int = 10,
+        transaction_id: str | None = None,
+    ) -> T | AlreadyCommitted:
         """Run ``work(tx)`` in a transaction and commit, retrying when contention aborts it.
 
         A retry follows a :class:`TransactionRolledBackError` (another
@@ -274,7 +351,14 @@ class TransactionManager:
         (an older one kept the item locked), and begins with the first
         attempt's priority, so under wound-wait it only gets older. ``work``
         must be safe to run again. Any other error, or the last attempt's,
-        propagates.
+        propagates. Returns what ``work`` returned.
+
+        With a ``transaction_id`` (see :meth:`begin`) the work is applied at
+        most once under that id, across processes and retries: if an earlier
+        attempt committed it, ``work`` is not called and an
+        :class:`AlreadyCommitted` is returned instead (also when another
+        attempt with the id commits while this one runs); a pending one is
+        resumed with ``work`` run again; a rolled-back one starts over.
 
         Examples
         --------
@@ -283,16 +367,27 @@ class TransactionManager:
         ...                    UpdateExpression="ADD balance :n",
         ...                    ExpressionAttributeValues={":n": {"N": "-10"}})
         >>> tm.run(pay, attempts=5)                                 # doctest: +SKIP
+        >>> outcome = tm.run(pay, transaction_id="payment-7")       # doctest: +SKIP
+        >>> isinstance(outcome, AlreadyCommitted)                   # doctest: +SKIP
+        False
         """
         if attempts < 1:
             raise ValueError("attempts >= 1 is required")
         priority: str | None = None
         for attempt in range(1, attempts + 1):
+            tx: Transaction | None = None
             try:
-                with self.transaction(priority=priority) as tx:
+                with self.transaction(priority=priority, transaction_id=transaction_id) as tx:
                     priority = priority or tx.id
+                    if tx.already_committed:
+                        return AlreadyCommitted(tx.transaction_id or "", tx.id)
                     result = work(tx)
                 return result
+            except TransactionCommittedError as exc:
+                # Another attempt with the same id committed this transaction meanwhile.
+                if tx is None or transaction_id is None or exc.tx_id != tx.id:
+                    raise
+                return AlreadyCommitted(transaction_id, tx.id)
             except (TransactionRolledBackError, TransactionConflictError):
                 if attempt == attempts:
                     raise
@@ -307,7 +402,11 @@ class TransactionManager:
         header = self.protocol.records.read_header(tx_id)
         if header is None:
             raise TransactionNotFoundError("no such transaction", tx_id=tx_id)
-        tx = Transaction(self, tx_id)
+        return self._adopt(header)
+
+    def _adopt(self, header: Header) -> Transaction:
+        """A coordinator for the transaction ``header`` was read from; a decided one completed."""
+        tx = Transaction(self, header.tx_id, transaction_id=header.caller_id)
         tx.record.adopt(header)
         for table in {entry.table for entry in header.entries.values()}:
             self.key_names(table)  # further requests on these tables are validated without a call
@@ -555,9 +654,15 @@ class Transaction:
     so its errors surface from that call, as with boto3. Any number of
     coordinators may work on one transaction (:meth:`TransactionManager.resume`):
     the TX record, not this object's memory, says what it holds.
+
+    Begun with a ``transaction_id`` (exactly-once), ``transaction_id`` is the
+    caller's id and ``already_committed`` tells that an earlier attempt with it
+    committed (the transaction then takes no requests).
     """
 
-    def __init__(self, manager: TransactionManager, tx_id: str) -> None:
+    def __init__(
+        self, manager: TransactionManager, tx_id: str, *, transaction_id: str | None = None
+    ) -> None:
         self.manager = manager
         self.id = tx_id
         self.p = manager.protocol
@@ -566,6 +671,20 @@ class Transaction:
         )
         self.steps = ItemSteps(self)
         self.contender = Contender(self)
+        self.record.caller_id = transaction_id
+        #: An earlier attempt with this ``transaction_id`` committed: take no requests.
+        self.already_committed = False
+        #: Set while a pending transaction resumed by its caller's id runs its work again.
+        self.replay: Replay | None = None
+
+    @property
+    def transaction_id(self) -> str | None:
+        """The caller's exactly-once id (``transaction_id=``), or None."""
+        return self.record.caller_id
+
+    @transaction_id.setter
+    def transaction_id(self, value: str | None) -> None:
+        self.record.caller_id = value
 
     def __repr__(self) -> str:
         return (
@@ -653,11 +772,16 @@ class Transaction:
         [{}, {}]
         """
         self._check_pending()
-        reqs = [self._build(op, params) for op, params in parse_batch(requests)]
+        batch = parse_batch(requests)
+        reqs = [self._build(op, params) for op, params in batch]
         if len({r.rid for r in reqs}) != len(reqs):
             raise DuplicateRequestError("an item appears twice in the batch", tx_id=self.id)
-        locals_ = [self._plan(r) for r in reqs]
-        self._add(locals_)
+        if self.replay is not None and self.replay.pending():
+            # One by one, the recorded ones first: each is matched before anything is written.
+            order = sorted(range(len(reqs)), key=lambda i: reqs[i].rid not in self.record.requests)
+            answers: dict[int, dict[str, Any]] = {i: self._request(*batch[i]) for i in order}
+            return [answers[i] for i in range(len(reqs))]
+        locals_ = self._add([self._plan(r) for r in reqs])
         results: list[dict[str, Any]] = self._guarded(
             lambda: self.p.parallel(self.steps.lock_and_apply, locals_)
         )
@@ -688,8 +812,9 @@ class Transaction:
             return Local(request=req, nonce=new_nonce())
         if not known.confirmed:
             # An earlier call on this item was interrupted (throttling, a network
-            # error): the same request again resumes it, idempotently.
-            if known.request.op != req.op or known.request.params != req.params:
+            # error), or made by an earlier attempt with this transaction_id: the
+            # same request again resumes it, idempotently.
+            if not same_request(known.request, req):
                 raise DuplicateRequestError(
                     "an interrupted request on this item is pending: retry it unchanged, "
                     "commit or roll back",
@@ -728,27 +853,75 @@ class Transaction:
     def _request(self, op: Op, params: dict[str, Any]) -> dict[str, Any]:
         self._check_pending()
         req = self._build(op, params)
+        if self.replay is not None:
+            replayed = self.replay.request(req)
+            if replayed is not None:
+                return replayed
         known = self.record.requests.get(req.rid)
         if op == "get" and known is not None and known.confirmed:
             return self.read_own(known)
-        local = self._plan(req)
-        self._add([local])
+        (local,) = self._add([self._plan(req)])
         result: dict[str, Any] = self._guarded(lambda: self.steps.lock_and_apply(local))
         return result
 
-    def _add(self, locals_: list[Local]) -> None:
-        """add: record the requests (those already recorded, retried, are skipped)."""
+    def _add(self, locals_: list[Local]) -> list[Local]:
+        """add: record the requests (those already recorded, retried, are skipped).
+
+        Returns the requests to lock: ``locals_``, or for an exactly-once
+        transaction run by two attempts at once, the other's equal requests.
+        """
         fresh = [loc for loc in locals_ if loc is not self.record.requests.get(loc.request.rid)]
         if not fresh:
-            return
+            return locals_
         try:
             self.record.add(fresh)
         except AddRefused as refused:
+            try:
+                joined = self._join(locals_, refused)
+            except TransactionIdReusedError:
+                if refused.partial:
+                    self._abort()
+                raise
+            if joined is not None:
+                return joined
             if refused.partial:
                 self._abort()
             raise refused.error from refused
         except _Decided as decided:
             self._raise_decided(decided.header)
+        return locals_
+
+    def _join(self, locals_: list[Local], refused: AddRefused) -> list[Local] | None:
+        if self.transaction_id is None or type(refused.error) is not DuplicateRequestError:
+            return None
+        return join(self, locals_)
+
+    def _replayed(self, local: Local) -> dict[str, Any]:
+        """The answer to a request an earlier attempt made and this run makes again."""
+        req = local.request
+        if req.op == "get" or req.return_values in ("ALL_NEW", "UPDATED_NEW"):
+            item = self.read_own(local).get("Item", {})
+            return _wrap(item) if req.op == "get" else _return_values(local, item)
+        return _return_values(local, {})
+
+    def _read_before_write(self, local: Local) -> dict[str, Any]:
+        """A read the earlier attempt made of an item it then wrote: the item before the
+        transaction, as that read saw it (the write is caught up first, which saves it)."""
+        for _ in range(COMMIT_ROUNDS):
+            if local.confirmed:
+                break
+            self._catch_up([local])
+            local = self.record.current(local)
+        else:
+            raise TransactionError("a recorded request kept moving", tx_id=self.id)
+        if local.transient:
+            return {}
+        if local.pre is None:  # a later write learnt its earlier ones from the item: read it
+            req = local.request
+            item = self.p.read_item(req.table, req.key) or {}
+            image = self.p.image_of(self.id, req.rid, item)
+            local.pre = strip(image if image is not None else item)
+        return _wrap(local.pre)
 
     def _guarded(self, step: Callable[[], Any]) -> Any:
         """Run lock/apply steps; errors that doom the transaction roll it back first."""
@@ -848,9 +1021,14 @@ class Transaction:
             return
         self._check_pending()
         if not self.record.created:
+            if self.transaction_id is not None:
+                self._commit_empty()
+                return
             self.record.state = s.STATE_COMMITTED
             self.record.finished = True
             return
+        if self.replay is not None:
+            self.replay.check_complete()
         for _ in range(COMMIT_ROUNDS):
             pending = self.record.unconfirmed()
             if pending:
@@ -871,6 +1049,19 @@ class Transaction:
         raise TransactionError(
             "commit did not settle after repeated concurrent changes", tx_id=self.id
         )
+
+    def _commit_empty(self) -> None:
+        """An exactly-once transaction with no request is still recorded committed, so that
+        a retry with its id does not run the work again (one write)."""
+        assert self.transaction_id is not None
+        if not self.p.records.create_finished(self.id, self.transaction_id, s.STATE_COMMITTED):
+            header = self.p.records.read_header(self.id)
+            if header is None or header.state == s.STATE_ROLLED_BACK:
+                self._raise_decided(header)  # fenced by a retry with the same id: rolled back
+            if header is None or header.state != s.STATE_COMMITTED:  # only this object creates it
+                raise TransactionError("the record appeared pending", tx_id=self.id)
+        self.record.state = s.STATE_COMMITTED
+        self.record.created = self.record.finished = True
 
     def _catch_up(self, pending: list[Local]) -> None:
         self._guarded(lambda: self.p.parallel(self.steps.catch_up, pending))
@@ -951,6 +1142,7 @@ class Transaction:
         if self.record.finished:
             header = Header(self.id, self.record.state, self.record.version, 0, True)
             header.entries = self.record.entries()
+            header.caller_id = self.transaction_id
             self.p.delete_record(header)
             return
         current = self.p.records.read_header(self.id)

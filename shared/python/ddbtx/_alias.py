@@ -1,0 +1,108 @@
+"""Alias rows: the caller's exactly-once id and the transaction that carries it (persistence).
+
+An alias row lives in the transactions table under ``id = "@" + caller's id``
+(see :mod:`ddbtx.schema`) and names one internal transaction id. It is
+created before that transaction's record, moved only away from a transaction
+that was rolled back, and deleted only together with the record it names
+(before it, so a crash in between leaves a record the sweeper deletes again,
+never an alias that outlives its record's deletion by the sweeper). Its TTL is
+a backstop for aliases whose record was never created or was removed by
+DynamoDB TTL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from . import schema as s
+from ._dynamo import call, put_new
+from ._items import Item
+from .errors import ConditionFailed
+
+#: An alias outlives the longest a finished record is kept (``finished_ttl``) by this
+#: much, counted from its creation: room for the transaction to run, be rolled back by
+#: the sweeper and completed before its record's own TTL starts.
+ALIAS_TTL_MARGIN = timedelta(days=7)
+
+#: create: the caller's id is free; the first attempt to claim it names its transaction.
+CLAIM = "attribute_not_exists(#id)"
+#: move: the alias still names the rolled-back (or fenced) transaction this retry read,
+#: so of two retries that start over at once exactly one moves it; the other joins that one.
+MOVE = "#tx = :old"
+#: delete: only the alias of the record being deleted, never one a retry has moved on.
+FORGET = "#tx = :tx"
+
+
+class AliasStore:
+    """Every read and write of alias rows; stateless apart from client and table."""
+
+    def __init__(
+        self, client: Any, table: str, *, clock: Callable[[], float], ttl_seconds: int
+    ) -> None:
+        self.client = client
+        self.table = table
+        self.clock = clock
+        self.ttl_seconds = ttl_seconds + int(ALIAS_TTL_MARGIN.total_seconds())
+
+    @staticmethod
+    def key(caller_id: str) -> Item:
+        return {s.TX_PK: {"S": s.ALIAS_PREFIX + caller_id}, s.TX_SK: {"S": s.ALIAS_SK}}
+
+    def claim(self, caller_id: str, tx_id: str) -> bool:
+        """Name ``tx_id`` under a free caller's id; False when the id is taken."""
+        item = {
+            **self.key(caller_id),
+            s.ALIAS_TX: {"S": tx_id},
+            s.TX_TTL: {"N": str(int(self.clock()) + self.ttl_seconds)},
+        }
+        return put_new(self.client, self.table, item, CLAIM, s.TX_PK)
+
+    def read(self, caller_id: str) -> str | None:
+        """The transaction the caller's id names now, or None."""
+        resp = call(
+            self.client,
+            "get_item",
+            TableName=self.table,
+            Key=self.key(caller_id),
+            ConsistentRead=True,
+        )
+        item = resp.get("Item")
+        return item[s.ALIAS_TX]["S"] if item else None
+
+    def move(self, caller_id: str, old: str, new: str) -> bool:
+        """Name ``new`` instead of the rolled-back ``old``; False when it names another now."""
+        try:
+            call(
+                self.client,
+                "update_item",
+                TableName=self.table,
+                Key=self.key(caller_id),
+                UpdateExpression="SET #tx = :new, #ttl = :ttl",
+                ConditionExpression=MOVE,
+                ExpressionAttributeNames={"#tx": s.ALIAS_TX, "#ttl": s.TX_TTL},
+                ExpressionAttributeValues={
+                    ":new": {"S": new},
+                    ":old": {"S": old},
+                    ":ttl": {"N": str(int(self.clock()) + self.ttl_seconds)},
+                },
+            )
+        except ConditionFailed:
+            return False
+        return True
+
+    def forget(self, caller_id: str, tx_id: str) -> None:
+        """Delete the alias if it still names ``tx_id`` (a record being deleted)."""
+        # Failing means it is gone already, or a retry moved it on to a newer attempt.
+        with contextlib.suppress(ConditionFailed):
+            call(
+                self.client,
+                "delete_item",
+                TableName=self.table,
+                Key=self.key(caller_id),
+                ConditionExpression=FORGET,
+                ExpressionAttributeNames={"#tx": s.ALIAS_TX},
+                ExpressionAttributeValues={":tx": {"S": tx_id}},
+            )

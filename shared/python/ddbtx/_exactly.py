@@ -1,0 +1,275 @@
+"""Exactly-once transactions keyed by the caller's id (``transaction_id=``).
+
+The caller's id is *not* the transaction's id: internal ids sort by start time
+and wound-wait compares them, so a caller's id (which does not sort by age)
+never becomes a priority. An alias row (:mod:`ddbtx._alias`) names the
+internal transaction that carries the caller's id, and a second attempt acts
+on that transaction's state:
+
+=================  ===========================================================
+record             a new attempt with the same id
+=================  ===========================================================
+pending            resumes it: the work runs again and its requests are matched
+                   with the recorded ones (:class:`Replay`); none applies twice
+committed          gets it back already committed (``tm.run`` skips the work)
+rolled back        starts over: a new transaction, the alias moved to it
+none               fences the named id with a rolled-back record (its
+                   coordinator may be alive and about to create it: it then
+                   finds it rolled back), then starts over
+=================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import schema as s
+from ._items import canonical_number
+from ._requests import Request
+from .errors import (
+    InvalidTransactionIdError,
+    TransactionError,
+    TransactionIdReusedError,
+    TransactionRolledBackError,
+)
+
+if TYPE_CHECKING:
+    from ._view import Local
+    from .transaction import Transaction, TransactionManager
+
+#: Longest caller's id, in UTF-8 bytes: with the alias prefix it stays far within
+#: DynamoDB's 2,048-byte partition key, and the record that repeats it stays small.
+MAX_TRANSACTION_ID_BYTES = 1024
+
+#: Rounds of "claim, read, act" before giving up on an alias that keeps changing.
+RESOLVE_ROUNDS = 8
+
+
+def check_transaction_id(value: object) -> str:
+    """The caller's id, or :class:`InvalidTransactionIdError` naming what is wrong."""
+    if not isinstance(value, str):
+        raise InvalidTransactionIdError(f"transaction_id must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidTransactionIdError("transaction_id must not be empty")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidTransactionIdError(
+            "transaction_id must be valid Unicode text (it has a lone surrogate)"
+        ) from exc
+    if size > MAX_TRANSACTION_ID_BYTES:
+        raise InvalidTransactionIdError(
+            f"transaction_id is {size} bytes in UTF-8; at most {MAX_TRANSACTION_ID_BYTES} "
+            "are allowed"
+        )
+    return value
+
+
+def begin_by_id(tm: TransactionManager, caller_id: str, priority: str | None) -> Transaction:
+    """The transaction that carries ``caller_id``: new, resumed, or already committed."""
+    from .transaction import Transaction
+
+    p = tm.protocol
+    fresh = tm._new_id(priority)
+    for _ in range(RESOLVE_ROUNDS):
+        if p.aliases.claim(caller_id, fresh):
+            return Transaction(tm, fresh, transaction_id=caller_id)
+        named = p.aliases.read(caller_id)
+        if named is None:
+            continue  # deleted with its expired record since the claim failed: claim again
+        if named == fresh:  # our claim or move landed; its answer was lost
+            return Transaction(tm, fresh, transaction_id=caller_id)
+        header = p.records.read_header(named)
+        if header is None:
+            # Never created (its coordinator died, or is about to create it) or removed
+            # by TTL: a rolled-back record in its place settles which, for everyone.
+            p.records.create_finished(named, caller_id, s.STATE_ROLLED_BACK)
+            header = p.records.read_header(named)
+            if header is None:
+                continue
+        if header.state == s.STATE_ROLLED_BACK:
+            if not header.finished:
+                p.complete(header)  # its locks would hold up the new attempt
+            if p.aliases.move(caller_id, named, fresh):
+                return Transaction(tm, fresh, transaction_id=caller_id)
+            continue  # another retry started over first: join that one
+        tx = tm._adopt(header)
+        tx.transaction_id = caller_id
+        if header.state == s.STATE_COMMITTED:
+            tx.already_committed = True
+        else:
+            tx.replay = Replay(tx)
+        return tx
+    raise TransactionError(
+        f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
+    )
+
+
+# --- matching a run's requests with the recorded ones --------------------------------
+
+
+def _canonical(value: dict[str, Any]) -> Any:
+    """An AttributeValue in a form where equal values compare equal (numbers, sets, binary)."""
+    ((kind, raw),) = value.items()
+    if kind == "N":
+        return kind, canonical_number(raw)
+    if kind == "NS":
+        return kind, frozenset(canonical_number(n) for n in raw)
+    if kind == "B":
+        return kind, raw.encode() if isinstance(raw, str) else bytes(raw)
+    if kind == "BS":
+        return kind, frozenset(b.encode() if isinstance(b, str) else bytes(b) for b in raw)
+    if kind == "SS":
+        return kind, frozenset(raw)
+    if kind == "M":
+        return kind, tuple(sorted((k, _canonical(v)) for k, v in raw.items()))
+    if kind == "L":
+        return kind, tuple(_canonical(v) for v in raw)
+    return kind, raw
+
+
+def _canonical_params(req: Request) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in req.params.items():
+        if req.op == "get" and name == "ConsistentRead":
+            continue  # a read under a lock is consistent either way
+        if name in ("Item", "Key", "ExpressionAttributeValues"):
+            out[name] = {k: _canonical(v) for k, v in value.items()}
+        else:
+            out[name] = value
+    return out
+
+
+def same_request(a: Request, b: Request) -> bool:
+    """Whether two requests are the same request, as recorded and as made again.
+
+    A recorded request comes back from DynamoDB, which may spell numbers and
+    order sets differently: values are compared as DynamoDB compares them.
+    """
+    return a.op == b.op and a.rid == b.rid and _canonical_params(a) == _canonical_params(b)
+
+
+class Replay:
+    """A pending transaction resumed by its caller's id, while its work runs again.
+
+    The work is expected to make the recorded requests again before any other
+    (as a deterministic retry does), in any order: each must equal the
+    recorded one on its item and is not applied again. A read of an item the
+    earlier attempt later wrote (the record keeps the write) is answered with
+    the item as it was before the transaction, as that read was. A request on
+    an item the record does not name, while recorded ones are still to come,
+    means the id was reused for other work: :class:`TransactionIdReusedError`,
+    and nothing is written. A commit before every recorded request came again
+    raises it too (rolling back first if this run recorded requests of its own).
+
+    An item written several times keeps only its last write in the record,
+    with its number: the run's earlier writes to it were applied already (a
+    write is recorded only once the one before it is) and are neither applied
+    again nor compared. What an earlier attempt saw between them (a read, old
+    or new values of a write) is not kept: such a request rolls the
+    transaction back (:class:`TransactionRolledBackError`, which ``tm.run``
+    retries), and the work starts over in a new transaction.
+    """
+
+    def __init__(self, tx: Transaction) -> None:
+        self.tx = tx
+        #: Items whose recorded request this run made again, or made first.
+        self.issued: set[str] = set()
+        #: Writes this run made to an item before the one its record keeps.
+        self.writes: dict[str, int] = {}
+        self.added = False  # this run recorded a request of its own
+
+    def pending(self) -> list[str]:
+        """Recorded requests this run has not made again yet."""
+        return [rid for rid in list(self.tx.record.requests) if rid not in self.issued]
+
+    def request(self, req: Request) -> dict[str, Any] | None:
+        """Match ``req``: its answer when it was made before, None to go the usual way."""
+        tx = self.tx
+        if req.rid in self.issued:
+            return None  # a later request on an item this run already has: as usual
+        recorded = tx.record.requests.get(req.rid)
+        if recorded is None:
+            missing = self.pending()
+            if missing:
+                raise self._reused(
+                    req,
+                    f"a request on an item the transaction never recorded, while {len(missing)} "
+                    "recorded request(s) have not been made again",
+                )
+            self.issued.add(req.rid)
+            self.added = True
+            return None
+        earlier = self.writes.get(req.rid, 0)
+        if req.op == "get" and recorded.request.op != "get":
+            if earlier:
+                raise self._start_over(req, "a read between writes of an earlier attempt")
+            return tx._read_before_write(recorded)
+        if req.op != "get" and earlier + 1 < recorded.seq:
+            if req.return_values != "NONE":
+                raise self._start_over(req, "the values around a write of an earlier attempt")
+            self.writes[req.rid] = earlier + 1
+            return {}
+        if same_request(recorded.request, req):
+            self.issued.add(req.rid)
+            return tx._replayed(recorded) if recorded.confirmed else None
+        raise self._reused(req, "the request differs from the one recorded on this item")
+
+    def check_complete(self) -> None:
+        """Before a commit: every recorded request was made again by this run."""
+        missing = self.pending()
+        if not missing:
+            return
+        if self.added:
+            self.tx._abort()  # our own requests must not commit with another work's
+        raise TransactionIdReusedError(
+            f"commit before {len(missing)} recorded request(s) were made again: the "
+            "transaction_id carries other work",
+            tx_id=self.tx.id,
+        )
+
+    def _start_over(self, req: Request, what: str) -> TransactionRolledBackError:
+        """A request whose answer the record does not keep: roll back, so the work can
+        run again from the start in a new transaction under the same id."""
+        self.tx._abort()
+        return TransactionRolledBackError(
+            f"resumed by its transaction_id, the transaction cannot answer {what} to this "
+            "item; it was rolled back so that the work runs again from the start",
+            tx_id=self.tx.id,
+            table=req.table,
+            key=req.key,
+        )
+
+    def _reused(self, req: Request, why: str) -> TransactionIdReusedError:
+        return TransactionIdReusedError(
+            f"transaction_id {self.tx.transaction_id!r:.80} is pending with other work: {why}",
+            tx_id=self.tx.id,
+            table=req.table,
+            key=req.key,
+        )
+
+
+def join(tx: Transaction, locals_: list[Local]) -> list[Local] | None:
+    """Two attempts of one id at once: requests another recorded first are ours to join.
+
+    Returns the requests to go on with, or None when the refusal was not
+    about the same items (the caller raises it). A different request on the
+    same item means the id carries other work.
+    """
+    header = tx.read_pending_header()
+    tx.record.adopt(header)
+    out: list[Local] = []
+    for local in locals_:
+        mine = tx.record.requests.get(local.request.rid)
+        if mine is None:
+            return None
+        if mine is not local and not same_request(mine.request, local.request):
+            raise TransactionIdReusedError(
+                "another attempt with this transaction_id recorded a different request on "
+                "this item",
+                tx_id=tx.id,
+                table=local.request.table,
+                key=local.request.key,
+            )
+        out.append(mine)
+    return out
