@@ -1,0 +1,136 @@
+"""The reads of a :class:`~ddbtx.transaction.TransactionManager` outside transactions.
+
+Each delegates to :mod:`ddbtx.reads` at an :class:`Isolation` level (README:
+"Reads of many items"); the manager inherits them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._items import Item
+from .resource import Table
+
+if TYPE_CHECKING:
+    from .reads import Reads
+
+
+class Isolation(enum.Enum):
+    """Read isolation levels of :meth:`TransactionManager.get_item` and the reads of many
+    items (``query``, ``scan``, ``batch_get_item``; README: "Reads of many items").
+
+    ``UNCOMMITTED`` reads the item as it is, uncommitted writes included.
+    ``COMMITTED`` never returns uncommitted data: a locked item that has a write
+    applied is read from its saved image. ``SERIALIZABLE`` takes a read lock in a
+    short transaction of its own.
+    """
+
+    UNCOMMITTED = "uncommitted"
+    COMMITTED = "committed"
+    SERIALIZABLE = "serializable"
+
+
+class ManagerReads:
+    """Reads of one item or many, at an isolation level, in boto3's request shapes."""
+
+    reads: Reads
+
+    def get_item(
+        self,
+        *,
+        TableName: str,  # noqa: N803 - boto3's parameter names
+        Key: Item,  # noqa: N803
+        isolation: Isolation = Isolation.COMMITTED,
+        ConsistentRead: bool = True,  # noqa: N803
+        **params: Any,
+    ) -> dict[str, Any]:
+        """Read one item at the given isolation level; returns ``{"Item": ...}`` or ``{}``.
+
+        ``ProjectionExpression`` and ``ExpressionAttributeNames`` work as in boto3.
+
+        Examples
+        --------
+        >>> tm.get_item(TableName="Accounts", Key={"id": {"S": "a"}})  # doctest: +SKIP
+        {'Item': {'id': {'S': 'a'}, 'balance': {'N': '90'}}}
+        """
+        params.update(TableName=TableName, Key=Key, ConsistentRead=ConsistentRead)
+        return self.reads.read("get", params, Isolation(isolation).value)
+
+    def query(self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any) -> dict[str, Any]:
+        """One page of a Query at the given isolation level, in boto3's response shape.
+
+        Takes ``Query``'s parameters (expressions, ``IndexName``, ``Limit``,
+        ``ExclusiveStartKey``, ``Select``, ...). ``COMMITTED`` returns an item
+        with an applied write as its saved image and never an item a pending
+        transaction inserted; ``UNCOMMITTED`` the items as they are, without
+        bare lock holders and pending deletes; ``SERIALIZABLE`` read-locks every
+        item returned in a short transaction. README: "Reads of many items".
+
+        Examples
+        --------
+        >>> tm.query(TableName="Orders", KeyConditionExpression="customer = :c",  # doctest: +SKIP
+        ...          ExpressionAttributeValues={":c": {"S": "alice"}})["Items"]
+        [{'customer': {'S': 'alice'}, 'order': {'S': 'o-1'}}]
+        """
+        return self.reads.read("query", params, Isolation(isolation).value)
+
+    def scan(self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any) -> dict[str, Any]:
+        """One page of a Scan at the given isolation level (see :meth:`query`).
+
+        Examples
+        --------
+        >>> tm.scan(TableName="Accounts", FilterExpression="balance < :z",  # doctest: +SKIP
+        ...         ExpressionAttributeValues={":z": {"N": "0"}})["Count"]
+        0
+        """
+        return self.reads.read("scan", params, Isolation(isolation).value)
+
+    def query_pages(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every page of a Query, following ``LastEvaluatedKey`` (a generator).
+
+        Examples
+        --------
+        >>> for page in tm.query_pages(TableName="Orders",  # doctest: +SKIP
+        ...                            KeyConditionExpression="customer = :c",
+        ...                            ExpressionAttributeValues={":c": {"S": "alice"}}):
+        ...     print(page["Count"])
+        """
+        return self.reads.pages(lambda **p: self.query(isolation=isolation, **p), params)
+
+    def scan_pages(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every page of a Scan, following ``LastEvaluatedKey`` (a generator)."""
+        return self.reads.pages(lambda **p: self.scan(isolation=isolation, **p), params)
+
+    def batch_get_item(
+        self,
+        *,
+        RequestItems: dict[str, Any],  # noqa: N803 - boto3's parameter names
+        isolation: Isolation = Isolation.COMMITTED,
+        **params: Any,
+    ) -> dict[str, Any]:
+        """``BatchGetItem`` at the given isolation level: ``Responses`` and ``UnprocessedKeys``.
+
+        Examples
+        --------
+        >>> tm.batch_get_item(RequestItems={"Accounts": {"Keys": [  # doctest: +SKIP
+        ...     {"id": {"S": "a"}}, {"id": {"S": "b"}}]}})["Responses"]["Accounts"]
+        [{'id': {'S': 'a'}, 'balance': {'N': '90'}}, {'id': {'S': 'b'}, 'balance': {'N': '10'}}]
+        """
+        params["RequestItems"] = RequestItems
+        return self.reads.batch_get_item(params, Isolation(isolation).value)
+
+    def table(self, name: str) -> Table:
+        """A boto3-``Table``-like view of a data table: Python values, ``conditions`` objects.
+
+        Examples
+        --------
+        >>> tm.table("Accounts").get_item(Key={"id": "a"})  # doctest: +SKIP
+        {'Item': {'id': 'a', 'balance': Decimal('90')}}
+        """
+        return Table(self, name)  # type: ignore[arg-type]

@@ -1,0 +1,50 @@
+"""``transact_write``'s fast path: one native ``TransactWriteItems`` call."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import schema as s
+from ._dynamo import call
+from ._requests import Request
+from .errors import DynamoDBError, InvalidRequestError, ValidationFailed
+
+logger = logging.getLogger(__name__)
+
+
+def native_write(client: Any, requests: list[Request]) -> bool:
+    """One TransactWriteItems call; False when the protocol must take over."""
+    items = []
+    for r in requests:
+        names = dict(r.params.get("ExpressionAttributeNames") or {})
+        names["#ddbtxl"] = s.ATTR_LOCK
+        # fast path: the item takes part in no protocol transaction, and the
+        # request's own condition holds; DynamoDB checks both atomically.
+        condition = "attribute_not_exists(#ddbtxl)"
+        if r.condition:
+            condition = f"({r.condition}) AND {condition}"
+        params = {k: v for k, v in r.params.items() if k != "ExpressionAttributeNames"}
+        params.update(ConditionExpression=condition, ExpressionAttributeNames=names)
+        if r.op == "update" and not r.params.get("UpdateExpression"):
+            # UpdateItem with no expression only makes sure the item exists, but an
+            # Update here needs one: removing an attribute never written is the same.
+            params["UpdateExpression"] = "REMOVE #ddbtxv"
+            names["#ddbtxv"] = s.ATTR_VERDICT
+        kind = {"put": "Put", "update": "Update", "delete": "Delete"}[r.op]
+        items.append({kind: params})
+    try:
+        # Retries after a lost response are deduplicated by DynamoDB through the
+        # ClientRequestToken botocore fills in and reuses on every attempt (10
+        # minutes). moto ignores the token and dynalite lacks the call, so this
+        # is the one step no emulator test can check.
+        call(client, "transact_write_items", TransactItems=items)
+        return True
+    except ValidationFailed as exc:
+        raise InvalidRequestError(f"DynamoDB rejected the request: {exc}") from exc
+    except DynamoDBError as exc:
+        # TransactionCanceledException (a condition: ours or the user's, or a
+        # conflicting native transaction) or an emulator without the API: the
+        # general protocol sorts out which, and gives the same result.
+        logger.debug("transact_write falls back to the protocol: %s", exc.code)
+        return False
