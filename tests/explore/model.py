@@ -102,24 +102,35 @@ def expected_item(
 
 def chain_of(listed: Listed, seen: list[Seen]) -> list[tuple[str, str]]:
     """The writes to ``listed``'s item that its entry stands for, in order: the listed one
-    (the latest) and the ``seq - 1`` writes to the item its coordinator made before it."""
+    (the latest) and the ``seq - 1`` writes to the item its coordinator made before it.
+
+    The listed call is the last one of its operation (and marker) on the item whose
+    coordinator had made exactly ``seq - 1`` writes to the item before it: a later write
+    is recorded only once the one before it returned. (A delete carries no marker, so
+    another coordinator's refused delete of the item must not be taken for it.)
+    """
     calls = [(obs, name, op, pk) for obs in seen for name, op, pk in obs.requests]
+
+    def earlier(last: int) -> list[tuple[str, str]]:
+        owner = calls[last][0].owner
+        return [
+            (op, name)
+            for obs, name, op, pk in calls[:last]
+            if obs.owner == owner and pk == listed.pk and op != "get" and obs.outcome == "ok"
+        ]
+
     mine = [
         i
         for i, (_, name, op, pk) in enumerate(calls)
-        if pk == listed.pk and op == listed.op and (listed.marker in (None, name))
+        if pk == listed.pk
+        and op == listed.op
+        and listed.marker in (None, name)
+        and len(earlier(i)) == listed.seq - 1
     ]
     if not mine:
         return [(listed.op, listed.marker or "")]
     last = mine[-1]
-    owner = calls[last][0].owner
-    earlier = [
-        (op, name)
-        for obs, name, op, pk in calls[:last]
-        if obs.owner == owner and pk == listed.pk and op != "get" and obs.outcome == "ok"
-    ]
-    kept = earlier[-(listed.seq - 1) :] if listed.seq > 1 else []
-    return [*kept, (listed.op, calls[last][1])]
+    return [*earlier(last), (listed.op, calls[last][1])]
 
 
 @dataclass
