@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from .._dynamo import call
 from ..errors import ConditionFailed, LockLostError
+from ._pace import Pace
 from ._rows import (
     Item,
     check_fraction,
@@ -361,23 +362,6 @@ def observe(
     return Watch(target, rvn, lease, now)
 
 
-class Backoff:
-    """Poll delays doubling from ``low`` up to ``high``; :meth:`reset` on progress."""
-
-    def __init__(self, low: float, high: float) -> None:
-        self._low = low
-        self._high = high
-        self._next = low
-
-    def reset(self) -> None:
-        self._next = self._low
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._high, delay * 2)
-        return delay
-
-
 class LockClient:
     """Shared plumbing of :class:`LeaseLockClient` and :class:`FifoLock`: checked
     settings, injected clocks, and the heartbeat thread of the locks it holds.
@@ -467,7 +451,7 @@ class LockClient:
         self._heartbeats = Heartbeats(
             self.heartbeat_period, f"ddbtx-{self._kind}-heartbeat-{self.owner}"
         )
-        self._paces: dict[tuple[str, str], Any] = {}  # FIFO: grant pace per lock
+        self._paces: dict[tuple[str, str], Pace] = {}  # how fast each lock changes hands
         self._paces_guard = threading.Lock()
 
     def held(self) -> list[HeldLock]:
@@ -492,6 +476,11 @@ class LockClient:
     def _check_open(self) -> None:
         if self._heartbeats.closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
+
+    def _pace(self, resource: str, row: str) -> Pace:
+        """This client's view of how fast ``resource``'s lock ``row`` changes hands."""
+        with self._paces_guard:
+            return self._paces.setdefault((resource, row), Pace())
 
     def _keep(self, lock: HeldLock) -> None:
         lock._attach(self._heartbeats, self._on_lost, self._on_danger)

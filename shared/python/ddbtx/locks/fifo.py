@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from .._dynamo import call
 from ..errors import ConditionFailed, LockError, LockNotGrantedError, ValidationFailed
-from ._held import Backoff, HeldLock, LockClient, Watch, observe
+from ._held import HeldLock, LockClient, Watch, observe
+from ._pace import Polls
 from ._rows import (
     DEFAULT_NAMESPACE,
     ENTRY,
@@ -157,11 +158,6 @@ class FifoLock(LockClient):
     _default_min_poll = 0.01
     _kind = "fifo"
 
-    def _pace(self, resource: str, namespace: str) -> _Pace:
-        with self._paces_guard:
-            pace: _Pace = self._paces.setdefault((resource, namespace), _Pace())
-            return pace
-
     def acquire(
         self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
     ) -> FifoHeldLock:
@@ -214,9 +210,8 @@ class _Waiter:
 
     def _wait(self, head: Item) -> FifoHeldLock:
         fifo = self.fifo
-        low, high = fifo._polls
-        backoff = Backoff(low, high)
-        pace = fifo._pace(self.resource, self.namespace)
+        pace = fifo._pace(self.resource, fifo_head_sk(self.namespace))
+        polls = Polls(pace, *fifo._polls)
         watch: Watch | None = None
         step: tuple[int, int] | None = None
         while True:
@@ -241,7 +236,7 @@ class _Waiter:
             if place != step:
                 # A new entry right ahead or a new holder: our turn may be one
                 # short hold away, so look again soon.
-                backoff.reset()
+                polls.progress()
                 step = place
             fresh = observe(watch, ("entry", target.ticket), target.rvn, target.lease, now)
             if fresh is watch and fresh.remaining(now) <= 0:
@@ -261,8 +256,7 @@ class _Waiter:
             if left <= 0:
                 self._leave()
                 raise self._not_granted()
-            guess = pace.pause(len(ahead), now)
-            delay = backoff.next() if guess is None else min(high, max(low, guess))
+            delay = polls.next(len(ahead), now)
             fifo._sleep(max(0.0, min(delay, fresh.remaining(now), renew_due - now, left)))
             head = self._read()
 
@@ -419,51 +413,3 @@ class _Waiter:
 
     def _expired(self, entry: Entry) -> bool:
         return entry.expires is not None and entry.expires + GC_MARGIN < self.fifo._wall()
-
-
-class _Pace:
-    """How fast tickets are served, as this client has seen the lowest ticket move.
-
-    Kept per resource and namespace across acquires, so a client that comes back
-    to a busy lock knows its pace from its first poll on. The cycle (seconds per
-    ticket) is a moving average over the moves seen; a pause in the traffic longer
-    than ``_IDLE`` cycles starts afresh."""
-
-    _WEIGHT = 0.3
-    _IDLE = 20
-
-    def __init__(self) -> None:
-        self._last: tuple[int, float] | None = None  # lowest ticket, when first seen
-        self.cycle: float | None = None
-
-    def observe(self, lowest: int, now: float) -> None:
-        last = self._last
-        if last is not None and self.cycle is not None and now - last[1] > self._IDLE * self.cycle:
-            self.cycle = None
-        if last is None or lowest < last[0]:
-            self._last = (lowest, now)
-        elif lowest > last[0]:
-            sample = (now - last[1]) / (lowest - last[0])
-            self.cycle = sample if self.cycle is None else (
-                (1 - self._WEIGHT) * self.cycle + self._WEIGHT * sample
-            )  # fmt: skip
-            self._last = (lowest, now)
-
-    def pause(self, ahead: int, now: float) -> float | None:
-        """How long to sleep before looking again, from the measured pace; ``None``
-        while unknown (then the caller backs off).
-
-        Further back than second in line: until about one grant before it is
-        second (at least half the expected time). Second in line: half the time
-        until the current holder is expected to be done (its hold counted from
-        when this client first saw it hold, which is late by up to a poll: the
-        half keeps the measured cycle from growing on its own lateness);
-        ``None`` once that moment has passed.
-        """
-        if self.cycle is None or self._last is None:
-            return None
-        if ahead <= 1:
-            left = self._last[1] + self.cycle - now
-            return left / 2 if left > 0 else None
-        until_second = (ahead - 1) * self.cycle
-        return max(until_second / 2, until_second - self.cycle)

@@ -12,7 +12,8 @@ from typing import Any
 
 from .._dynamo import call
 from ..errors import ConditionFailed, LockNotGrantedError
-from ._held import Backoff, HeldLock, LockClient, Watch, observe
+from ._held import HeldLock, LockClient, Watch, observe
+from ._pace import Backoff
 from ._rows import (
     CLAIM,
     CLAIM_RVN,
