@@ -11,6 +11,7 @@ from .. import schema
 from .._dynamo import call
 from ..errors import ConditionFailed, TableNotFound
 from ..tables import create_table_if_missing
+from ._line import entries as line_entries
 from ._rows import (
     EXPIRES,
     FENCE,
@@ -27,7 +28,6 @@ from ._rows import (
     get_str,
     parse_fifo_sk,
 )
-from .fifo import entries as fifo_entries
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def _rows(item: Item) -> list[LockRow]:
     namespace, ticket = parsed
     if ticket is not None:
         return []  # a queue row of the earlier layout: nobody reads it, the sweeper removes it
-    queue = fifo_entries(item)
+    queue = line_entries(item)
     if not queue:
         return [LockRow(resource, "fifo", namespace, "free", None, get_int(item, NEXT))]
     holder, *waiters = queue
