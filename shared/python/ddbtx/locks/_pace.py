@@ -1,9 +1,8 @@
 """When a waiter looks again: paced by how fast it has seen the lock change hands,
 at once (a few times) when its turn is due, else backing off.
 
-Shared by the FIFO lock (a waiter knows its place from the head row) and the
-lease lock (the claimer is first in line; the others estimate their place from
-the fencing counter they saw when they began to wait).
+Shared by the FIFO lock and the lease lock: a waiter knows its place from the
+line on the row it polls.
 """
 
 from __future__ import annotations
@@ -50,6 +49,8 @@ class Pace:
     def __init__(self) -> None:
         self._last: tuple[int, float] | None = None  # the counter, when first seen
         self.cycle: float | None = None
+        #: Others were waiting in line when this client last got the lock.
+        self.crowded = False
 
     def observe(self, counter: int, now: float) -> None:
         last = self._last
