@@ -70,6 +70,8 @@ COUNT: Final = "n"  #: N, FIFO head and lease row: how many entries are in line
 ENTRY_TICKET: Final = "t_"  #: prefix of a FIFO entry's ticket attribute (N)
 ENTRY: Final = "w_"  #: prefix of a FIFO entry's map attribute: owner, rvn, lease, exp
 ACQUIRED_AT: Final = "at"  #: N, mutex: wall-clock acquire time (display only)
+#: M, the last break of the row (who, when, whose grant): only a break writes it
+BROKEN: Final = "brk"
 
 _NAMES: Final = {
     "#pk": schema.LOCK_PK,
@@ -88,6 +90,7 @@ _NAMES: Final = {
     "#held": HELD,
     "#ticket": TICKET,
     "#at": ACQUIRED_AT,
+    "#brk": BROKEN,
     "#n": COUNT,
 }
 _NAME_TOKEN = re.compile(r"#\w+")
