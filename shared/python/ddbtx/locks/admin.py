@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from .. import schema
 from .._dynamo import call
@@ -14,6 +14,7 @@ from ..tables import create_table_if_missing
 from ._line import Entry
 from ._line import entries as line_entries
 from ._rows import (
+    ACQUIRED_AT,
     EXPIRES,
     FENCE,
     HOLD,
@@ -50,6 +51,12 @@ SWEEP_FILTER = (
 # changes the rvn), keeping the fencing counter.
 SWEEP_FREE = "#rvn = :rvn AND #exp = :exp AND attribute_exists(#fence)"
 _FREE = "REMOVE #owner, #rvn, #at, #exp"
+#: Every attribute the sweep's UpdateItem names (keys included): the CDK app lets the
+#: sweeper update the locks table with these only, so it cannot break a lock (a break
+#: always writes ``brk``, and lease and FIFO holders live in other attributes).
+SWEEP_FREE_ATTRIBUTES: Final = (
+    schema.LOCK_PK, schema.LOCK_SK, OWNER, RVN, ACQUIRED_AT, EXPIRES, FENCE,
+)  # fmt: skip
 # Sweep delete: the row is exactly as read (a heartbeat changes rvn and TTL, a
 # new acquire changes rvn) and still carries no counter.
 SWEEP_DELETE = (
