@@ -193,6 +193,8 @@ _LABELS = {
     ("UpdateItem", lease_module.LEASE_TAKEOVER): "takeover",
     ("UpdateItem", lease_module.LEASE_TAKEOVER_FIRST): "takeover",
     ("UpdateItem", lease_module.LEASE_RELEASE): "release",
+    ("UpdateItem", lease_module.LEASE_HANDOFF): "release (hands over)",
+    ("UpdateItem", lease_module.LEASE_DATA): "data of a handed grant",
     ("UpdateItem", lease_module.LEASE_RENEW): "heartbeat",
     ("UpdateItem", fifo_module.FIFO_ENTER): "enter line (ticket + entry)",
     ("UpdateItem", fifo_module.FIFO_TRY): "try once",

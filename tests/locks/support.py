@@ -199,6 +199,7 @@ class Log:
         self.vt = vt
         self.resource = resource
         self.grants: list[tuple[str, int, float]] = []
+        self.data: list[bytes | None] = []  # each grant's data (lease locks)
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
 
@@ -210,6 +211,7 @@ class Log:
                 with lock_client.acquire(self.resource, **options) as lock:
                     with self._lock:
                         self.grants.append((lock_client.owner, lock.fencing_token, self.vt.now()))
+                        self.data.append(lock.data)
                     self.vt.sleep(hold_for)
             except BaseException as exc:  # asserted on by the test
                 self.errors.append(exc)

@@ -16,7 +16,7 @@ from ddbtx.locks import LeaseLockClient, LockNotGrantedError, list_locks
 from ddbtx.locks import lease as lease_module
 
 from .conftest import LEASE, MAX_POLL, R
-from .support import Log, LoseOnce, VirtualTime, wait_until
+from .support import Log, LoseOnce, Stall, VirtualTime, wait_until
 
 MakeLock = Callable[..., Any]
 Freeze = Callable[[Any, str], None]
@@ -304,3 +304,136 @@ def test_given_a_waiter_in_line_behind_a_dead_holder_when_tried_once_then_the_wa
     # Then: the waiter in line took the dead holder's lock, never the wait=0 caller
     assert log.owners == ["w"]
     assert [token for _, token, _ in log.grants] == [2]
+
+
+# --- the release hands the lock to the first in line ------------------------------------------
+
+
+def test_given_a_waiter_in_line_at_the_grant_when_released_then_one_write_hands_it_over(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given: w1 is granted while w2 waits behind it (so w1's grant shows w2 first in line)
+    h, w1, w2 = (make_lock(LeaseLockClient, n) for n in ("h", "w1", "w2"))
+    lock = h.acquire(R)
+    with count_requests(w1.client) as first, count_requests(w2.client) as second:
+        threads = queue(vt, log, ddb, locks, w1, w2)
+        # When h releases (w1 takes the free lock with a grant), then w1 releases
+        lock.release()
+        join(vt, threads)
+    # Then w1's release was the handoff, and w2 never wrote a grant: its entry, polls,
+    # and its own release only
+    assert [(owner, token) for owner, token, _ in log.grants] == [("w1", 2), ("w2", 3)]
+    assert first.by_operation["UpdateItem"] == 4  # try, entry, grant, release (the handoff)
+    assert second.by_operation["UpdateItem"] == 3  # try, entry, release
+    assert line(ddb, locks) == []
+    assert fast_path_costs_one_request(make_lock) == 4
+
+
+def handed_over(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log, **options: Any
+) -> tuple[Any, Any, Any]:
+    """h holds with w (with ``options``) first in line behind it at h's grant: (h's lock,
+    w's client, w's thread)."""
+    h0, h, w = (make_lock(LeaseLockClient, n) for n in ("h0", "h", "w"))
+    first = h0.acquire(R)
+    granted: list[Any] = []
+    thread_h = vt.spawn(lambda: granted.append(h.acquire(R)))
+    wait_until(lambda: "h" in dict(line(ddb, locks)), "h in line")
+    thread_w = vt.spawn(log.waiter(w, **options))
+    wait_until(lambda: "w" in dict(line(ddb, locks)), "w in line")
+    first.release()
+    join(vt, [thread_h])
+    (lock,) = granted
+    return lock, w, thread_w
+
+
+def test_given_the_first_in_line_with_data_when_handed_the_lock_then_it_writes_its_data(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given
+    lock, _, thread = handed_over(make_lock, ddb, locks, vt, log, data=b"w's payload")
+    # When
+    assert lock.release() is True
+    join(vt, [thread])
+    # Then: the grant handed over carries w's data
+    assert [(owner, token) for owner, token, _ in log.grants] == [("w", 3)]
+    assert log.data == [b"w's payload"]
+    assert fast_path_costs_one_request(make_lock) == 4
+
+
+def test_given_the_next_in_line_left_when_released_then_a_plain_release_frees_the_lock(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given: w was first in line at h's grant, then its wait ran out
+    lock, _, thread = handed_over(make_lock, ddb, locks, vt, log, wait=5.0)
+    join(vt, [thread])
+    assert isinstance(log.errors[0], LockNotGrantedError)
+    # When
+    with count_requests(lock._lc.client) as releasing:
+        released = lock.release()
+    # Then: the handoff failed (w left), and the plain release freed the lock
+    assert released is True
+    assert releasing.by_operation == {"UpdateItem": 2}
+    assert line(ddb, locks) == [] and holder(ddb, locks) == (None, 2)
+    assert fast_path_costs_one_request(make_lock) == 3
+
+
+def test_given_a_lost_handoff_answer_when_the_sdk_retries_then_released_once(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given: h's handoff to w is applied, its answer lost
+    lock, _, thread = handed_over(make_lock, ddb, locks, vt, log)
+    lost = LoseOnce(
+        lock._lc.client,
+        "UpdateItem",
+        lambda p: p["ConditionExpression"] == lease_module.LEASE_HANDOFF,
+    )
+    # When
+    released = lock.release()
+    join(vt, [thread])
+    # Then: done once (w counted out of the line once), and w got it
+    assert lost.fired and released is True
+    assert [(owner, token) for owner, token, _ in log.grants] == [("w", 3)]
+    assert fast_path_costs_one_request(make_lock) == 4
+
+
+def test_given_a_waiter_whose_wait_ran_out_when_handed_the_lock_then_it_releases_it(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given: w's wait ran out and its leaving is held just before it is sent
+    lock, w, thread = handed_over(make_lock, ddb, locks, vt, log, wait=5.0)
+    beating = vt.every(4.0, lock.heartbeat)
+    leaving = Stall(w.client, "UpdateItem", vt)
+    with vt.idle():
+        assert leaving.reached.wait(30)
+    beating.set()
+    # When: h's release hands w the lock, and then w's leaving goes out
+    assert lock.release() is True
+    leaving.go()
+    join(vt, [thread])
+    # Then: w found itself holding, released it and reported that it was not granted
+    assert isinstance(log.errors[0], LockNotGrantedError) and log.grants == []
+    assert line(ddb, locks) == [] and holder(ddb, locks) == (None, 3)
+    assert fast_path_costs_one_request(make_lock) == 4
+
+
+def test_given_a_dead_waiter_handed_the_lock_then_the_next_takes_it_over_after_a_lease(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log, freeze: Freeze
+) -> None:
+    # Given: h holds with a dead waiter first in line at its grant, and w2 behind it
+    h0, h = make_lock(LeaseLockClient, "h0"), make_lock(LeaseLockClient, "h")
+    first = h0.acquire(R)
+    granted: list[Any] = []
+    thread_h = vt.spawn(lambda: granted.append(h.acquire(R)))
+    wait_until(lambda: "h" in dict(line(ddb, locks)), "h in line")
+    freeze(make_lock(LeaseLockClient, "dead"), R)
+    threads = queue(vt, log, ddb, locks, make_lock(LeaseLockClient, "w2"))
+    first.release()
+    join(vt, [thread_h])
+    # When: h's release hands the lock to the dead waiter
+    released_at = vt.now()
+    assert granted[0].release() is True
+    join(vt, threads)
+    # Then: w2, first in line behind the new (dead) holder, took it over a lease later
+    assert [(owner, token) for owner, token, _ in log.grants] == [("w2", 4)]
+    assert LEASE <= log.grants[0][2] - released_at <= LEASE + MAX_POLL

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Self
 
+from .. import schema
 from .._dynamo import call
 from ..errors import ConditionFailed, LockLostError
 from ._pace import Pace
@@ -92,6 +93,7 @@ class HeldLock:
         self._key = row_key
         self._clock = lock_client._clock
         self._confirmed = confirmed_at
+        self._granted = confirmed_at
         self._state: State = "held"
         self._io = threading.Lock()
         self._keeper: Heartbeats | None = None
@@ -108,7 +110,12 @@ class HeldLock:
 
     # -- the two writes a held lock makes ----------------------------------------
 
-    def _write(self, texts: tuple[str, str], values: dict[str, object]) -> None:
+    def _write(
+        self,
+        texts: tuple[str, str],
+        values: dict[str, object],
+        names: dict[str, str] | None = None,
+    ) -> None:
         """One conditional write of this grant's row; :class:`ConditionFailed` if not ours."""
         condition, update = texts
         call(
@@ -124,7 +131,7 @@ class HeldLock:
                     **self._extra_values,
                     **values,
                 },
-                names=self._extra_names,
+                names={**self._extra_names, **(names or {})},
                 ConditionExpression=condition,
                 UpdateExpression=update,
             ),
@@ -211,6 +218,7 @@ class HeldLock:
                 self._state = "abandoned"
                 raise
             self._state = "released"
+            self._lc._released(self, started - self._granted)
             return True
 
     def __enter__(self) -> HeldLock:
@@ -409,7 +417,7 @@ class LockClient:
 
     _default_lease = 10.0
     _default_heartbeat = 3.0
-    _default_min_poll = 0.05
+    _default_min_poll = 0.01
     _kind = "lock"
 
     def __init__(
@@ -476,6 +484,11 @@ class LockClient:
     def _check_open(self) -> None:
         if self._heartbeats.closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
+
+    def _released(self, lock: HeldLock, held_for: float) -> None:
+        """``lock`` was released after ``held_for`` seconds: how long this client's holds
+        of it last tells its waiters when a holder is due."""
+        self._pace(lock.resource, lock._key[schema.LOCK_SK]["S"]).held(held_for)
 
     def _pace(self, resource: str, row: str) -> Pace:
         """This client's view of how fast ``resource``'s lock ``row`` changes hands."""

@@ -18,7 +18,6 @@ once it is free (or its holder is dead).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -146,6 +145,13 @@ class LineWaiter:
     def not_granted(self) -> LockNotGrantedError:
         raise NotImplementedError
 
+    def handed(self, row: Item) -> HeldLock | None:
+        """Our entry is gone from ``row``: the lock if a release handed it to us."""
+        return None
+
+    def left_too_late(self) -> None:
+        """Leaving found our entry gone: undo a handoff to us, if that is why."""
+
     # -- waiting -------------------------------------------------------------------
 
     def wait_in_line(self, row: Item) -> HeldLock:
@@ -159,6 +165,9 @@ class LineWaiter:
             line = entries(row, lc.lease_duration)
             mine = next((e for e in line if e.hold == self.hold), None)
             if mine is None or mine.ticket != self.ticket:
+                handed = self.handed(row)
+                if handed is not None:
+                    return handed
                 row = self.reenter()  # judged dead while alive (paused for a lease)
                 watch = None
                 continue
@@ -287,9 +296,10 @@ class LineWaiter:
         if not self.entered:
             return
         self.entered = False
-        # If the entry was removed meanwhile (judged dead), there is nothing to do.
-        with contextlib.suppress(ConditionFailed):
+        try:
             self.update(LINE_LEAVE, LEAVE, {":ticket": self.ticket, ":minus": -1}, self.names)
+        except ConditionFailed:  # removed meanwhile: judged dead, or handed the lock
+            self.left_too_late()
 
     def leave_quietly(self) -> None:
         """Remove our entry, if any, without masking what is under way."""

@@ -99,7 +99,6 @@ class FifoLock(LockClient):
 
     _default_lease = 60.0
     _default_heartbeat = 30.0
-    _default_min_poll = 0.01
     _kind = "fifo"
 
     def acquire(

@@ -11,6 +11,7 @@ one request.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -20,14 +21,14 @@ from typing import Any, cast
 from .._dynamo import call
 from ..errors import ConditionFailed, LockError, LockNotGrantedError
 from ._held import HeldLock, LockClient, Watch, observe
-from ._line import Entry, LineWaiter, entries
+from ._line import Entry, LineWaiter, entries, entry_names
 from ._rows import (
-    COUNT,
     DATA,
     FENCE,
     HOLD,
     LEASE,
     LEASE_SK,
+    RELEASED,
     RVN,
     Item,
     check_resource,
@@ -38,6 +39,7 @@ from ._rows import (
     get_num,
     get_str,
     key,
+    new_id,
     was_retried,
 )
 
@@ -63,6 +65,13 @@ LEASE_TAKEOVER_FIRST = "#rvn = :seen AND attribute_exists(#t)"
 LEASE_RENEW = "#hold = :hold"
 # Release this grant; "#rel = :hold" accepts the replay of our own applied release.
 LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
+# Release by handing the lock to the first in line (as our grant showed it): this
+# grant is still the one on the row and that entry is still in line (no lower ticket
+# can have appeared). No replay branch (it counts the entry out of the line): a
+# retry that fails reads the row, whose #rel then names us.
+LEASE_HANDOFF = "#hold = :hold AND attribute_exists(#t)"
+# Set the data of a grant handed to us (the handoff cannot know it).
+LEASE_DATA = "#hold = :hold"
 
 # A grant also clears the last release's mark: a release replayed after this
 # grant (its first attempt applied, its answer lost) must then fail its condition
@@ -73,6 +82,10 @@ _GRANT = (
 )
 _RENEW = "SET #rvn = :rvn, #exp = :exp"
 _RELEASE = "SET #rel = :hold REMOVE #hold, #owner, #rvn, #exp, #data"
+_HANDOFF = (
+    "SET #rel = :hold, #hold = :next, #owner = :nowner, #rvn = :nrvn, #lease = :nlease,"
+    " #exp = :nexp ADD #fence :one, #n :minus REMOVE #t, #w, #data"
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,37 @@ class LeaseLock(HeldLock):
 
     _renew_write = (LEASE_RENEW, _RENEW)
     _release_write = (LEASE_RELEASE, _RELEASE)
+    #: The first in line when this lock was granted: the release hands it the lock.
+    _next: Entry | None = None
+
+    def _end(self) -> None:
+        following = self._next
+        if following is not None:
+            values: dict[str, object] = {
+                ":next": following.hold,
+                ":nowner": following.owner or "",
+                ":nrvn": new_id(),
+                ":nlease": following.lease,
+                ":nexp": self._lc._wall() + following.lease,
+                ":one": 1,
+                ":minus": -1,
+            }
+            try:
+                self._write((LEASE_HANDOFF, _HANDOFF), values, entry_names(following.hold))
+            except ConditionFailed as exc:
+                if was_retried(exc) and get_str(self._row(), RELEASED) == self._hold:
+                    return  # our handoff was applied; its answer was lost
+                # It left the line (or this grant is gone, which the release finds).
+            else:
+                return
+        super()._end()
+
+    def _row(self) -> Item:
+        item: Item = call(
+            self._lc.client, "get_item", TableName=self._lc.table, Key=self._key,
+            ConsistentRead=True,
+        ).get("Item", {})  # fmt: skip
+        return item
 
 
 class LeaseLockClient(LockClient):
@@ -246,16 +290,24 @@ class LeaseLockClient(LockClient):
                 response = getattr(exc.__cause__, "response", None)
                 old = response.get("Item") if isinstance(response, dict) else None
                 return old or None
-        self._pace(resource, LEASE_SK).crowded = bool(get_int(item, COUNT))
+        return self._held(resource, hold, item, sent)
+
+    def _held(self, resource: str, hold: str, item: Item, confirmed_at: float) -> LeaseLock:
+        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it."""
+        line = entries(item, self.lease_duration)
+        self._pace(resource, LEASE_SK).crowded = bool(line)
         lock = LeaseLock(
             self,
             hold=hold,
             row_key=key(resource, LEASE_SK),
             resource=resource,
             fencing_token=get_int(item, FENCE) or 0,
-            confirmed_at=sent,
+            confirmed_at=confirmed_at,
             data=get_bytes(item, DATA),
         )
+        lock._next = line[0] if line else None
+        if self.heartbeat_period >= lock.remaining():
+            lock.heartbeat()  # the thread's first beat could come after the lease
         self._keep(lock)
         return lock
 
@@ -327,6 +379,37 @@ class _Acquire(LineWaiter):
 
     def counter(self, row: Item, line: list[Entry]) -> int:
         return get_int(row, FENCE) or 0
+
+    def handed(self, row: Item) -> HeldLock | None:
+        """The holder's release handed us the lock (and removed our entry)."""
+        if get_str(row, HOLD) != self.hold:
+            return None
+        self.entered = False
+        lc = self.lc
+        if self.data is not None:  # the handoff could not know it
+            row = call(
+                lc.client,
+                "update_item",
+                TableName=lc.table,
+                Key=self.row_key,
+                ReturnValues="ALL_NEW",
+                **expressions(
+                    {":hold": self.hold, ":data": self.data},
+                    ConditionExpression=LEASE_DATA,
+                    UpdateExpression="SET #data = :data",
+                ),
+            )["Attributes"]
+        # Whoever watches the new holder started after the handoff, which came after
+        # our last entry write: our lease counts from that write's send time.
+        return lc._held(self.resource, self.hold, row, self.renewed_at)
+
+    def left_too_late(self) -> None:
+        """Our wait ran out while a release handed us the lock: release it."""
+        if get_str(self.read(), HOLD) != self.hold:
+            return
+        with contextlib.suppress(ConditionFailed):
+            self.update(LEASE_RELEASE, _RELEASE, {":hold": self.hold}, {})
+        logger.info("released %r: handed over after the wait ran out", self.resource)
 
     def holders(self, row: Item) -> int:
         return 1 if HOLD in row else 0
