@@ -437,3 +437,22 @@ def test_given_a_dead_waiter_handed_the_lock_then_the_next_takes_it_over_after_a
     # Then: w2, first in line behind the new (dead) holder, took it over a lease later
     assert [(owner, token) for owner, token, _ in log.grants] == [("w2", 4)]
     assert LEASE <= log.grants[0][2] - released_at <= LEASE + MAX_POLL
+
+
+def test_given_a_waiter_that_came_during_the_hold_when_a_heartbeat_saw_it_then_handed_over(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given: h got the lock with nobody in line; w came later; h heartbeat since
+    h, w = make_lock(LeaseLockClient, "h"), make_lock(LeaseLockClient, "w")
+    lock = h.acquire(R)
+    with count_requests(w.client) as waiting:
+        threads = queue(vt, log, ddb, locks, w)
+        assert lock.heartbeat() is True
+        # When
+        with count_requests(h.client) as releasing:
+            assert lock.release() is True
+        join(vt, threads)
+    # Then: the release was the handoff the heartbeat learned of; w wrote no grant
+    assert dict(releasing.by_operation) == {"UpdateItem": 1}
+    assert waiting.by_operation["UpdateItem"] == 3  # try, entry, release
+    assert [(owner, token) for owner, token, _ in log.grants] == [("w", 2)]

@@ -115,10 +115,12 @@ class HeldLock:
         texts: tuple[str, str],
         values: dict[str, object],
         names: dict[str, str] | None = None,
-    ) -> None:
-        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours."""
+        **params: Any,
+    ) -> Item:
+        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours.
+        The row after it, where ``params`` ask for it (``ReturnValues``)."""
         condition, update = texts
-        call(
+        response: dict[str, Any] = call(
             self._lc.client,
             "update_item",
             TableName=self._lc.table,
@@ -135,7 +137,10 @@ class HeldLock:
                 ConditionExpression=condition,
                 UpdateExpression=update,
             ),
+            **params,
         )
+        attributes: Item = response.get("Attributes", {})
+        return attributes
 
     def _renew(self) -> None:
         expires = self._lc._wall() + self.lease_duration

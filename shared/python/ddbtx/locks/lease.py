@@ -110,8 +110,17 @@ class LeaseLock(HeldLock):
 
     _renew_write = (LEASE_RENEW, _RENEW)
     _release_write = (LEASE_RELEASE, _RELEASE)
-    #: The first in line when this lock was granted: the release hands it the lock.
+    #: The first in line when this lock was granted or last renewed: the release hands
+    #: it the lock.
     _next: Entry | None = None
+
+    def _renew(self) -> None:
+        expires = self._lc._wall() + self.lease_duration
+        row = self._write(
+            self._renew_write, {":rvn": new_id(), ":exp": expires}, ReturnValues="ALL_NEW"
+        )
+        line = entries(row, self.lease_duration)
+        self._next = line[0] if line else None
 
     def _end(self) -> None:
         following = self._next
