@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Self
 
-from .. import schema
 from .._dynamo import call
 from ..errors import ConditionFailed, LockLostError
 from ._pace import Pace
@@ -93,7 +92,6 @@ class HeldLock:
         self._key = row_key
         self._clock = lock_client._clock
         self._confirmed = confirmed_at
-        self._granted = confirmed_at
         self._state: State = "held"
         self._io = threading.Lock()
         self._keeper: Heartbeats | None = None
@@ -223,7 +221,6 @@ class HeldLock:
                 self._state = "abandoned"
                 raise
             self._state = "released"
-            self._lc._released(self, started - self._granted)
             return True
 
     def __enter__(self) -> HeldLock:
@@ -393,7 +390,7 @@ class LockClient:
     heartbeat_period : float
         Seconds between heartbeats; must be shorter than the lease.
     min_poll, max_poll : float, optional
-        A waiter's poll delay doubles from ``min_poll`` (default 50 ms; FIFO: 10 ms) up to
+        A waiter's poll delay doubles from ``min_poll`` (default 10 ms) up to
         ``max_poll`` (default 1 s, or the heartbeat period if shorter). A sleep
         never runs past the moment the watched lease would run out.
     on_lost : callable, optional
@@ -489,11 +486,6 @@ class LockClient:
     def _check_open(self) -> None:
         if self._heartbeats.closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
-
-    def _released(self, lock: HeldLock, held_for: float) -> None:
-        """``lock`` was released after ``held_for`` seconds: how long this client's holds
-        of it last tells its waiters when a holder is due."""
-        self._pace(lock.resource, lock._key[schema.LOCK_SK]["S"]).held(held_for)
 
     def _pace(self, resource: str, row: str) -> Pace:
         """This client's view of how fast ``resource``'s lock ``row`` changes hands."""

@@ -51,16 +51,6 @@ class Pace:
         self.cycle: float | None = None
         #: Others were waiting in line when this client last got the lock.
         self.crowded = False
-        #: How long this client's own holds last, on average: a waiter first in line
-        #: looks again when the holder is due by that, not a whole grant cycle (which
-        #: also counts the handoff) after the holder started.
-        self.hold: float | None = None
-
-    def held(self, seconds: float) -> None:
-        """One of this client's holds lasted ``seconds``."""
-        self.hold = seconds if self.hold is None else (
-            (1 - self._WEIGHT) * self.hold + self._WEIGHT * seconds
-        )  # fmt: skip
 
     def observe(self, counter: int, now: float) -> None:
         last = self._last
@@ -88,10 +78,7 @@ class Pace:
         """
         if self.cycle is None or self._last is None:
             return None
-        # The current holder is expected to be done after a hold (a whole cycle if
-        # holds are not measured), each one after it after a cycle.
-        first_done = self.cycle if self.hold is None else min(self.hold, self.cycle)
-        turn = self._last[1] + first_done + (ahead - 1) * self.cycle  # our grant expected
+        turn = self._last[1] + ahead * self.cycle  # when our grant is expected
         if ahead <= 1:
             left = turn - now
             return left / 2 if left > 0 else None
