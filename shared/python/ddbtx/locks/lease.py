@@ -28,7 +28,6 @@ from ._rows import (
     HOLD,
     LEASE,
     LEASE_SK,
-    RELEASED,
     RVN,
     Item,
     check_resource,
@@ -68,7 +67,7 @@ LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
 # Release by handing the lock to the first in line (as our grant showed it): this
 # grant is still the one on the row and that entry is still in line (no lower ticket
 # can have appeared). No replay branch (it counts the entry out of the line): a
-# retry that fails reads the row, whose #rel then names us.
+# retry that fails reads the row instead.
 LEASE_HANDOFF = "#hold = :hold AND attribute_exists(#t)"
 # Set the data of a grant handed to us (the handoff cannot know it).
 LEASE_DATA = "#hold = :hold"
@@ -134,12 +133,17 @@ class LeaseLock(HeldLock):
                 ":one": 1,
                 ":minus": -1,
             }
+            sent = self._clock()
             try:
                 self._write((LEASE_HANDOFF, _HANDOFF), values, entry_names(following.hold))
             except ConditionFailed as exc:
-                if was_retried(exc) and get_str(self._row(), RELEASED) == self._hold:
-                    return  # our handoff was applied; its answer was lost
-                # It left the line (or this grant is gone, which the release finds).
+                # Within our lease nobody else can take the lock, so if a retried
+                # handoff finds it no longer ours, the first attempt was applied (the
+                # new holder may even have released it since).
+                ours = sent - self._confirmed < self.lease_duration
+                if was_retried(exc) and ours and get_str(self._row(), HOLD) != self._hold:
+                    return
+                # That waiter left the line (or this grant is gone: the release finds it).
             else:
                 return
         super()._end()
