@@ -189,11 +189,14 @@ PEERS = {
 
 _LABELS = {
     ("UpdateItem", lease_module.LEASE_GRANT_FREE): "grant try",
+    ("UpdateItem", lease_module.LEASE_GRANT_FIRST): "grant (first in line)",
     ("UpdateItem", lease_module.LEASE_TAKEOVER): "takeover",
+    ("UpdateItem", lease_module.LEASE_TAKEOVER_FIRST): "takeover",
     ("UpdateItem", lease_module.LEASE_RELEASE): "release",
-    ("UpdateItem", lease_module.LEASE_CLAIM): "claim",
-    ("UpdateItem", lease_module.LEASE_CLAIMED): "claim renew/drop",
-    ("UpdateItem", fifo_module.FIFO_ENTER): "enter (ticket + entry)",
+    ("UpdateItem", lease_module.LEASE_HANDOFF): "release (hands over)",
+    ("UpdateItem", lease_module.LEASE_DATA): "data of a handed grant",
+    ("UpdateItem", lease_module.LEASE_RENEW): "heartbeat",
+    ("UpdateItem", fifo_module.FIFO_ENTER): "enter line (ticket + entry)",
     ("UpdateItem", fifo_module.FIFO_TRY): "try once",
     ("UpdateItem", fifo_module.FIFO_SKIP): "skip a dead entry",
     ("UpdateItem", mutex_module.MUTEX_ACQUIRE): "grant try",
@@ -206,9 +209,11 @@ def label(operation: str, params: dict[str, Any]) -> str:
     condition = params.get("ConditionExpression")
     update = params.get("UpdateExpression", "")
     if operation == "UpdateItem" and condition == fifo_module.FIFO_LEAVE:
-        return "release / leave" if update.startswith("REMOVE") else "heartbeat"
-    if operation == "UpdateItem" and condition == lease_module.LEASE_RENEW:
-        return "heartbeat"
+        # An entry's own write: its heartbeat, or leaving (on a FIFO head, releasing)
+        if not update.startswith("REMOVE"):
+            return "heartbeat"
+        lease_row = params.get("Key", {}).get("sk", {}).get("S") == "lease"
+        return "leave line" if lease_row else "release / leave"
     if operation in ("GetItem", "Query", "BatchGetItem"):
         return f"poll ({operation})"
     return _LABELS.get((operation, condition), f"{operation} ({condition})")

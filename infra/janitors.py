@@ -258,8 +258,9 @@ class Janitors(Construct):
             )
             for shape in (sweeper_shape, recovery_shape)
         )
-        for janitor in self.all:
-            tables.grant_janitor_access(janitor.function)
+        # Both settle transactions and sweep; only the recovery function breaks locks.
+        tables.grant_janitor_access(self.sweeper.function, breaks_locks=False)
+        tables.grant_janitor_access(self.recovery.function, breaks_locks=True)
 
         self.schedule = events.Rule(
             self,

@@ -16,6 +16,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from ddbtx import schema
+from ddbtx.locks.admin import SWEEP_FREE_ATTRIBUTES
 from infra.config import DeployConfig, KeyAttribute
 
 _ATTRIBUTE_TYPES: Final = {
@@ -44,8 +45,14 @@ IMAGES_ACTIONS: Final = (
     "dynamodb:DeleteItem",
 )
 #: The lock rows: expired queue rows are deleted, a dead holder's mutex is freed in
-#: place (UpdateItem; the row keeps its fencing counter).
+#: place (UpdateItem; the row keeps its fencing counter), and the recovery function
+#: breaks a lock whose holder is gone (UpdateItem).
 LOCKS_ACTIONS: Final = (*IMAGES_ACTIONS, "dynamodb:UpdateItem")
+#: The sweeper's UpdateItem on the locks table names only the attributes of freeing an
+#: expired mutex: a break (which always writes ``brk``) is the recovery function's alone.
+SWEEPER_LOCK_UPDATE_CONDITION: Final = {
+    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(SWEEP_FREE_ATTRIBUTES)}
+}
 DATA_ACTIONS: Final = (
     "dynamodb:GetItem",
     "dynamodb:PutItem",
@@ -73,7 +80,7 @@ class Tables(Construct):
     Examples
     --------
     >>> tables = Tables(stack, "Tables", config=DeployConfig())  # doctest: +SKIP
-    >>> tables.grant_janitor_access(sweeper)  # doctest: +SKIP
+    >>> tables.grant_janitor_access(sweeper, breaks_locks=False)  # doctest: +SKIP
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: DeployConfig) -> None:
@@ -113,13 +120,16 @@ class Tables(Construct):
             else [self._owned_data_table()]
         )
 
-    def grant_janitor_access(self, grantee: iam.IGrantable) -> None:
+    def grant_janitor_access(self, grantee: iam.IGrantable, *, breaks_locks: bool) -> None:
         """Give a janitor exactly the table actions it uses, and nothing on other tables.
 
         Parameters
         ----------
         grantee
             The janitor function (or its role).
+        breaks_locks
+            Whether it may break locks (the recovery function): any UpdateItem on
+            the locks table. Otherwise only the sweep's (freeing an expired mutex).
         """
         _grant(grantee, self.transactions, TRANSACTIONS_ACTIONS)
         # Only the sweep index, not ``index/*``: no other index exists or is read.
@@ -129,7 +139,16 @@ class Tables(Construct):
             resource_arns=[f"{self.transactions.table_arn}/index/{schema.SWEEP_INDEX}"],
         )
         _grant(grantee, self.images, IMAGES_ACTIONS)
-        _grant(grantee, self.locks, LOCKS_ACTIONS)
+        if breaks_locks:
+            _grant(grantee, self.locks, LOCKS_ACTIONS)
+        else:
+            _grant(grantee, self.locks, IMAGES_ACTIONS)
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=["dynamodb:UpdateItem"],
+                resource_arns=[self.locks.table_arn],
+                conditions=SWEEPER_LOCK_UPDATE_CONDITION,
+            )
         for table in self.data_tables:
             _grant(grantee, table, DATA_ACTIONS)
             # Only the lock index: an imported table's other indexes stay out of reach.

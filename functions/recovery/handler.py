@@ -1,4 +1,5 @@
-"""Manual recovery: inspect or settle one transaction, sweep now, or break one stray lock.
+"""Manual recovery: inspect or settle one transaction, sweep now, break one stray item
+lock, or break one lock row (mutex, lease or FIFO) whose holder is gone.
 
 Invoked by an operator (``aws lambda invoke``). Events::
 
@@ -7,11 +8,21 @@ Invoked by an operator (``aws lambda invoke``). Events::
     {"action": "sweep",      "rollback_after_seconds": 60, "delete_after_seconds": 86400,
                              "page_budget": 50, "full": false}      # all optional
     {"action": "break_lock", "table": "<data table>", "key": {"pk": {"S": "alice"}}}
+    {"action": "break_lock_row", "resource": "Moe", "by": "alice@ops",
+                             "kind": "lease", "namespace": null, "force": false,
+                             "seen": null}                          # kind .. seen optional
+
+``break_lock_row`` watches a lease or FIFO holder for one lease (see
+:mod:`ddbtx.locks.breaking`); if that does not fit in the time left, it answers
+``"outcome": "observing"`` with ``"seen"``: invoke it again with that ``seen`` a
+lease or more later. A break logs an audit line (who, what, the row before) and
+publishes the ``LocksBroken`` metric.
 
 Any event may carry ``"correlation_id"`` (a string) for the logs. The answer is
 ``{"ok": true, "action": ..., "result": {...}}``, or for a malformed event
-``{"ok": false, "error": "InvalidEvent", "fields": [{"field": ..., "problem": ...}]}``
-(nothing is changed then). Every action is safe to repeat.
+``{"ok": false, "error": "InvalidEvent", "fields": [{"field": ..., "problem": ...}]}``,
+or ``{"ok": false, "error": "LockNotFound", "message": ...}`` (nothing is changed
+then). Every action is safe to repeat.
 """
 
 import base64
@@ -20,8 +31,9 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Final, Literal
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import (
     BaseModel,
     Field,
@@ -31,10 +43,12 @@ from aws_lambda_powertools.utilities.parser import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ddbtx import recovery
+from ddbtx import locks, recovery
+from ddbtx.errors import LockNotFoundError
 from ddbtx.sweeper import JanitorSettings, janitor_client
 
 logger = Logger()
+metrics = Metrics()
 tracer = Tracer()
 copy_config_to_registered_loggers(source_logger=logger, include={"ddbtx"})
 
@@ -108,9 +122,32 @@ class BreakLockEvent(_Event):
     key: Annotated[dict[str, KeyValue], Field(min_length=1, max_length=2)]
 
 
+class SeenValue(BaseModel):
+    """What an ``observing`` answer saw, passed back unchanged."""
+
+    model_config = _STRICT  # type: ignore[assignment]
+    hold: Annotated[str, Field(min_length=1)]
+    rvn: str
+    at: float
+
+
+class BreakLockRowEvent(_Event):
+    action: Literal["break_lock_row"]
+    resource: Annotated[str, Field(min_length=1, max_length=2048)]
+    by: Annotated[str, Field(min_length=1, max_length=1024)]
+    kind: Literal["mutex", "lease", "fifo"] | None = None
+    namespace: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    force: bool = False
+    seen: SeenValue | None = None
+
+
 RecoveryEvent = Annotated[
-    InspectEvent | RecoverEvent | SweepEvent | BreakLockEvent, Field(discriminator="action")
+    InspectEvent | RecoverEvent | SweepEvent | BreakLockEvent | BreakLockRowEvent,
+    Field(discriminator="action"),
 ]
+
+#: Seconds of the invocation kept free after watching a holder (the break and the answer).
+WATCH_MARGIN: Final = 5.0
 
 
 def invalid(exc: ValidationError) -> dict[str, Any]:
@@ -120,7 +157,7 @@ def invalid(exc: ValidationError) -> dict[str, Any]:
         loc = [str(part) for part in error["loc"]]
         if error["type"].startswith("union_tag") or error["type"] == "model_attributes_type":
             loc = ["action"] if error["type"].startswith("union_tag") else ["(event)"]
-        elif loc and loc[0] in ("inspect", "recover", "sweep", "break_lock"):
+        elif loc and loc[0] in ("inspect", "recover", "sweep", "break_lock", "break_lock_row"):
             loc = loc[1:]  # the discriminator's tag, not a field
         fields.append({"field": ".".join(loc) or "(event)", "problem": error["msg"]})
     return {"ok": False, "error": "InvalidEvent", "fields": fields}
@@ -161,6 +198,45 @@ def break_lock(event: BreakLockEvent) -> dict[str, Any]:
     return recovery.break_lock(MANAGER, event.table, key)
 
 
+def _field_of(message: str) -> str:
+    """The event field a core argument error is about (the core names its argument)."""
+    if "several lock rows" in message:
+        return "kind"  # ambiguous: name the kind (or the namespace)
+    words = message.split()
+    for name in ("resource", "namespace", "by"):
+        if name in words[:2]:
+            return name
+    return "(event)"
+
+
+def break_lock_row(event: BreakLockRowEvent, context: LambdaContext) -> dict[str, Any]:
+    """Break one lock row; an audit line and the ``LocksBroken`` metric when broken."""
+    if SETTINGS.locks_table is None:
+        return {"ok": False, "error": "NoLocksTable", "message": "LOCKS_TABLE is not set"}
+    seen = None if event.seen is None else locks.Seen(**event.seen.model_dump())
+    time_left = context.get_remaining_time_in_millis() / 1000 - WATCH_MARGIN
+    try:
+        result = locks.break_lock(
+            MANAGER.client, SETTINGS.locks_table, event.resource, by=event.by,
+            kind=event.kind, namespace=event.namespace, force=event.force, seen=seen,
+            max_wait=max(0.0, time_left),
+        )  # fmt: skip
+    except LockNotFoundError as exc:
+        return {"ok": False, "error": "LockNotFound", "message": str(exc)}
+    except ValueError as exc:  # what the event's types cannot say (a '#' in a namespace, ...)
+        problem = {"field": _field_of(str(exc)), "problem": str(exc)}
+        return {"ok": False, "error": "InvalidEvent", "fields": [problem]}
+    answer = result.to_dict()
+    logger.info("break_lock_row", extra={"outcome": result.outcome, "reason": result.reason})
+    if result.outcome == "broken":
+        audit = {"by": event.by, "force": event.force, **answer}
+        logger.warning("lock broken", extra={"audit": audit})
+        metrics.add_metric(name="LocksBroken", unit=MetricUnit.Count, value=1)
+        metrics.add_metadata(key="lock", value=f"{result.kind}:{event.resource}")
+        metrics.flush_metrics()
+    return answer
+
+
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
@@ -179,8 +255,12 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         result = recovery.recover(MANAGER, request.transaction_id)
     elif isinstance(request, SweepEvent):
         result = sweep(request, context)
-    else:
+    elif isinstance(request, BreakLockEvent):
         result = break_lock(request)
+        if result.get("ok") is False:
+            return result
+    else:
+        result = break_lock_row(request, context)
         if result.get("ok") is False:
             return result
     return {"ok": True, "action": request.action, "result": result}

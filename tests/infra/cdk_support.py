@@ -79,8 +79,18 @@ class Synth:
         return props
 
     def permissions(self, role_logical_id: str) -> set[tuple[str, str]]:
-        """Every (action, resource) pair Allowed by the inline policies attached to a role."""
-        pairs: set[tuple[str, str]] = set()
+        """Every (action, resource) pair Allowed by the inline policies attached to a role
+        (with or without conditions: see :meth:`conditions`)."""
+        return {(action, resource) for action, resource, _ in self.grants(role_logical_id)}
+
+    def conditions(self, role_logical_id: str, action: str, resource: str) -> list[Any]:
+        """The ``Condition`` of each statement allowing ``action`` on ``resource`` to a role
+        (``None`` for a statement without one)."""
+        return [c for a, r, c in self.grants(role_logical_id) if (a, r) == (action, resource)]
+
+    def grants(self, role_logical_id: str) -> list[tuple[str, str, Any]]:
+        """(action, resource, condition or None) of every Allow statement of a role."""
+        found: list[tuple[str, str, Any]] = []
         for policy in self.of_type("AWS::IAM::Policy").values():
             roles = [render(r) for r in policy["Properties"].get("Roles", [])]
             if role_logical_id not in roles:
@@ -89,8 +99,8 @@ class Synth:
                 assert statement["Effect"] == "Allow", statement
                 for action in as_list(statement["Action"]):
                     for resource in as_list(render(statement["Resource"])):
-                        pairs.add((action, resource))
-        return pairs
+                        found.append((action, resource, statement.get("Condition")))
+        return found
 
     def asset_dir(self, s3_key: Any) -> Path:
         """The staged directory of a file asset, from the S3 key the template points at."""

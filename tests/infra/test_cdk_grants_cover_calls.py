@@ -4,7 +4,10 @@ The grants are exact (action, table) pairs, so a protocol step that starts
 using a new API call would fail in AWS with AccessDenied while every emulator
 test passed. Here the sweeper settles the worst mess it meets (a large
 crashed transaction with request-body rows, a decided one, a stray lock, an
-orphaned image, an expired lock row) while a hook records what it calls.
+orphaned image, an expired lock row) while a hook records what it calls; and
+the recovery function breaks a lock of each kind, which the sweeper's grant on
+the locks table (UpdateItem naming only the attributes of freeing a mutex)
+would refuse.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from infra.tables import (
     LOCK_INDEX_ACTIONS,
     LOCKS_ACTIONS,
     SWEEP_INDEX_ACTIONS,
+    SWEEPER_LOCK_UPDATE_CONDITION,
     TRANSACTIONS_ACTIONS,
 )
 
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
-from ddbtx.locks import Mutex, create_lock_table
+from ddbtx.locks import FifoLock, LeaseLockClient, Mutex, break_lock, create_lock_table
 from ddbtx.sweeper import Sweeper
 from ddbtx.transaction import SPILL_BYTES
 from helpers import Tables, assert_clean
@@ -52,6 +56,30 @@ def recorded(client: Any) -> Iterator[set[tuple[str, str, str | None]]]:
         yield seen
     finally:
         client.meta.events.unregister("before-parameter-build.dynamodb", record)
+
+
+@contextmanager
+def lock_updates(client: Any, locks_table: str) -> Iterator[list[set[str]]]:
+    """The attribute names (keys included) each UpdateItem of ``client`` on the locks table
+    names: what IAM's ``dynamodb:Attributes`` condition key sees."""
+    seen: list[set[str]] = []
+
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "UpdateItem" and params["TableName"] == locks_table:
+            names = set(params.get("ExpressionAttributeNames", {}).values())
+            seen.append(names | set(params["Key"]))
+
+    client.meta.events.register("before-parameter-build.dynamodb", record)
+    try:
+        yield seen
+    finally:
+        client.meta.events.unregister("before-parameter-build.dynamodb", record)
+
+
+#: What the sweeper's UpdateItem on the locks table may name.
+SWEEPER_MAY_NAME = set(
+    SWEEPER_LOCK_UPDATE_CONDITION["ForAllValues:StringEquals"]["dynamodb:Attributes"]
+)
 
 
 def granted(tables: Tables, locks_table: str) -> set[tuple[str, str, str | None]]:
@@ -126,7 +154,7 @@ def test_given_every_kind_of_leftover_when_swept_then_each_call_is_granted(
         lock_grace=0,
         persist_cursor=True,
     )
-    with recorded(janitor.client) as calls:
+    with recorded(janitor.client) as calls, lock_updates(janitor.client, locks) as updates:
         sweeper.run()
         clock.advance(1)  # finished records are deleted once older than delete_after
         sweeper.run()
@@ -140,3 +168,31 @@ def test_given_every_kind_of_leftover_when_swept_then_each_call_is_granted(
     assert ("BatchWriteItem", tables.tx, None) in calls  # the body rows went
     assert ("Scan", tables.data, s.LOCK_INDEX) in calls  # stray locks came from the index
     assert calls <= granted(tables, locks), calls - granted(tables, locks)
+    # And its update of the locks table names only what its conditioned grant allows
+    assert updates and all(names <= SWEEPER_MAY_NAME for names in updates), updates
+
+
+def test_given_a_dead_holder_of_each_kind_when_broken_then_recovery_may_and_the_sweeper_may_not(
+    ddb: Any, table_name: Any
+) -> None:
+    # Given a mutex, a lease and a FIFO lock, each held
+    locks = table_name("locks")
+    create_lock_table(ddb, locks)
+    assert Mutex(ddb, locks, owner="dead").acquire("job")
+    LeaseLockClient(ddb, locks, owner="dead").acquire("Moe")
+    FifoLock(ddb, locks, owner="dead").acquire("orders", namespace="sum")
+    # When the recovery function's core breaks each (forced: no watching) while recorded
+    with recorded(ddb) as calls, lock_updates(ddb, locks) as updates:
+        outcomes = [
+            break_lock(ddb, locks, resource, by="ops", force=True).outcome
+            for resource in ("job", "Moe", "orders")
+        ]
+    # Then every call is one the recovery role is granted (it has LOCKS_ACTIONS on the
+    # locks table, without a condition) ...
+    assert outcomes == ["broken"] * 3
+    assert {(op, table) for op, table, _ in calls} <= {
+        (a.removeprefix("dynamodb:"), locks) for a in LOCKS_ACTIONS
+    }
+    # ... and not one of the breaks would pass the sweeper's condition
+    assert len(updates) == 3
+    assert not [names for names in updates if names <= SWEEPER_MAY_NAME]

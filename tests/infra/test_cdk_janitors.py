@@ -266,3 +266,22 @@ def test_given_default_app_then_each_code_asset_is_the_handler_directory_only(
     files = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
     assert "handler.py" in files
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc") or "ddbtx/" in f]
+
+
+def test_given_default_app_then_only_the_recovery_role_may_break_locks(default: Synth) -> None:
+    # Given both janitors' roles and the locks table
+    locks = f"{default.logical_id(default.stack.tables.locks)}.Arn"
+    sweeper, recovery = (role_of(default, janitor(default, n)) for n in ("sweeper", "recovery"))
+    # When we read who may UpdateItem the locks table, and under which condition
+    sweeping = default.conditions(sweeper, "dynamodb:UpdateItem", locks)
+    breaking = default.conditions(recovery, "dynamodb:UpdateItem", locks)
+    # Then the sweeper may name only the attributes of freeing an expired mutex (a break
+    # always writes "brk"; lease and FIFO holders are other attributes); recovery any
+    assert sweeping == [
+        {
+            "ForAllValues:StringEquals": {
+                "dynamodb:Attributes": ["pk", "sk", "owner", "rvn", "at", "exp", "fence"]
+            }
+        }
+    ]
+    assert breaking == [None]

@@ -14,8 +14,8 @@ from ddbtx import TransactionManager
 from ddbtx._cli_errors import explain
 from ddbtx.cli import main
 from ddbtx.local import LocalDynamo, free_port
-from ddbtx.locks import Mutex
-from helpers import assert_clean
+from ddbtx.locks import LeaseLockClient, Mutex
+from helpers import assert_clean, scan
 
 from .support import JanitorTables, abandon
 
@@ -30,10 +30,10 @@ pytest_plugins = ("janitors.fixtures",)
 
 
 @pytest.fixture
-def ddbtx(
+def ddbtx_streams(
     backend: LocalDynamo, janitor_tables: JanitorTables, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., tuple[int, str]]:
-    """Run ``ddbtx --endpoint-url ... <args>``; return its status and output."""
+) -> Callable[..., tuple[int, str, str]]:
+    """Run ``ddbtx --endpoint-url ... <args>``; return its status, output and stderr."""
     t = janitor_tables
     common = [
         "--endpoint-url", backend.endpoint_url, "--region", "us-east-1",
@@ -41,10 +41,22 @@ def ddbtx(
         "--locks-table", t.locks, "--data-tables", t.data,
     ]  # fmt: skip
 
-    def run(*args: str) -> tuple[int, str]:
+    def run(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
         status = main([*common, *args])
-        return status, capsys.readouterr().out
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return run
+
+
+@pytest.fixture
+def ddbtx(ddbtx_streams: Callable[..., tuple[int, str, str]]) -> Callable[..., tuple[int, str]]:
+    """Run ``ddbtx --endpoint-url ... <args>``; return its status and output."""
+
+    def run(*args: str) -> tuple[int, str]:
+        status, out, _ = ddbtx_streams(*args)
+        return status, out
 
     return run
 
@@ -275,3 +287,90 @@ def test_given_an_unreachable_endpoint_then_the_message_names_the_url_to_check()
     assert message == (
         f"cannot reach DynamoDB at {url}: check --endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
     )
+
+
+# --- ddbtx locks break -----------------------------------------------------------------------
+
+
+def test_given_a_dead_lease_holder_when_on_call_breaks_it_then_it_is_freed_with_an_audit_line(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+    ddb: Any,
+) -> None:
+    # Given a lease holder that died (a short lease, so that the watch is short)
+    holder = LeaseLockClient(ddb, janitor_tables.locks, owner="host-a", lease_duration=0.3,
+                             heartbeat_period=0.1)  # fmt: skip
+    lock = holder.acquire("Moe")
+    holder._heartbeats.close()  # dies: no more heartbeats
+
+    # When on-call breaks it, watching one lease for heartbeats
+    status, out, err = ddbtx_streams("--json", "locks", "break", "Moe", "--by", "alice@ops")
+
+    # Then it is broken, with an audit line naming who, what and the row before
+    result = json.loads(out)
+    assert status == 0
+    assert (result["outcome"], result["kind"], result["owner"]) == ("broken", "lease", "host-a")
+    assert err.startswith("ddbtx: audit: alice@ops broke the lease lock on 'Moe' held by host-a")
+    assert '"owner": {"S": "host-a"}' in err and err.count("\n") == 1
+    assert lock.heartbeat() is False
+    # And the listing shows it free, its fencing counter kept
+    status, out = ddbtx_streams("--json", "locks")[:2]
+    assert [(r["state"], r["fencing_token"]) for r in json.loads(out)["locks"]] == [("free", 1)]
+
+
+def test_given_a_mutex_without_expiry_when_on_call_breaks_it_then_refused_unless_forced(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+    ddb: Any,
+) -> None:
+    # Given a held mutex (no heartbeats, no expiry: its holder may be alive)
+    assert Mutex(ddb, janitor_tables.locks, owner="worker-7").acquire("report")
+
+    # When on-call breaks it without and with --force
+    refused = ddbtx_streams("locks", "break", "report", "--by", "bob")
+    forced = ddbtx_streams("locks", "break", "report", "--force", "--by", "bob")
+
+    # Then the first is refused (status 1, why), the second breaks it
+    assert refused[0] == 1 and "refused" in refused[1] and "never heartbeats" in refused[1]
+    assert refused[2] == ""
+    assert forced[0] == 0 and "broken" in forced[1]
+    assert "bob broke the mutex lock on 'report' held by worker-7 (token 1) by force" in forced[2]
+    assert Mutex(ddb, janitor_tables.locks, owner="worker-8").acquire_token("report") == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("no-such-thing",), "no lock row for resource 'no-such-thing'"),
+        (("report", "--namespace", "sum"), "no fifo namespace 'sum' lock row for resource"),
+        (("report", "--kind", "queue"), "kind must be one of mutex, lease, fifo"),
+        (("report", "--by", ""), "by must not be empty"),
+    ],
+)
+def test_given_bad_arguments_when_on_call_breaks_a_lock_then_one_line_and_nothing_written(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+    ddb: Any,
+    args: tuple[str, ...],
+    message: str,
+) -> None:
+    # Given a held mutex
+    assert Mutex(ddb, janitor_tables.locks, owner="worker-7").acquire("report")
+    before = scan(ddb, janitor_tables.locks)
+    # When
+    status, out, err = ddbtx_streams("locks", "break", *args, "--force")
+    # Then
+    assert (status, out) == (2, "")
+    assert err.startswith("ddbtx: error: ") and message in err and err.count("\n") == 1
+    assert scan(ddb, janitor_tables.locks) == before
+
+
+def test_given_no_locks_table_when_on_call_breaks_a_lock_then_it_says_which_option_names_it(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+) -> None:
+    status, out, err = bare_ddbtx("--region", "eu-west-1", "locks", "break", "report")
+    assert err == "ddbtx: error: no locks table: name it with --locks-table / LOCKS_TABLE\n"
+    assert (status, out) == (2, "")

@@ -10,9 +10,10 @@ import pytest
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
+from ddbtx.locks import LeaseLockClient
 from helpers import assert_clean, data_state, scan
 
-from .support import JanitorTables, LambdaContext, abandon, drop_record
+from .support import JanitorTables, LambdaContext, abandon, drop_record, emf_metrics
 
 pytest_plugins = ("janitors.fixtures",)
 
@@ -248,3 +249,120 @@ def test_given_a_malformed_event_when_invoked_then_the_field_is_named_and_nothin
     assert answer["ok"] is False and answer["error"] == "InvalidEvent"
     assert field in [problem["field"] for problem in answer["fields"]], answer
     assert snapshot(ddb, janitor_env) == before
+
+
+# --- break_lock_row ------------------------------------------------------------------------
+
+
+def dead_lease(ddb: Any, locks_table: str, lease: float) -> Any:
+    """A lease held on "Moe" by a holder that stopped heartbeating right away."""
+    holder = LeaseLockClient(
+        ddb, locks_table, owner="host-a", lease_duration=lease, heartbeat_period=lease / 3
+    )
+    lock = holder.acquire("Moe")
+    holder._heartbeats.close()  # dies: no more heartbeats
+    return lock
+
+
+def test_given_a_dead_lease_holder_when_its_row_is_broken_then_audit_line_and_metric(
+    recovery: Any,
+    janitor_env: JanitorTables,
+    ddb: Any,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a dead holder with a short lease (the handler watches one lease)
+    lock = dead_lease(ddb, janitor_env.locks, lease=0.3)
+    capsys.readouterr()
+    # When an operator breaks its row
+    answer = invoke(recovery, {"action": "break_lock_row", "resource": "Moe", "by": "alice"})
+    # Then it is broken, logged as an audit line with the row before, and counted
+    assert answer["ok"] is True and answer["action"] == "break_lock_row"
+    result = answer["result"]
+    assert (result["outcome"], result["kind"], result["owner"]) == ("broken", "lease", "host-a")
+    (audit,) = [r.audit for r in caplog.records if r.getMessage() == "lock broken"]
+    assert (audit["by"], audit["resource"], audit["before"]["owner"]) == (
+        "alice", "Moe", {"S": "host-a"},
+    )  # fmt: skip
+    assert emf_metrics(capsys.readouterr().out) == {"LocksBroken": 1}
+    assert lock.heartbeat() is False
+
+
+def test_given_a_lease_longer_than_the_time_left_then_observing_and_broken_when_called_again(
+    recovery: Any, janitor_env: JanitorTables, ddb: Any
+) -> None:
+    # Given a dead holder whose lease (600 s) is longer than an invocation (300 s left)
+    lock = dead_lease(ddb, janitor_env.locks, lease=600.0)
+    event = {"action": "break_lock_row", "resource": "Moe", "by": "alice", "kind": "lease"}
+    # When the operator invokes it, then again with what it saw (its time a lease ago)
+    first = invoke(recovery, event)["result"]
+    seen = {**first["seen"], "at": first["seen"]["at"] - 600.0}
+    again = invoke(recovery, {**event, "seen": seen})["result"]
+    # Then the first only watched; the second broke it
+    assert first["outcome"] == "observing" and "call again with seen" in first["reason"]
+    assert again["outcome"] == "broken"
+    assert lock.heartbeat() is False
+
+
+def test_given_a_holder_that_heartbeat_since_it_was_seen_then_the_break_is_refused(
+    recovery: Any, janitor_env: JanitorTables, ddb: Any
+) -> None:
+    # Given what an earlier invocation saw; the holder has heartbeaten since
+    lock = dead_lease(ddb, janitor_env.locks, lease=600.0)
+    event = {"action": "break_lock_row", "resource": "Moe", "by": "alice"}
+    seen = invoke(recovery, event)["result"]["seen"]
+    assert lock.heartbeat() is True
+    before = scan(ddb, janitor_env.locks)
+    # When
+    answer = invoke(recovery, {**event, "seen": {**seen, "at": seen["at"] - 600.0}})
+    # Then
+    assert answer["result"]["outcome"] == "refused"
+    assert scan(ddb, janitor_env.locks) == before
+
+
+BAD_ROW_EVENTS = [
+    ({"by": "alice"}, "resource"),
+    ({"resource": "Moe"}, "by"),
+    ({"resource": "Moe", "by": ""}, "by"),
+    ({"resource": "", "by": "alice"}, "resource"),
+    ({"resource": "Moe", "by": "alice", "kind": "queue"}, "kind"),
+    ({"resource": "Moe", "by": "alice", "namespace": ""}, "namespace"),
+    ({"resource": "Moe", "by": "alice", "namespace": "a#b"}, "namespace"),
+    ({"resource": "Moe", "by": "alice", "kind": "lease", "namespace": "x"}, "namespace"),
+    ({"resource": "Moe", "by": "alice", "force": "yes"}, "force"),
+    ({"resource": "Moe", "by": "alice", "seen": {"hold": "h"}}, "seen.rvn"),
+    ({"resource": "Moe", "by": "alice", "seen": {"hold": "h", "rvn": "r", "at": "x"}}, "seen.at"),
+    ({"resource": "Moe", "by": "alice", "reason": "x"}, "reason"),
+    ({"resource": "x" * 2049, "by": "alice"}, "resource"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), BAD_ROW_EVENTS, ids=[f for _, f in BAD_ROW_EVENTS])
+def test_given_a_malformed_break_lock_row_event_then_the_field_is_named_and_nothing_changes(
+    recovery: Any, janitor_env: JanitorTables, ddb: Any, fields: dict[str, Any], field: str
+) -> None:
+    # Given a held lease
+    dead_lease(ddb, janitor_env.locks, lease=600.0)
+    before = scan(ddb, janitor_env.locks)
+    # When
+    answer = invoke(recovery, {"action": "break_lock_row", **fields, "force": True} | fields)
+    # Then
+    assert answer["ok"] is False and answer["error"] == "InvalidEvent"
+    assert field in [problem["field"] for problem in answer["fields"]], answer
+    assert scan(ddb, janitor_env.locks) == before
+
+
+def test_given_an_unknown_resource_when_its_row_is_broken_then_lock_not_found(
+    recovery: Any, janitor_env: JanitorTables, ddb: Any
+) -> None:
+    # Given
+    dead_lease(ddb, janitor_env.locks, lease=600.0)
+    before = scan(ddb, janitor_env.locks)
+    # When
+    answer = invoke(
+        recovery, {"action": "break_lock_row", "resource": "Larry", "by": "alice", "force": True}
+    )
+    # Then
+    assert (answer["ok"], answer["error"]) == (False, "LockNotFound")
+    assert "no lock row for resource 'Larry'" in answer["message"]
+    assert scan(ddb, janitor_env.locks) == before

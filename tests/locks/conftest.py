@@ -13,10 +13,10 @@ import pytest
 
 from ddbtx.chaos import Crash
 from ddbtx.local import LocalDynamo
-from ddbtx.locks import FifoLock, LockClient, Mutex, create_lock_table
+from ddbtx.locks import LockClient, Mutex, create_lock_table
 from ddbtx.tables import create_data_table
 
-from .support import Stall, VirtualTime
+from .support import Log, Stall, VirtualTime
 
 #: Wall clock of every lock client made by the fixtures unless a test skews it.
 WALL_START = 1_800_000_000.0
@@ -24,6 +24,8 @@ WALL_START = 1_800_000_000.0
 LEASE = 20.0
 #: Their longest poll.
 MAX_POLL = 1.0
+#: The resource the waiters of :class:`Log` queue for.
+R = "order-history"
 
 
 @pytest.fixture
@@ -49,6 +51,12 @@ def vt() -> Iterator[VirtualTime]:
     clock.join()
     yield clock
     clock.close()
+
+
+@pytest.fixture
+def log(vt: VirtualTime) -> Log:
+    """Grants of the participants queueing for :data:`R`."""
+    return Log(vt, R)
 
 
 class Wall:
@@ -129,18 +137,19 @@ def make_mutex(
 
 
 @pytest.fixture
-def freeze() -> Iterator[Callable[[FifoLock, str], None]]:
-    """``freeze(fifo, resource)``: while someone holds ``resource``, that client queues
-    for it and then stops for good before its first look at the head, like a process
-    that died waiting. Its entry stays, never renewed. Ended after the test."""
+def freeze() -> Iterator[Callable[[LockClient, str], None]]:
+    """``freeze(lock_client, resource)``: while someone holds ``resource``, that client
+    (FIFO or lease) queues for it and then stops for good before its first look at
+    the row, like a process that died waiting. Its entry stays, never renewed. Ended
+    after the test."""
     frozen: list[tuple[Stall, threading.Thread]] = []
 
-    def make(fifo: FifoLock, resource: str) -> None:
-        stall = Stall(fifo.client, "GetItem")
+    def make(lock_client: LockClient, resource: str) -> None:
+        stall = Stall(lock_client.client, "GetItem")
 
         def wait() -> None:
             with contextlib.suppress(Crash):
-                fifo.acquire(resource)
+                lock_client.acquire(resource)  # type: ignore[attr-defined]
 
         thread = threading.Thread(target=wait, daemon=True)
         thread.start()

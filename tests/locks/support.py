@@ -192,6 +192,37 @@ class LoseOnce:
         raise ReadTimeoutError(endpoint_url=request.url)  # ...but the answer never arrives
 
 
+class Log:
+    """Grants as the waiters of one resource saw them: (owner, token, virtual time)."""
+
+    def __init__(self, vt: VirtualTime, resource: str) -> None:
+        self.vt = vt
+        self.resource = resource
+        self.grants: list[tuple[str, int, float]] = []
+        self.data: list[bytes | None] = []  # each grant's data (lease locks)
+        self.errors: list[BaseException] = []
+        self._lock = threading.Lock()
+
+    def waiter(self, lock_client: Any, hold_for: float = 1.0, **options: Any) -> Callable[[], None]:
+        """A participant's body: acquire, log the grant, hold a while, release."""
+
+        def body() -> None:
+            try:
+                with lock_client.acquire(self.resource, **options) as lock:
+                    with self._lock:
+                        self.grants.append((lock_client.owner, lock.fencing_token, self.vt.now()))
+                        self.data.append(lock.data)
+                    self.vt.sleep(hold_for)
+            except BaseException as exc:  # asserted on by the test
+                self.errors.append(exc)
+
+        return body
+
+    @property
+    def owners(self) -> list[str]:
+        return [owner for owner, _, _ in self.grants]
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Poll ``condition`` in real time (a guard against hangs, not a timing assertion)."""
     give_up = time.monotonic() + timeout

@@ -80,11 +80,15 @@ def test_given_a_table_with_another_key_schema_when_created_then_value_error(
 def test_given_every_kind_of_lock_when_listed_then_each_row_says_what_it_is(
     make_lock: MakeLock, make_mutex: Callable[..., Mutex], ddb: Any, locks: str, vt: VirtualTime
 ) -> None:
-    # Given: a mutex, a held and a released lease, a FIFO holder with two waiters
+    # Given: a mutex, a held lease with a waiter in line and a released one, a FIFO
+    # holder with two waiters
     assert make_mutex("worker-1", expire_after=60.0).acquire("invoice-42")
     lease = make_lock(LeaseLockClient, "host-a")
     lease.acquire("Moe")
     lease.acquire("Larry").release()
+    waiting_lease = make_lock(LeaseLockClient, "host-b")
+    vt.spawn(lambda: waiting_lease.acquire("Moe").release())
+    wait_until(lambda: "host-b" in {r.owner for r in list_locks(ddb, locks)}, "in line")
     holder = make_lock(FifoLock, "p1")
     lock = holder.acquire("orders", namespace="sum")
     waiters = [make_lock(FifoLock, name) for name in ("p2", "p3")]
@@ -98,13 +102,15 @@ def test_given_every_kind_of_lock_when_listed_then_each_row_says_what_it_is(
     assert [(r.resource, r.kind, r.namespace, r.state, r.owner) for r in rows] == [
         ("Larry", "lease", None, "free", None),
         ("Moe", "lease", None, "held", "host-a"),
+        ("Moe", "lease", None, "waiting", "host-b"),
         ("invoice-42", "mutex", None, "held", "worker-1"),
         ("orders", "fifo", "sum", "held", "p1"),
         ("orders", "fifo", "sum", "waiting", "p2"),
         ("orders", "fifo", "sum", "waiting", "p3"),
     ]
-    larry, moe, invoice, head, first, second = rows
+    larry, moe, in_line, invoice, head, first, second = rows
     assert (larry.fencing_token, moe.fencing_token, head.fencing_token) == (1, 1, 1)
+    assert (in_line.ticket, in_line.queue_position, in_line.fencing_token) == (1, 1, None)
     assert (first.ticket, first.queue_position, second.ticket, second.queue_position) == (
         2,
         1,
@@ -113,7 +119,9 @@ def test_given_every_kind_of_lock_when_listed_then_each_row_says_what_it_is(
     )
     assert invoice.expires_at == WALL_START + 60
     assert moe.expires_at == WALL_START + LEASE
-    assert all(isinstance(r, LockRow) and r.record_version for r in (moe, invoice, head, first))
+    assert all(
+        isinstance(r, LockRow) and r.record_version for r in (moe, in_line, invoice, head, first)
+    )
 
 
 # --- sweep ------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 on one resource, for each lock, with the losers waiting rather than failing. The
 default run is 4 clients x 5 cycles; the 20 x 50 stress variant is marked slow.
 Fairness is not asserted here, where thread scheduling decides it: the FIFO
-order is proven in virtual time (test_locks_fifo), and the claims of the lease
-lock too (test_locks_lease)."""
+order is proven in virtual time (test_locks_fifo), and the lease lock's line too
+(test_locks_lease_line)."""
 
 from __future__ import annotations
 

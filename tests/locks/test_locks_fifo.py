@@ -4,7 +4,6 @@ waiters and holders skipped after a lease, one-item polls, and lost responses.""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,12 +13,11 @@ from ddbtx.chaos import Chaos
 from ddbtx.instrumentation import count_requests
 from ddbtx.locks import GC_MARGIN, FifoLock, LockNotGrantedError, LockRow, list_locks
 
-from .conftest import LEASE, MAX_POLL, Wall
-from .support import LoseOnce, Stall, VirtualTime, wait_until
+from .conftest import LEASE, MAX_POLL, R, Wall
+from .support import Log, LoseOnce, Stall, VirtualTime, wait_until
 
 MakeLock = Callable[..., Any]
-Freeze = Callable[[FifoLock, str], None]
-R = "order-history"
+Freeze = Callable[[Any, str], None]
 
 
 def fifo_rows(ddb: Any, locks: str) -> list[LockRow]:
@@ -34,39 +32,6 @@ def waiting(ddb: Any, locks: str) -> list[tuple[str | None, int | None]]:
 def head(ddb: Any, locks: str, namespace: str = "default") -> LockRow:
     (row,) = [r for r in fifo_rows(ddb, locks) if r.state != "waiting" and r.namespace == namespace]
     return row
-
-
-class Log:
-    """Grants as the waiters saw them: (owner, token, virtual time)."""
-
-    def __init__(self, vt: VirtualTime) -> None:
-        self.vt = vt
-        self.grants: list[tuple[str, int, float]] = []
-        self.errors: list[BaseException] = []
-        self._lock = threading.Lock()
-
-    def waiter(self, fifo: FifoLock, hold_for: float = 1.0, **options: Any) -> Callable[[], None]:
-        """A participant's body: acquire, log the grant, hold a while, release."""
-
-        def body() -> None:
-            try:
-                with fifo.acquire(R, **options) as lock:
-                    with self._lock:
-                        self.grants.append((fifo.owner, lock.fencing_token, self.vt.now()))
-                    self.vt.sleep(hold_for)
-            except BaseException as exc:  # asserted on by the test
-                self.errors.append(exc)
-
-        return body
-
-    @property
-    def owners(self) -> list[str]:
-        return [owner for owner, _, _ in self.grants]
-
-
-@pytest.fixture
-def log(vt: VirtualTime) -> Log:
-    return Log(vt)
 
 
 def enqueue(vt: VirtualTime, log: Log, ddb: Any, locks: str, *fifos: FifoLock) -> list[Any]:

@@ -1,7 +1,7 @@
 """``ddbtx``: the on-call operator's command line, and the embedded demo.
 
-``ddbtx sweep``, ``ddbtx inspect TX_ID``, ``ddbtx recover TX_ID`` and
-``ddbtx locks`` call the same core code as the janitor Lambdas
+``ddbtx sweep``, ``ddbtx inspect TX_ID``, ``ddbtx recover TX_ID``, ``ddbtx locks``
+and ``ddbtx locks break RESOURCE`` call the same core code as the janitor Lambdas
 (:mod:`ddbtx.sweeper`, :mod:`ddbtx.recovery`, :mod:`ddbtx.locks`). Table names
 default to the janitors' environment variables (``TRANSACTIONS_TABLE`` ...).
 ``ddbtx demo`` needs no AWS account: it starts an embedded DynamoDB.
@@ -313,6 +313,63 @@ def cmd_locks(opts: Options) -> int:
     return 0
 
 
+def cmd_break_lock(
+    opts: Options,
+    resource: str,
+    *,
+    namespace: str | None = None,
+    kind: str | None = None,
+    force: bool = False,
+    by: str | None = None,
+) -> int:
+    """Break one lock row (mutex, lease or FIFO) whose holder is gone; print the outcome
+    and, when broken, an audit line (who, what, the row before) on stderr.
+
+    Exit status: 0 broken (or nobody held it), 1 refused.
+    """
+    import getpass
+    import socket
+    import time
+
+    from .errors import LockNotFoundError
+    from .locks import break_lock
+
+    if not opts.locks_table:
+        raise CliError("no locks table: name it with --locks-table / LOCKS_TABLE")
+    who = by if by is not None else f"{getpass.getuser()}@{socket.gethostname()}"
+    console = _console()
+
+    def watch(seconds: float) -> None:
+        if not opts.as_json:
+            console.print(f"watching the holder for one lease ({seconds:.1f} s) ...")
+        time.sleep(seconds)
+
+    try:
+        result = break_lock(
+            opts.client(), opts.locks_table, resource, by=who, kind=kind,  # type: ignore[arg-type]
+            namespace=namespace, force=force, sleep=watch,
+        )  # fmt: skip
+    except (ValueError, LockNotFoundError) as exc:
+        raise CliError(str(exc)) from exc
+    if result.outcome == "broken":
+        before = json.dumps(result.before, sort_keys=True)
+        print(
+            f"ddbtx: audit: {who} broke the {result.kind} lock on {resource!r}"
+            f"{f' (namespace {result.namespace!r})' if result.namespace else ''} held by"
+            f" {result.owner} (token {result.fencing_token}){' by force' if force else ''};"
+            f" row before: {before}",
+            file=sys.stderr,
+        )
+    if opts.as_json:
+        _print_json(result.to_dict())
+    else:
+        holder = f" held by {result.owner} (token {result.fencing_token})" if result.owner else ""
+        console.print(f"{result.kind} lock on {resource!r}{holder}: [bold]{result.outcome}[/bold]")
+        if result.reason:
+            console.print(result.reason)
+    return 1 if result.outcome == "refused" else 0
+
+
 def cmd_add_lock_index(opts: Options, table: str, *, wait: bool = True) -> int:
     """Add the sparse lock index to a data table; one line of outcome, 0 when done."""
     from .errors import TableNotFound
@@ -403,10 +460,33 @@ def _app(state: dict[str, Options]) -> Any:
         """Drive a transaction to completion: forward if committed, back if pending."""
         raise typer.Exit(cmd_recover(ctx.obj, tx_id))
 
-    @app.command()
+    locks_app = typer.Typer(help="Who holds what; break a lock whose holder is gone.")
+
+    @locks_app.callback(invoke_without_command=True)
     def locks(ctx: typer.Context) -> None:
         """Who holds what: lock rows with queue positions, and transaction item locks."""
-        raise typer.Exit(cmd_locks(ctx.obj))
+        if ctx.invoked_subcommand is None:
+            raise typer.Exit(cmd_locks(ctx.obj))
+
+    @locks_app.command("break")
+    def break_(
+        ctx: typer.Context,
+        resource: str,
+        namespace: str | None = typer.Option(None, help="the FIFO namespace"),
+        kind: str | None = typer.Option(
+            None, help="mutex, lease or fifo (when the resource has several lock rows)"
+        ),
+        force: bool = typer.Option(
+            False, "--force", help="do not watch for heartbeats (mutex: do not wait for expiry)"
+        ),
+        by: str | None = typer.Option(None, help="who breaks it (default: user@host)"),
+    ) -> None:
+        """Break a lock whose holder is gone; refused while the holder heartbeats."""
+        raise typer.Exit(
+            cmd_break_lock(ctx.obj, resource, namespace=namespace, kind=kind, force=force, by=by)
+        )
+
+    app.add_typer(locks_app, name="locks")
 
     @app.command("add-lock-index")
     def add_lock_index(

@@ -187,3 +187,7 @@ class LockNotGrantedError(LockError):
 
 class LockLostError(LockError):
     """A held lock was taken over (its lease ran out without a successful heartbeat)."""
+
+
+class LockNotFoundError(LockError):
+    """No lock row matches what was asked for (resource, kind, namespace)."""

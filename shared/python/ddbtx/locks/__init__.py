@@ -3,9 +3,13 @@
 * :class:`Mutex` (conditional put): non-blocking, one write to acquire, one to
   release, never releases someone else's lock.
 * :class:`LeaseLockClient` (heartbeats and record version numbers): blocking
-  with a wait bound, clock-free takeover of dead holders, fencing tokens.
-* :class:`FifoLock` (ticket counter and now-serving pointer): grants in ticket
-  order, dead waiters skipped, fencing tokens.
+  with a wait bound, waiters in line, clock-free takeover of dead holders,
+  fencing tokens.
+* :class:`FifoLock` (tickets in line on one head row): grants in ticket order,
+  dead waiters skipped, fencing tokens.
+
+:func:`break_lock` frees any of them by hand once its holder is gone (keeping
+every counter); :func:`list_locks` shows who holds and waits.
 
 Examples
 --------
@@ -16,7 +20,7 @@ Examples
 ...         print(lock.fencing_token)
 """
 
-from ..errors import LockError, LockLostError, LockNotGrantedError
+from ..errors import LockError, LockLostError, LockNotFoundError, LockNotGrantedError
 from ._held import HeldLock, LockClient
 from ._rows import DEFAULT_NAMESPACE, GC_MARGIN, MAX_NAMESPACE_BYTES, MAX_RESOURCE_BYTES
 from .admin import (
@@ -27,6 +31,7 @@ from .admin import (
     sweep_expired_page,
     sweep_expired_rows,
 )
+from .breaking import BreakResult, Seen, break_lock
 from .fifo import FifoHeldLock, FifoLock
 from .lease import LeaseLock, LeaseLockClient
 from .mutex import Mutex
@@ -36,6 +41,7 @@ __all__ = [
     "GC_MARGIN",
     "MAX_NAMESPACE_BYTES",
     "MAX_RESOURCE_BYTES",
+    "BreakResult",
     "FifoHeldLock",
     "FifoLock",
     "HeldLock",
@@ -44,10 +50,13 @@ __all__ = [
     "LockClient",
     "LockError",
     "LockLostError",
+    "LockNotFoundError",
     "LockNotGrantedError",
     "LockRow",
     "Mutex",
+    "Seen",
     "SweepResult",
+    "break_lock",
     "create_lock_table",
     "list_locks",
     "sweep_expired_page",

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from .._dynamo import call
 from ..errors import ConditionFailed, LockLostError
+from ._pace import Pace
 from ._rows import (
     Item,
     check_fraction,
@@ -107,10 +108,17 @@ class HeldLock:
 
     # -- the two writes a held lock makes ----------------------------------------
 
-    def _write(self, texts: tuple[str, str], values: dict[str, object]) -> None:
-        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours."""
+    def _write(
+        self,
+        texts: tuple[str, str],
+        values: dict[str, object],
+        names: dict[str, str] | None = None,
+        **params: Any,
+    ) -> Item:
+        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours.
+        The row after it, where ``params`` ask for it (``ReturnValues``)."""
         condition, update = texts
-        call(
+        response: dict[str, Any] = call(
             self._lc.client,
             "update_item",
             TableName=self._lc.table,
@@ -123,11 +131,14 @@ class HeldLock:
                     **self._extra_values,
                     **values,
                 },
-                names=self._extra_names,
+                names={**self._extra_names, **(names or {})},
                 ConditionExpression=condition,
                 UpdateExpression=update,
             ),
+            **params,
         )
+        attributes: Item = response.get("Attributes", {})
+        return attributes
 
     def _renew(self) -> None:
         expires = self._lc._wall() + self.lease_duration
@@ -361,23 +372,6 @@ def observe(
     return Watch(target, rvn, lease, now)
 
 
-class Backoff:
-    """Poll delays doubling from ``low`` up to ``high``; :meth:`reset` on progress."""
-
-    def __init__(self, low: float, high: float) -> None:
-        self._low = low
-        self._high = high
-        self._next = low
-
-    def reset(self) -> None:
-        self._next = self._low
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._high, delay * 2)
-        return delay
-
-
 class LockClient:
     """Shared plumbing of :class:`LeaseLockClient` and :class:`FifoLock`: checked
     settings, injected clocks, and the heartbeat thread of the locks it holds.
@@ -396,7 +390,7 @@ class LockClient:
     heartbeat_period : float
         Seconds between heartbeats; must be shorter than the lease.
     min_poll, max_poll : float, optional
-        A waiter's poll delay doubles from ``min_poll`` (default 50 ms; FIFO: 10 ms) up to
+        A waiter's poll delay doubles from ``min_poll`` (default 10 ms) up to
         ``max_poll`` (default 1 s, or the heartbeat period if shorter). A sleep
         never runs past the moment the watched lease would run out.
     on_lost : callable, optional
@@ -425,7 +419,7 @@ class LockClient:
 
     _default_lease = 10.0
     _default_heartbeat = 3.0
-    _default_min_poll = 0.05
+    _default_min_poll = 0.01
     _kind = "lock"
 
     def __init__(
@@ -467,7 +461,7 @@ class LockClient:
         self._heartbeats = Heartbeats(
             self.heartbeat_period, f"ddbtx-{self._kind}-heartbeat-{self.owner}"
         )
-        self._paces: dict[tuple[str, str], Any] = {}  # FIFO: grant pace per lock
+        self._paces: dict[tuple[str, str], Pace] = {}  # how fast each lock changes hands
         self._paces_guard = threading.Lock()
 
     def held(self) -> list[HeldLock]:
@@ -492,6 +486,11 @@ class LockClient:
     def _check_open(self) -> None:
         if self._heartbeats.closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
+
+    def _pace(self, resource: str, row: str) -> Pace:
+        """This client's view of how fast ``resource``'s lock ``row`` changes hands."""
+        with self._paces_guard:
+            return self._paces.setdefault((resource, row), Pace())
 
     def _keep(self, lock: HeldLock) -> None:
         lock._attach(self._heartbeats, self._on_lost, self._on_danger)

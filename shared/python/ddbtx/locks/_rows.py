@@ -7,11 +7,12 @@ range key ``schema.LOCK_SK`` says which lock it is:
 row                     sort key                         carries
 ======================  ===============================  ===============================
 mutex                   ``mutex``                        owner, rvn, fencing counter
-lease lock              ``lease``                        holder, rvn, fencing counter,
-                                                         a waiter's claim
+lease lock              ``lease``                        holder, rvn, fencing counter, and
+                                                         the line of waiters (as below)
 FIFO head               ``fifo#<namespace>#``            ticket counter, entry count, and
                                                          per entry ``t_<id>`` (its ticket)
-                                                         and ``w_<id>`` (owner, rvn, lease)
+                                                         and ``w_<id>`` (owner, rvn, lease);
+                                                         the lowest ticket holds the lock
 ======================  ===============================  ===============================
 
 Every row that carries a counter (mutex and lease rows, FIFO heads) is kept
@@ -61,16 +62,16 @@ EXPIRES: Final = "exp"  #: N, the writer's wall-clock estimate of its lease end 
 FENCE: Final = "fence"  #: N, lease row fencing counter
 DATA: Final = "data"  #: B, caller data stored with a lease
 RELEASED: Final = "rel"  #: S, hold id of the last released lease grant
-NEXT: Final = "next"  #: N, FIFO head: last ticket issued
+NEXT: Final = "next"  #: N, FIFO head and lease row: last ticket issued in line
 SERVING: Final = "serving"  #: N, FIFO head: ticket of the latest grant (the fencing token)
 HELD: Final = "held"  #: BOOL, FIFO head: the serving ticket still holds the lock
 TICKET: Final = "ticket"  #: N, queue row: its ticket
-COUNT: Final = "n"  #: N, FIFO head: how many entries (waiters and holder) it carries
+COUNT: Final = "n"  #: N, FIFO head and lease row: how many entries are in line
 ENTRY_TICKET: Final = "t_"  #: prefix of a FIFO entry's ticket attribute (N)
 ENTRY: Final = "w_"  #: prefix of a FIFO entry's map attribute: owner, rvn, lease, exp
-CLAIM: Final = "claim"  #: S, lease row: hold id of the waiter the next free grant is kept for
-CLAIM_RVN: Final = "crvn"  #: S, lease row: changes whenever the claim is (re)made
 ACQUIRED_AT: Final = "at"  #: N, mutex: wall-clock acquire time (display only)
+#: M, the last break of the row (who, when, whose grant): only a break writes it
+BROKEN: Final = "brk"
 
 _NAMES: Final = {
     "#pk": schema.LOCK_PK,
@@ -89,9 +90,8 @@ _NAMES: Final = {
     "#held": HELD,
     "#ticket": TICKET,
     "#at": ACQUIRED_AT,
+    "#brk": BROKEN,
     "#n": COUNT,
-    "#claim": CLAIM,
-    "#crvn": CLAIM_RVN,
 }
 _NAME_TOKEN = re.compile(r"#\w+")
 _VALUE_TOKEN = re.compile(r":\w+")

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from .. import schema
 from .._dynamo import call
 from ..errors import ConditionFailed, TableNotFound
 from ..tables import create_table_if_missing
+from ._line import Entry
+from ._line import entries as line_entries
 from ._rows import (
+    ACQUIRED_AT,
     EXPIRES,
     FENCE,
     HOLD,
@@ -27,7 +30,6 @@ from ._rows import (
     get_str,
     parse_fifo_sk,
 )
-from .fifo import entries as fifo_entries
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,12 @@ SWEEP_FILTER = (
 # changes the rvn), keeping the fencing counter.
 SWEEP_FREE = "#rvn = :rvn AND #exp = :exp AND attribute_exists(#fence)"
 _FREE = "REMOVE #owner, #rvn, #at, #exp"
+#: Every attribute the sweep's UpdateItem names (keys included): the CDK app lets the
+#: sweeper update the locks table with these only, so it cannot break a lock (a break
+#: always writes ``brk``, and lease and FIFO holders live in other attributes).
+SWEEP_FREE_ATTRIBUTES: Final = (
+    schema.LOCK_PK, schema.LOCK_SK, OWNER, RVN, ACQUIRED_AT, EXPIRES, FENCE,
+)  # fmt: skip
 # Sweep delete: the row is exactly as read (a heartbeat changes rvn and TTL, a
 # new acquire changes rvn) and still carries no counter.
 SWEEP_DELETE = (
@@ -98,14 +106,15 @@ class LockRow:
     namespace : str or None
         FIFO namespace.
     state : {"held", "free", "waiting"}
-        ``waiting`` is a FIFO waiter (an entry on its head row); ``free`` a
+        ``waiting`` is a waiter in a FIFO or lease lock's line (an entry on its
+        row); ``free`` a
         mutex or lease row or FIFO head nobody holds (kept for its counter).
     owner : str or None
     fencing_token : int or None
         Mutex and lease: the counter (the holder's token while held). FIFO
         head: the holder's ticket, or when free the last ticket issued.
     ticket : int or None
-        A FIFO waiter's ticket.
+        A waiter's ticket (FIFO, or in a lease lock's line).
     queue_position : int or None
         1 for the queue row first in line, 2 for the next, ...
     expires_at : float or None
@@ -150,7 +159,8 @@ def _rows(item: Item) -> list[LockRow]:
         expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
         return [
             LockRow(resource, kind, None, state, owner, get_int(item, FENCE), None, None,
-                    expiry, rvn)
+                    expiry, rvn),
+            *_waiting(resource, kind, None, line_entries(item)),
         ]  # fmt: skip
     parsed = parse_fifo_sk(sort_key)
     if parsed is None:
@@ -158,7 +168,7 @@ def _rows(item: Item) -> list[LockRow]:
     namespace, ticket = parsed
     if ticket is not None:
         return []  # a queue row of the earlier layout: nobody reads it, the sweeper removes it
-    queue = fifo_entries(item)
+    queue = line_entries(item)
     if not queue:
         return [LockRow(resource, "fifo", namespace, "free", None, get_int(item, NEXT))]
     holder, *waiters = queue
@@ -166,12 +176,20 @@ def _rows(item: Item) -> list[LockRow]:
         LockRow(resource, "fifo", namespace, "held", holder.owner, holder.ticket, None, None,
                 holder.expires, holder.rvn)
     ]  # fmt: skip
-    rows += [
-        LockRow(resource, "fifo", namespace, "waiting", w.owner, None, w.ticket, None,
+    return rows + _waiting(resource, "fifo", namespace, waiters)
+
+
+def _waiting(
+    resource: str,
+    kind: Literal["mutex", "lease", "fifo"],
+    namespace: str | None,
+    line: list[Entry],
+) -> list[LockRow]:
+    return [
+        LockRow(resource, kind, namespace, "waiting", w.owner, None, w.ticket, None,
                 w.expires, w.rvn)
-        for w in waiters
+        for w in line
     ]  # fmt: skip
-    return rows
 
 
 def list_locks(client: Any, table: str) -> list[LockRow]:

@@ -1,21 +1,28 @@
 """The lease lock: heartbeats change a record version number (rvn); a waiter takes
 the lock over once the rvn has stayed unchanged for a full lease on the waiter's
-own monotonic clock, so no two clocks are ever compared."""
+own monotonic clock, so no two clocks are ever compared.
+
+Waiters queue in a line on the lease row itself (see ``_line``). A free lock goes
+to whoever writes first only while nobody is in line; otherwise to the first in
+line. So a holder that releases and acquires again at once queues behind those
+already waiting instead of starving them, and the uncontended acquire is still
+one request.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._dynamo import call
-from ..errors import ConditionFailed, LockNotGrantedError
-from ._held import Backoff, HeldLock, LockClient, Watch, observe
+from ..errors import ConditionFailed, LockError, LockNotGrantedError
+from ._held import HeldLock, LockClient, Watch, observe
+from ._line import Entry, LineWaiter, entries, entry_names
 from ._rows import (
-    CLAIM,
-    CLAIM_RVN,
     DATA,
     FENCE,
     HOLD,
@@ -23,7 +30,6 @@ from ._rows import (
     LEASE_SK,
     RVN,
     Item,
-    check_duration,
     check_resource,
     check_wait,
     expressions,
@@ -38,39 +44,47 @@ from ._rows import (
 
 logger = logging.getLogger(__name__)
 
-# Grant a row nobody holds (new, or released) and no other waiter has claimed,
-# or replay our own grant whose response was lost.
+# The fast path: grant a row nobody holds and nobody waits in line for, or replay
+# our own grant whose response was lost.
 LEASE_GRANT_FREE = (
-    "(attribute_not_exists(#hold) AND (attribute_not_exists(#claim) OR #claim = :hold))"
-    " OR #hold = :hold"
+    "(attribute_not_exists(#hold) AND (attribute_not_exists(#n) OR #n = :zero)) OR #hold = :hold"
 )
-# Take over a holder whose rvn stayed unchanged for its whole lease, unless
-# another waiter's claim stands (or replay our own takeover).
-LEASE_TAKEOVER = (
-    "(#rvn = :seen AND (attribute_not_exists(#claim) OR #claim = :hold)) OR #hold = :hold"
-)
-# Claim the next free grant: no claim stands, or the standing one was not renewed
-# for its whole lease (its claimer is gone), or replay of our own claim.
-LEASE_CLAIM = "attribute_not_exists(#claim) OR #claim = :hold OR #crvn = :seen"
-# Renew or drop our claim: only while it is still ours.
-LEASE_CLAIMED = "#claim = :hold"
+# The first in line takes the free lock: its entry is still there, and no lower
+# ticket can have appeared since it read the row and saw none (tickets only grow).
+# No replay branch: the grant also removes the entry and counts it out, which a
+# replay must not do twice; a retry that fails reads the row instead.
+LEASE_GRANT_FIRST = "attribute_not_exists(#hold) AND attribute_exists(#t)"
+# Take over a holder whose rvn stayed unchanged for its whole lease, for a caller
+# not in line (wait=0) only while nobody waits in line; or replay our own takeover.
+LEASE_TAKEOVER = "(#rvn = :seen AND (attribute_not_exists(#n) OR #n = :zero)) OR #hold = :hold"
+# The same for the first in line (its entry still there).
+LEASE_TAKEOVER_FIRST = "#rvn = :seen AND attribute_exists(#t)"
 # Heartbeat: only while this grant is the one on the row; a takeover replaces
 # #hold, and a replayed heartbeat writes the same values again.
 LEASE_RENEW = "#hold = :hold"
 # Release this grant; "#rel = :hold" accepts the replay of our own applied release.
 LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
+# Release by handing the lock to the first in line (as our grant showed it): this
+# grant is still the one on the row and that entry is still in line (no lower ticket
+# can have appeared). No replay branch (it counts the entry out of the line): a
+# retry that fails reads the row instead.
+LEASE_HANDOFF = "#hold = :hold AND attribute_exists(#t)"
+# Set the data of a grant handed to us (the handoff cannot know it).
+LEASE_DATA = "#hold = :hold"
 
 # A grant also clears the last release's mark: a release replayed after this
 # grant (its first attempt applied, its answer lost) must then fail its condition
-# instead of removing this grant.
+# instead of removing this grant. The first in line also removes its entry.
 _GRANT = (
     "SET #owner = :owner, #hold = :hold, #rvn = :hold, #lease = :lease, #exp = :exp{data}"
-    " ADD #fence :one REMOVE #rel{no_data}{claim}"
+    " ADD #fence :one{count} REMOVE #rel{no_data}{entry}"
 )
-_CLAIM = "SET #claim = :hold, #crvn = :crvn"
-_UNCLAIM = "REMOVE #claim, #crvn"
 _RENEW = "SET #rvn = :rvn, #exp = :exp"
 _RELEASE = "SET #rel = :hold REMOVE #hold, #owner, #rvn, #exp, #data"
+_HANDOFF = (
+    "SET #rel = :hold, #hold = :next, #owner = :nowner, #rvn = :nrvn, #lease = :nlease,"
+    " #exp = :nexp ADD #fence :one, #n :minus REMOVE #t, #w, #data"
+)
 
 
 @dataclass(frozen=True)
@@ -78,8 +92,7 @@ class _Row:
     hold: str | None
     rvn: str
     lease: float
-    claim: str | None = None
-    crvn: str = ""
+    fence: int
 
 
 def _row(item: Item, default_lease: float) -> _Row:
@@ -87,8 +100,7 @@ def _row(item: Item, default_lease: float) -> _Row:
         hold=get_str(item, HOLD),
         rvn=get_str(item, RVN) or "",
         lease=get_num(item, LEASE) or default_lease,
-        claim=get_str(item, CLAIM),
-        crvn=get_str(item, CLAIM_RVN) or "",
+        fence=get_int(item, FENCE) or 0,
     )
 
 
@@ -97,29 +109,73 @@ class LeaseLock(HeldLock):
 
     _renew_write = (LEASE_RENEW, _RENEW)
     _release_write = (LEASE_RELEASE, _RELEASE)
+    #: The first in line when this lock was granted or last renewed: the release hands
+    #: it the lock.
+    _next: Entry | None = None
+
+    def _renew(self) -> None:
+        expires = self._lc._wall() + self.lease_duration
+        row = self._write(
+            self._renew_write, {":rvn": new_id(), ":exp": expires}, ReturnValues="ALL_NEW"
+        )
+        line = entries(row, self.lease_duration)
+        self._next = line[0] if line else None
+
+    def _end(self) -> None:
+        following = self._next
+        if following is not None:
+            values: dict[str, object] = {
+                ":next": following.hold,
+                ":nowner": following.owner or "",
+                ":nrvn": new_id(),
+                ":nlease": following.lease,
+                ":nexp": self._lc._wall() + following.lease,
+                ":one": 1,
+                ":minus": -1,
+            }
+            sent = self._clock()
+            try:
+                self._write((LEASE_HANDOFF, _HANDOFF), values, entry_names(following.hold))
+            except ConditionFailed as exc:
+                # Within our lease nobody else can take the lock, so if a retried
+                # handoff finds it no longer ours, the first attempt was applied (the
+                # new holder may even have released it since).
+                ours = sent - self._confirmed < self.lease_duration
+                if was_retried(exc) and ours and get_str(self._row(), HOLD) != self._hold:
+                    return
+                # That waiter left the line (or this grant is gone: the release finds it).
+            else:
+                return
+        super()._end()
+
+    def _row(self) -> Item:
+        item: Item = call(
+            self._lc.client, "get_item", TableName=self._lc.table, Key=self._key,
+            ConsistentRead=True,
+        ).get("Item", {})  # fmt: skip
+        return item
 
 
 class LeaseLockClient(LockClient):
     """Lease locks with heartbeats and record version numbers, like AWS's Java lock
-    client, but clock-free, with fencing tokens, and one request per uncontended
-    acquire.
+    client, but clock-free, fair under contention, with fencing tokens, and one
+    request per uncontended acquire.
 
     A holder's daemon thread rewrites the row's rvn every ``heartbeat_period``.
-    A waiter reads the row and takes it over only after the rvn has stayed the
-    same for the holder's full lease (stored in the row) as measured by the
-    waiter's own monotonic clock, so a holder whose wall clock is off neither
-    loses its lock nor blocks a takeover once dead. Each grant increments a
-    fencing counter kept in the lock row itself, which is never deleted and
-    never carries a TTL, so tokens never restart.
+    A waiter takes the lock over only after the rvn has stayed the same for the
+    holder's full lease (stored in the row) as measured by the waiter's own
+    monotonic clock, so a holder whose wall clock is off neither loses its lock
+    nor blocks a takeover once dead. Each grant increments a fencing counter
+    kept in the lock row itself, which is never deleted and never carries a
+    TTL, so tokens never restart.
+
+    A waiter queues on the row: one write takes a ticket and adds its entry,
+    which it renews every heartbeat period. While anyone is in line, a free
+    lock goes to the first in line only; an entry left unrenewed for a lease is
+    removed by the one behind it.
 
     Parameters are those of :class:`~ddbtx.locks.LockClient`; the lease
-    defaults to 10 s with a heartbeat every 3 s. Besides:
-
-    claim_after : float, optional
-        Seconds a waiter waits before it claims the next free grant (default:
-        ``max_poll``, so 1 s). Until that grant, a free lock is granted to the
-        claimer only; a claimer that stops renewing its claim (every heartbeat
-        period) loses it after a lease.
+    defaults to 10 s with a heartbeat every 3 s.
 
     Examples
     --------
@@ -136,13 +192,8 @@ class LeaseLockClient(LockClient):
     #: Resources whose ``wait=0`` view a client keeps (the oldest go first).
     _seen_limit = 10_000
 
-    def __init__(
-        self, client: Any, table: str, *, claim_after: float | None = None, **options: Any
-    ) -> None:
+    def __init__(self, client: Any, table: str, **options: Any) -> None:
         super().__init__(client, table, **options)
-        self.claim_after = (
-            self._polls[1] if claim_after is None else check_duration(claim_after, "claim_after")
-        )
         self._seen: dict[str, Watch] = {}
         self._seen_guard = threading.Lock()
 
@@ -152,20 +203,21 @@ class LeaseLockClient(LockClient):
         """Acquire the lease on ``resource``.
 
         An uncontended acquire is one request. ``wait=math.inf`` waits until
-        granted; otherwise waits up to ``wait`` seconds, then raises
-        :class:`~ddbtx.errors.LockNotGrantedError`. A dead holder's lock is
-        taken over one lease after the waiter first saw its last heartbeat.
+        granted; otherwise waits up to ``wait`` seconds, then leaves the line
+        and raises :class:`~ddbtx.errors.LockNotGrantedError`. A dead holder's
+        lock is taken over one lease after the first in line first saw its
+        last heartbeat.
 
-        A waiter that has waited ``claim_after`` seconds claims the next free
-        grant (one write), which every other acquirer then respects, so no
-        waiter starves behind faster ones.
+        A waiter that finds the lock held or others in line queues at once (one
+        write), and free grants then follow the line, so nobody starves.
 
-        ``wait=0`` tries once and remembers what it saw of a held lock (its
-        record version, and when on this client's monotonic clock), so that a
-        later ``wait=0`` call a lease or more later takes the lock over if the
-        record has not changed meanwhile: a function run every minute can take
-        over a dead holder's lock without ever sleeping through a lease. A new
-        client (a cold start) has seen nothing, so its first call only looks.
+        ``wait=0`` tries once and never queues. It remembers what it saw of a
+        held lock (its record version, the line's, and when on this client's
+        monotonic clock), so that a later ``wait=0`` call a lease or more later
+        takes the lock over if nothing there has changed meanwhile: a function
+        run every minute can take over a dead holder's lock without ever
+        sleeping through a lease. A new client (a cold start) has seen nothing,
+        so its first call only looks.
         """
         check_resource(resource)
         wait = check_wait(wait)
@@ -186,17 +238,15 @@ class LeaseLockClient(LockClient):
 
     # -- requests ----------------------------------------------------------------
 
-    def _read(self, resource: str) -> _Row | None:
-        item: Item | None = call(
+    def _read(self, resource: str) -> Item:
+        item: Item = call(
             self.client,
             "get_item",
             TableName=self.table,
             Key=key(resource, LEASE_SK),
             ConsistentRead=True,
-        ).get("Item")
-        if item is None:
-            return None
-        return _row(item, self.lease_duration)
+        ).get("Item", {})
+        return item
 
     def _grant(
         self,
@@ -204,27 +254,32 @@ class LeaseLockClient(LockClient):
         hold: str,
         data: bytes | None,
         condition: str,
-        extra: dict[str, object],
-        *,
-        claimed: bool = False,
-    ) -> LeaseLock | _Row | None:
-        """The lock, or when the condition failed the row as it was (where DynamoDB
-        returns it with the failure: AWS and moto, not dynalite), else ``None``."""
-        values: dict[str, object] = {
+        values: dict[str, object],
+        entry: dict[str, str] | None = None,
+    ) -> LeaseLock | Item | None:
+        """The lock; or when the condition failed the row as it was (where DynamoDB
+        returns it with the failure: AWS and moto, not dynalite), else ``None``.
+
+        ``entry``: the placeholders of the caller's line entry, which the grant
+        removes. Its conditions have no replay branch, so a grant whose answer
+        was lost fails its retry; one read then finds our own grant.
+        """
+        values = {
             ":owner": self.owner,
             ":hold": hold,
             ":lease": self.lease_duration,
             ":exp": self._wall() + self.lease_duration,
             ":one": 1,
-            **extra,
+            ":minus": -1,
+            **values,
         }
         if data is not None:
             values[":data"] = data
-        with_data = data is not None
         update = _GRANT.format(
-            data=", #data = :data" if with_data else "",
-            no_data="" if with_data else ", #data",
-            claim=", #claim, #crvn" if claimed else "",
+            data="" if data is None else ", #data = :data",
+            no_data=", #data" if data is None else "",
+            count="" if entry is None else ", #n :minus",
+            entry="" if entry is None else ", #t, #w",
         )
         sent = self._clock()
         try:
@@ -235,173 +290,178 @@ class LeaseLockClient(LockClient):
                 Key=key(resource, LEASE_SK),
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **expressions(values, ConditionExpression=condition, UpdateExpression=update),
+                **expressions(
+                    values, names=entry, ConditionExpression=condition, UpdateExpression=update
+                ),
             )["Attributes"]
         except ConditionFailed as exc:
-            response = getattr(exc.__cause__, "response", None)
-            old = response.get("Item") if isinstance(response, dict) else None
-            if old and not was_retried(exc):  # a retry's answer may show our own grant
-                return _row(old, self.lease_duration)
-            return None
+            if was_retried(exc):  # the first attempt may have been applied
+                item = self._read(resource)
+                if get_str(item, HOLD) != hold:
+                    return item
+            else:
+                response = getattr(exc.__cause__, "response", None)
+                old = response.get("Item") if isinstance(response, dict) else None
+                return old or None
+        return self._held(resource, hold, item, sent)
+
+    def _held(self, resource: str, hold: str, item: Item, confirmed_at: float) -> LeaseLock:
+        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it."""
+        line = entries(item, self.lease_duration)
+        self._pace(resource, LEASE_SK).crowded = bool(line)
         lock = LeaseLock(
             self,
             hold=hold,
             row_key=key(resource, LEASE_SK),
             resource=resource,
             fencing_token=get_int(item, FENCE) or 0,
-            confirmed_at=sent,
+            confirmed_at=confirmed_at,
             data=get_bytes(item, DATA),
         )
+        lock._next = line[0] if line else None
+        if self.heartbeat_period >= lock.remaining():
+            lock.heartbeat()  # the thread's first beat could come after the lease
         self._keep(lock)
         return lock
 
 
-class _Acquire:
-    """One acquire call: its hold id, its claim, and what it watches."""
+class _Acquire(LineWaiter):
+    """One acquire call: its hold id (its grant's, and its entry's in line)."""
+
+    lc: LeaseLockClient
 
     def __init__(self, lc: LeaseLockClient, resource: str, data: bytes | None, wait: float) -> None:
-        self.lc = lc
-        self.resource = resource
+        self.started = lc._clock()
+        super().__init__(lc, resource, key(resource, LEASE_SK), LEASE_SK, self.started + wait)
         self.data = data
         self.wait = wait
-        self.hold = new_id()
-        self.started = lc._clock()
-        self.claimed = False
-        self.claim_renewed = 0.0
+        self.holder: Watch | None = None
 
-    def grant(self, condition: str, extra: dict[str, object]) -> LeaseLock | _Row | None:
-        return self.lc._grant(
-            self.resource, self.hold, self.data, condition, extra, claimed=self.claimed
+    def grant(
+        self, condition: str, values: dict[str, object], *, in_line: bool = False
+    ) -> LeaseLock | Item | None:
+        lock = self.lc._grant(
+            self.resource,
+            self.hold,
+            self.data,
+            condition,
+            values,
+            entry=self.names if in_line else None,
         )
+        if isinstance(lock, LeaseLock):
+            self.entered = False  # the grant removed our entry
+        return lock
 
     def run(self) -> LeaseLock:
-        first = self.grant(LEASE_GRANT_FREE, {})
-        if isinstance(first, LeaseLock):
-            return first
-        try:
+        # Others were in line when this client last got the lock: queue at once
+        # (one write either way; the line's first takes a free lock with one more).
+        if not (self.pace.crowded and self.wait > 0):
+            first = self.grant(LEASE_GRANT_FREE, {":zero": 0})
+            if isinstance(first, LeaseLock):
+                return first
             if self.wait == 0:
                 return self.try_once(first)
-            return self.wait_for_it(first)
+        try:
+            row = self.enter()
+            if row is None:  # a fresh id cannot meet an entry of its own
+                raise LockError(f"could not queue for {self.resource!r}")
+            return cast(LeaseLock, self.wait_in_line(row))
         except BaseException:
-            self.unclaim_quietly()
+            self.leave_quietly()
             raise
 
-    def denied(self) -> LockNotGrantedError:
+    # -- in line ---------------------------------------------------------------------
+
+    def at_front(self, row: Item, now: float) -> HeldLock | Item | float:
+        """First in line: take the free lock, or take over a holder whose rvn we
+        watched unchanged for its lease; else sleep at most until then."""
+        held = _row(row, self.lc.lease_duration)
+        if held.hold is None:
+            lock = self.grant(LEASE_GRANT_FIRST, {}, in_line=True)
+            return lock if lock is not None else self.read()
+        fresh = observe(self.holder, ("lease", 0), held.rvn, held.lease, now)
+        if fresh is self.holder and fresh.remaining(now) <= 0:
+            lock = self.grant(LEASE_TAKEOVER_FIRST, {":seen": held.rvn}, in_line=True)
+            if isinstance(lock, LeaseLock):
+                logger.info("took over %r after %.3fs unchanged", lock, now - fresh.since)
+                return lock
+            self.holder = None
+            return lock if lock is not None else self.read()
+        self.holder = fresh
+        return fresh.remaining(now)
+
+    def counter(self, row: Item, line: list[Entry]) -> int:
+        return get_int(row, FENCE) or 0
+
+    def handed(self, row: Item) -> HeldLock | None:
+        """The holder's release handed us the lock (and removed our entry)."""
+        if get_str(row, HOLD) != self.hold:
+            return None
+        self.entered = False
+        lc = self.lc
+        if self.data is not None:  # the handoff could not know it
+            row = call(
+                lc.client,
+                "update_item",
+                TableName=lc.table,
+                Key=self.row_key,
+                ReturnValues="ALL_NEW",
+                **expressions(
+                    {":hold": self.hold, ":data": self.data},
+                    ConditionExpression=LEASE_DATA,
+                    UpdateExpression="SET #data = :data",
+                ),
+            )["Attributes"]
+        # Whoever watches the new holder started after the handoff, which came after
+        # our last entry write: our lease counts from that write's send time.
+        return lc._held(self.resource, self.hold, row, self.renewed_at)
+
+    def left_too_late(self) -> None:
+        """Our wait ran out while a release handed us the lock: release it."""
+        if get_str(self.read(), HOLD) != self.hold:
+            return
+        with contextlib.suppress(ConditionFailed):
+            self.update(LEASE_RELEASE, _RELEASE, {":hold": self.hold}, {})
+        logger.info("released %r: handed over after the wait ran out", self.resource)
+
+    def holders(self, row: Item) -> int:
+        return 1 if HOLD in row else 0
+
+    def not_granted(self) -> LockNotGrantedError:
         return LockNotGrantedError(
             f"lease on {self.resource!r} not granted to {self.lc.owner!r} within {self.wait}s"
         )
 
-    def try_once(self, row: _Row | None) -> LeaseLock:
+    # -- wait=0 ------------------------------------------------------------------------
+
+    def try_once(self, item: Item | None) -> LeaseLock:
         """``wait=0``: take over what an earlier ``wait=0`` call of this client saw
-        unchanged a lease ago; else remember what is there now and give up."""
+        unchanged a lease ago (a dead holder, and dead entries in line, which it
+        removes first); else remember what is there now and give up."""
         lc = self.lc
-        if row is None:
-            row = lc._read(self.resource)
-        if row is None or row.hold is None:
+        if not item:
+            item = lc._read(self.resource)
+        held = _row(item, lc.lease_duration)
+        line = entries(item, lc.lease_duration)
+        if held.hold is None and not line:
             lc._remember(self.resource, None)
-            raise self.denied()  # free but claimed by a waiter, or just released
+            raise self.not_granted()  # just released: somebody else was faster
         now = lc._clock()
+        # Everything that shows life: the holder's rvn and every entry's.
+        signature = " ".join([held.rvn, *(f"{e.hold}={e.rvn}" for e in line)])
+        lease = max([held.lease, *(e.lease for e in line)])
         previous = lc._remember(self.resource, None)
-        fresh = observe(previous, ("lease", 0), row.rvn, row.lease, now)
-        if fresh is previous and fresh.remaining(now) <= 0:
-            lock = self.grant(LEASE_TAKEOVER, {":seen": row.rvn})
-            if isinstance(lock, LeaseLock):
-                logger.info("took over %r after %.3fs unchanged", lock, now - fresh.since)
-                return lock
-            raise self.denied()  # it moved after all (or a claim stands): look afresh next time
-        lc._remember(self.resource, fresh)
-        raise self.denied()
-
-    def wait_for_it(self, row: _Row | None) -> LeaseLock:
-        lc = self.lc
-        deadline = self.started + self.wait
-        backoff = Backoff(*lc._polls)
-        holder: Watch | None = None
-        claim: Watch | None = None
-        while True:
-            if row is None:
-                row = lc._read(self.resource)
-            now = lc._clock()
-            if self.claimed and row is not None and row.claim != self.hold:
-                self.claimed = False  # judged gone while alive: claim again later
-            if row is None or row.hold is None:
-                if row is None or row.claim in (None, self.hold):
-                    lock = self.grant(LEASE_GRANT_FREE, {})
-                    if isinstance(lock, LeaseLock):
-                        return lock
-                    row = lock
-                    continue  # someone else was faster; look at their grant
-            else:
-                fresh = observe(holder, ("lease", 0), row.rvn, row.lease, now)
-                if fresh is holder and fresh.remaining(now) <= 0:
-                    lock = self.grant(LEASE_TAKEOVER, {":seen": row.rvn})
-                    if isinstance(lock, LeaseLock):
-                        return lock
-                    holder, row = None, lock
-                    continue
-                holder = fresh
-            if row is not None and row.claim not in (None, self.hold):
-                claim = observe(claim, ("claim", 0), row.crvn, row.lease, now)
-            else:
-                claim = None
-            if self.claimed and now - self.claim_renewed >= lc.heartbeat_period:
-                self.renew_claim()
-            elif not self.claimed and now - self.started >= lc.claim_after:
-                dead = claim is not None and claim.remaining(now) <= 0
-                if claim is None or dead:
-                    self.make_claim(claim.rvn if dead and claim else "")
-                    backoff.reset()
-            left = deadline - now
-            if left <= 0:
-                self.unclaim_quietly()
-                raise self.denied()
-            limits = [backoff.next(), left]
-            limits += [w.remaining(now) for w in (holder, claim) if w is not None]
-            if self.claimed:
-                limits.append(self.claim_renewed + lc.heartbeat_period - now)
-            lc._sleep(max(0.0, min(limits)))
-            row = None
-
-    # -- the claim -------------------------------------------------------------------
-
-    def _claim_write(self, condition: str, update: str, values: dict[str, object]) -> bool:
-        lc = self.lc
-        try:
-            call(
-                lc.client,
-                "update_item",
-                TableName=lc.table,
-                Key=key(self.resource, LEASE_SK),
-                **expressions(
-                    {":hold": self.hold, **values},
-                    ConditionExpression=condition,
-                    UpdateExpression=update,
-                ),
-            )
-        except ConditionFailed:
-            return False
-        return True
-
-    def make_claim(self, seen: str) -> None:
-        sent = self.lc._clock()
-        # ":seen" never matches a live claim's crvn unless that claim went unrenewed
-        # for a lease; with no claim there it is a fresh id that matches nothing.
-        values: dict[str, object] = {":crvn": new_id(), ":seen": seen or new_id()}
-        if self._claim_write(LEASE_CLAIM, _CLAIM, values):
-            self.claimed, self.claim_renewed = True, sent
-
-    def renew_claim(self) -> None:
-        sent = self.lc._clock()
-        if self._claim_write(LEASE_CLAIMED, "SET #crvn = :crvn", {":crvn": new_id()}):
-            self.claim_renewed = sent
+        fresh = observe(previous, ("lease", 0), signature, lease, now)
+        if fresh is not previous or fresh.remaining(now) > 0:
+            lc._remember(self.resource, fresh)
+            raise self.not_granted()
+        if not all(self.skip(dead) for dead in line):
+            raise self.not_granted()  # one came back to life: look afresh next time
+        if held.hold is None:
+            lock = self.grant(LEASE_GRANT_FREE, {":zero": 0})
         else:
-            self.claimed = False
-
-    def unclaim_quietly(self) -> None:
-        if not self.claimed:
-            return
-        self.claimed = False
-        try:
-            self._claim_write(LEASE_CLAIMED, _UNCLAIM, {})
-        except Exception:  # the claim lapses after a lease without renewals
-            logger.warning("could not drop the claim on %r", self.resource, exc_info=True)
+            lock = self.grant(LEASE_TAKEOVER, {":seen": held.rvn, ":zero": 0})
+        if not isinstance(lock, LeaseLock):
+            raise self.not_granted()  # it moved after all: look afresh next time
+        logger.info("took over %r after %.3fs unchanged", lock, now - fresh.since)
+        return lock

@@ -1,0 +1,345 @@
+"""The line of waiters kept on one lock row: the FIFO head's queue, and the waiters
+of a lease row.
+
+Each waiter is an *entry* on the row: ``t_<id>`` its ticket and ``w_<id>`` a map
+of owner, ``rvn`` (renewed by the waiter's heartbeats), lease and the writer's
+wall-clock expiry estimate (display and garbage collection only). ``next`` is the
+last ticket issued and ``n`` the number of entries. Taking a ticket and writing
+the entry is one write, so no ticket ever exists without its entry, and tickets
+only grow: a waiter that has read the row and seen no lower ticket than its own
+knows that none can appear. An entry that stops heartbeating is removed by the
+entry right behind it once its rvn has stayed unchanged for its lease on that
+waiter's monotonic clock; the others keep their order.
+
+What the first in line does differs: on a FIFO head the lowest entry *is* the
+holder; on a lease row the first in line takes the lock with one grant write
+once it is free (or its holder is dead).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from .._dynamo import call
+from ..errors import ConditionFailed, LockError, LockNotGrantedError, ValidationFailed
+from ._held import HeldLock, LockClient, Watch, observe
+from ._pace import Polls
+from ._rows import (
+    ENTRY,
+    ENTRY_TICKET,
+    EXPIRES,
+    GC_MARGIN,
+    LEASE,
+    OWNER,
+    RVN,
+    Item,
+    expressions,
+    get_int,
+    get_num,
+    get_str,
+    new_id,
+    was_retried,
+)
+
+logger = logging.getLogger(__name__)
+
+# Enter the line: take ticket next+1 and write our entry in the same write, so no
+# ticket ever exists without its entry. A replay of our own applied entry (lost
+# response) fails here instead of taking a second ticket.
+LINE_ENTER = "attribute_not_exists(#t)"
+_ENTER = (
+    "SET #next = if_not_exists(#next, :zero) + :one, #t = if_not_exists(#next, :zero) + :one,"
+    " #w = :entry ADD #n :one"
+)
+# Heartbeat of an entry: only while it is still on the row with our ticket; an
+# entry judged dead has been removed and must not return.
+LINE_RENEW = "#t = :ticket"
+RENEW = "SET #w.#rvn = :rvn, #w.#exp = :exp"
+# Leave the line (or, on a FIFO head, release): remove our own entry, still ours.
+LINE_LEAVE = "#t = :ticket"
+LEAVE = "REMOVE #t, #w ADD #n :minus"
+# Skip a dead entry directly ahead: remove it only if its rvn is still the one we
+# watched for its whole lease (a heartbeat since, or its leaving, fails this).
+LINE_SKIP = "#w.#rvn = :seen"
+
+
+def entry_names(hold: str) -> dict[str, str]:
+    """Placeholders ``#t`` and ``#w`` for the entry of waiter ``hold``."""
+    return {"#t": f"{ENTRY_TICKET}{hold}", "#w": f"{ENTRY}{hold}"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ticket in a line: a waiter (or, on a FIFO head, the holder: the lowest)."""
+
+    hold: str
+    ticket: int
+    owner: str | None
+    rvn: str
+    lease: float
+    expires: float | None
+
+
+def entries(item: Item, default_lease: float = 0.0) -> list[Entry]:
+    """The entries of a row, lowest ticket first."""
+    found = []
+    for name in item:
+        if not name.startswith(ENTRY_TICKET):
+            continue
+        hold = name[len(ENTRY_TICKET) :]
+        ticket = get_int(item, name)
+        body = item.get(f"{ENTRY}{hold}", {}).get("M", {})
+        if ticket is None:
+            continue
+        found.append(
+            Entry(
+                hold=hold,
+                ticket=ticket,
+                owner=get_str(body, OWNER),
+                rvn=get_str(body, RVN) or "",
+                lease=get_num(body, LEASE) or default_lease,
+                expires=get_num(body, EXPIRES),
+            )
+        )
+    found.sort(key=lambda e: e.ticket)
+    return found
+
+
+class LineWaiter:
+    """One acquire call's place in the line on one row: its ticket, its entry, and
+    what it watches. Subclasses say what the first in line does
+    (:meth:`at_front`) and which counter moves once per grant (:meth:`counter`).
+    """
+
+    def __init__(
+        self, lc: LockClient, resource: str, row_key: Item, pace_key: str, deadline: float
+    ) -> None:
+        self.lc = lc
+        self.resource = resource
+        self.row_key = row_key
+        self.pace = lc._pace(resource, pace_key)
+        self.deadline = deadline
+        self.hold = new_id()
+        self.names = entry_names(self.hold)
+        self.ticket = 0
+        self.entered = False
+        self.renewed_at = 0.0  # send time of our last rvn write (entry or renewal)
+
+    # -- what subclasses decide ----------------------------------------------------
+
+    def at_front(self, row: Item, now: float) -> HeldLock | Item | float:
+        """Nobody is ahead of us in line: the lock; or, after a failed write, the
+        row to look at again; or how long we may sleep before looking again."""
+        raise NotImplementedError
+
+    def counter(self, row: Item, line: list[Entry]) -> int:
+        """A number that grows by one per grant (for the pace)."""
+        raise NotImplementedError
+
+    def holders(self, row: Item) -> int:
+        """Grants ahead of the first in line that are not entries (a lease holder)."""
+        return 0
+
+    def not_granted(self) -> LockNotGrantedError:
+        raise NotImplementedError
+
+    def handed(self, row: Item) -> HeldLock | None:
+        """Our entry is gone from ``row``: the lock if a release handed it to us."""
+        return None
+
+    def left_too_late(self) -> None:
+        """Leaving found our entry gone: undo a handoff to us, if that is why."""
+
+    # -- waiting -------------------------------------------------------------------
+
+    def wait_in_line(self, row: Item) -> HeldLock:
+        """Wait from ``row`` (as our entering write returned it) until granted."""
+        lc = self.lc
+        polls = Polls(self.pace, *lc._polls)
+        watch: Watch | None = None
+        step: tuple[int | None, int] | None = None
+        while True:
+            now = lc._clock()
+            line = entries(row, lc.lease_duration)
+            mine = next((e for e in line if e.hold == self.hold), None)
+            if mine is None or mine.ticket != self.ticket:
+                handed = self.handed(row)
+                if handed is not None:
+                    return handed
+                row = self.reenter()  # judged dead while alive (paused for a lease)
+                watch = None
+                continue
+            ahead = [e for e in line if e.ticket < self.ticket]
+            stale = next((e for e in ahead if self.expired(e)), None)
+            if stale is not None:
+                self.skip(stale)  # past its garbage-collection time: gone
+                row = self.read()
+                continue
+            counter = self.counter(row, line)
+            self.pace.observe(counter, now)
+            limit = math.inf
+            if ahead:
+                target = ahead[-1]
+                fresh = observe(watch, ("entry", target.ticket), target.rvn, target.lease, now)
+                if fresh is watch and fresh.remaining(now) <= 0:
+                    self.skip(target)
+                    watch = None
+                    row = self.read()
+                    continue
+                watch, limit = fresh, fresh.remaining(now)
+            else:
+                watch = None
+                front = self.at_front(row, now)
+                if isinstance(front, HeldLock):
+                    return front
+                if isinstance(front, dict):
+                    row = front
+                    continue
+                limit = front
+            place = (ahead[-1].ticket if ahead else None, counter)
+            if place != step:
+                # A new entry right ahead or a new holder: our turn may be one short
+                # hold away, so look again soon.
+                polls.progress()
+                step = place
+            renew_due = self.renewed_at + lc.heartbeat_period
+            if now >= renew_due:
+                if not self.renew():
+                    row = self.reenter()
+                    watch = None
+                    continue
+                renew_due = self.renewed_at + lc.heartbeat_period
+            left = self.deadline - now
+            if left <= 0:
+                self.leave()
+                raise self.not_granted()
+            delay = polls.next(len(ahead) + self.holders(row), now)
+            lc._sleep(max(0.0, min(delay, limit, renew_due - now, left)))
+            row = self.read()
+
+    # -- requests --------------------------------------------------------------------
+
+    def entry(self) -> dict[str, object]:
+        lc = self.lc
+        return {
+            OWNER: lc.owner,
+            RVN: new_id(),
+            LEASE: lc.lease_duration,
+            EXPIRES: lc._wall() + lc.lease_duration,
+        }
+
+    def enter(
+        self, condition: str = LINE_ENTER, values: dict[str, object] | None = None
+    ) -> Item | None:
+        """Take a ticket and enter the line in one write; ``None`` if ``condition``
+        failed. The row as it is after our write."""
+        lc = self.lc
+        sent = lc._clock()
+        try:
+            row: Item = call(
+                lc.client,
+                "update_item",
+                TableName=lc.table,
+                Key=self.row_key,
+                ReturnValues="ALL_NEW",
+                **expressions(
+                    {":zero": 0, ":one": 1, ":entry": self.entry(), **(values or {})},
+                    names=self.names,
+                    ConditionExpression=condition,
+                    UpdateExpression=_ENTER,
+                ),
+            )["Attributes"]
+        except ConditionFailed as exc:
+            if not was_retried(exc):
+                return None
+            # The first attempt may have been applied behind a lost response: our
+            # entry on the row says so (and carries our ticket).
+            row = self.read()
+            if get_int(row, self.names["#t"]) is None:
+                return None
+        except ValidationFailed as exc:
+            raise LockError(
+                f"the line of {self.resource!r} is full: DynamoDB refused one more waiter ({exc})"
+            ) from exc
+        self.ticket = get_int(row, self.names["#t"]) or 0
+        self.entered = True
+        self.renewed_at = sent
+        return row
+
+    def reenter(self) -> Item:
+        self.hold = new_id()
+        self.names = entry_names(self.hold)
+        row = self.enter()
+        if row is None:  # a fresh id cannot meet an entry of its own
+            raise LockError(f"could not queue for {self.resource!r}")
+        return row
+
+    def renew(self) -> bool:
+        lc = self.lc
+        sent = lc._clock()
+        values = {
+            ":ticket": self.ticket,
+            ":rvn": new_id(),
+            ":exp": lc._wall() + lc.lease_duration,
+        }
+        try:
+            self.update(LINE_RENEW, RENEW, values, self.names)
+        except ConditionFailed:
+            self.entered = False
+            return False
+        self.renewed_at = sent
+        return True
+
+    def leave(self) -> None:
+        if not self.entered:
+            return
+        self.entered = False
+        try:
+            self.update(LINE_LEAVE, LEAVE, {":ticket": self.ticket, ":minus": -1}, self.names)
+        except ConditionFailed:  # removed meanwhile: judged dead, or handed the lock
+            self.left_too_late()
+
+    def leave_quietly(self) -> None:
+        """Remove our entry, if any, without masking what is under way."""
+        try:
+            self.leave()
+        except Exception:  # the one behind skips it after a lease
+            logger.warning("could not remove the entry of ticket %d", self.ticket, exc_info=True)
+
+    def skip(self, dead: Entry) -> bool:
+        """Remove ``dead`` if it is still as we watched it; whether it was removed."""
+        # If it heartbeated after all, or left, the removal fails: look again either way.
+        try:
+            self.update(LINE_SKIP, LEAVE, {":seen": dead.rvn, ":minus": -1}, entry_names(dead.hold))
+        except ConditionFailed:
+            return False
+        logger.info("removed the entry of ticket %d (%s): no heartbeat", dead.ticket, dead.owner)
+        return True
+
+    def update(
+        self, condition: str, update: str, values: dict[str, object], names: dict[str, str]
+    ) -> None:
+        call(
+            self.lc.client,
+            "update_item",
+            TableName=self.lc.table,
+            Key=self.row_key,
+            **expressions(
+                values, names=names, ConditionExpression=condition, UpdateExpression=update
+            ),
+        )
+
+    def read(self) -> Item:
+        item: Item = call(
+            self.lc.client,
+            "get_item",
+            TableName=self.lc.table,
+            Key=self.row_key,
+            ConsistentRead=True,
+        ).get("Item", {})
+        return item
+
+    def expired(self, entry: Entry) -> bool:
+        return entry.expires is not None and entry.expires + GC_MARGIN < self.lc._wall()

@@ -1,0 +1,114 @@
+"""When a waiter looks again: paced by how fast it has seen the lock change hands,
+at once (a few times) when its turn is due, else backing off.
+
+Shared by the FIFO lock and the lease lock: a waiter knows its place from the
+line on the row it polls.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Polls a first-in-line waiter sends back to back once its holder is due, before it
+#: backs off: a handoff then waits for about half a round trip instead of a poll
+#: delay, and a holder that keeps the lock longer than its predecessors costs at
+#: most this many extra polls before the backoff takes over.
+TIGHT_POLLS: Final = 3
+
+
+class Backoff:
+    """Poll delays doubling from ``low`` up to ``high``; :meth:`reset` on progress."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self._low = low
+        self._high = high
+        self._next = low
+
+    def reset(self) -> None:
+        self._next = self._low
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._high, delay * 2)
+        return delay
+
+
+class Pace:
+    """How fast grants follow each other, as one client has seen a counter move.
+
+    The counter is the FIFO head's lowest ticket or the lease row's fencing
+    counter: it moves by one per grant. Kept per lock across acquires, so a
+    client that comes back to a busy lock knows its pace from its first poll on.
+    The cycle (seconds per grant) is a moving average over the moves seen; a
+    pause in the traffic longer than ``_IDLE`` cycles starts afresh.
+    """
+
+    _WEIGHT = 0.3
+    _IDLE = 20
+
+    def __init__(self) -> None:
+        self._last: tuple[int, float] | None = None  # the counter, when first seen
+        self.cycle: float | None = None
+        #: Others were waiting in line when this client last got the lock.
+        self.crowded = False
+
+    def observe(self, counter: int, now: float) -> None:
+        last = self._last
+        if last is not None and self.cycle is not None and now - last[1] > self._IDLE * self.cycle:
+            self.cycle = None
+        if last is None or counter < last[0]:
+            self._last = (counter, now)
+        elif counter > last[0]:
+            sample = (now - last[1]) / (counter - last[0])
+            self.cycle = sample if self.cycle is None else (
+                (1 - self._WEIGHT) * self.cycle + self._WEIGHT * sample
+            )  # fmt: skip
+            self._last = (counter, now)
+
+    def pause(self, ahead: int, now: float) -> float | None:
+        """Seconds to sleep with ``ahead`` grants before ours (the current holder
+        counts as one), from the measured pace; ``None`` while the pace is unknown
+        or once the moment it aims at has passed (then the caller polls tightly or
+        backs off).
+
+        First in line (``ahead`` 1): half the time until the current holder is
+        expected to be done, counted from when this client first saw it hold
+        (late by up to a poll: the half keeps the cycle from growing on its own
+        lateness). Further back: until the waiter is expected to be first in line.
+        """
+        if self.cycle is None or self._last is None:
+            return None
+        turn = self._last[1] + ahead * self.cycle  # when our grant is expected
+        if ahead <= 1:
+            left = turn - now
+            return left / 2 if left > 0 else None
+        first = turn - self.cycle - now
+        return first if first > 0 else None
+
+
+class Polls:
+    """One waiter's delays: paced while the pace says when, a few tight polls when
+    it is first in line and its holder is due by the pace, else (pace unknown, or
+    the holder late) a backoff from ``low`` to ``high``."""
+
+    def __init__(self, pace: Pace, low: float, high: float) -> None:
+        self._pace = pace
+        self._low = low
+        self._high = high
+        self._backoff = Backoff(low, high)
+        self._tight = TIGHT_POLLS
+
+    def progress(self) -> None:
+        """The lock changed hands (or the line ahead changed): start over."""
+        self._backoff.reset()
+        self._tight = TIGHT_POLLS
+
+    def next(self, ahead: int, now: float) -> float:
+        """The delay before the next look with ``ahead`` grants before ours."""
+        guess = self._pace.pause(ahead, now)
+        if guess is not None and guess >= self._low:  # shorter: the moment has come
+            return min(self._high, guess)
+        if ahead <= 1 and self._tight > 0 and self._pace.cycle is not None:
+            self._tight -= 1
+            return 0.0
+        return self._backoff.next()

@@ -1,0 +1,460 @@
+"""Breaking a lock by hand (``ddbtx locks break``, the recovery function's
+``break_lock_row`` action): free a mutex, lease or FIFO lock whose holder is gone.
+
+*Refused while the holder lives.* A lease or FIFO holder renews its record
+version (rvn) every heartbeat period, which is shorter than its lease (stored in
+the row). So the break watches the holder for one whole lease: if its rvn moves,
+the holder heartbeats and the break is refused. A caller that cannot wait that
+long (a Lambda function near its timeout) gets ``observing`` and what it saw
+(:class:`Seen`); called again with it a lease or more later, it breaks if the rvn
+is still the same. A mutex holder never heartbeats, so ddbtx cannot tell a live
+one from a dead one: a mutex is broken only once its holder's own expiry
+estimate (``expire_after``, by the holder's wall clock) has passed. ``force``
+skips all of this.
+
+*What a break writes.* One conditional update of the row, conditioned on the
+holder being exactly as read (the same grant and rvn): the holder's attributes
+go (on a FIFO head, its entry, which hands the lock to the next ticket); the
+fencing counter, the ticket counter and the waiters stay; and a ``brk`` mark
+records who broke whose grant and when. Only a break writes that attribute,
+which is how IAM lets the recovery function break locks and the sweeper not.
+The broken holder's next heartbeat fails, so it learns that it lost the lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .. import schema
+from .._dynamo import call
+from ..errors import ConditionFailed, LockNotFoundError
+from ._line import LEAVE, entries, entry_names
+from ._rows import (
+    BROKEN,
+    COUNT,
+    EXPIRES,
+    FENCE,
+    HOLD,
+    LEASE,
+    LEASE_SK,
+    MAX_OWNER_BYTES,
+    MUTEX_SK,
+    NEXT,
+    OWNER,
+    RVN,
+    Item,
+    check_name,
+    check_namespace,
+    check_resource,
+    expressions,
+    fifo_head_sk,
+    get_int,
+    get_num,
+    get_str,
+    key,
+    new_id,
+    parse_fifo_sk,
+    was_retried,
+)
+
+logger = logging.getLogger(__name__)
+
+Kind = Literal["mutex", "lease", "fifo"]
+Outcome = Literal["broken", "refused", "not_held", "observing"]
+KINDS: tuple[Kind, ...] = ("mutex", "lease", "fifo")
+
+# Break a mutex: the same owner and acquire (rvn) as read.
+BREAK_MUTEX = "#owner = :owner AND #rvn = :rvn"
+_BREAK_MUTEX = "SET #brk = :mark REMOVE #owner, #rvn, #at, #exp"
+# Break a lease: the same grant and heartbeat (rvn) as read; the line stays.
+BREAK_LEASE = "#hold = :hold AND #rvn = :rvn"
+_BREAK_LEASE = "SET #brk = :mark REMOVE #hold, #owner, #rvn, #exp, #data"
+# Break a FIFO lock: the holder's entry, with the ticket and rvn as read (no lower
+# ticket can have appeared, so it is still the holder); the next ticket then holds.
+BREAK_FIFO = "#t = :ticket AND #w.#rvn = :rvn"
+_BREAK_FIFO = f"SET #brk = :mark {LEAVE}"
+
+Sleep = Callable[[float], None]
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a break saw of a holder it could not watch for a whole lease: pass it
+    back (``seen=``) a lease or more later. ``at`` is epoch seconds."""
+
+    hold: str
+    rvn: str
+    at: float
+
+
+@dataclass(frozen=True)
+class BreakResult:
+    """The outcome of :func:`break_lock`.
+
+    Attributes
+    ----------
+    resource, kind, namespace
+        Which lock (``namespace`` for FIFO locks only).
+    outcome : {"broken", "refused", "not_held", "observing"}
+        ``observing``: call again with ``seen`` a lease or more later.
+    owner, fencing_token
+        The holder as read (FIFO: its ticket).
+    reason : str
+        Why it was refused, or what to do next.
+    before : dict
+        The holder's part of the row as read (DynamoDB JSON, binary as base64).
+    seen : Seen or None
+        With ``observing``.
+    """
+
+    resource: str
+    kind: Kind
+    namespace: str | None
+    outcome: Outcome
+    owner: str | None = None
+    fencing_token: int | None = None
+    reason: str = ""
+    before: dict[str, Any] = field(default_factory=dict)
+    seen: Seen | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Holder:
+    hold: str  # lease: the grant's id; FIFO: the entry's; mutex: the rvn
+    owner: str | None
+    rvn: str
+    token: int | None
+    lease: float | None  # None: a mutex (no heartbeats)
+    expires: float | None
+    before: dict[str, Any]
+
+
+def break_lock(
+    client: Any,
+    table: str,
+    resource: str,
+    *,
+    by: str,
+    kind: Kind | None = None,
+    namespace: str | None = None,
+    force: bool = False,
+    seen: Seen | None = None,
+    max_wait: float = math.inf,
+    clock: Clock = time.monotonic,
+    wall_clock: Clock = time.time,
+    sleep: Sleep = time.sleep,
+) -> BreakResult:
+    """Free the lock on ``resource`` whose holder is gone, keeping every counter.
+
+    Parameters
+    ----------
+    client, table
+        A boto3 DynamoDB client and the locks table.
+    resource : str
+        The locked resource.
+    by : str
+        Who breaks it (written into the row's ``brk`` mark and the audit log).
+    kind : {"mutex", "lease", "fifo"}, optional
+        Needed only when the resource has several lock rows.
+    namespace : str, optional
+        The FIFO namespace (implies ``kind="fifo"``).
+    force : bool
+        Break without watching for heartbeats (the write is still conditioned
+        on the holder being as read).
+    seen : Seen, optional
+        What an earlier ``observing`` answer saw.
+    max_wait : float
+        Seconds this call may spend watching; a holder's lease longer than that
+        gives ``observing``.
+    clock, wall_clock, sleep
+        Monotonic seconds (the watch), epoch seconds (the mark, ``seen``, mutex
+        expiry) and the watch's sleep.
+
+    Raises
+    ------
+    ValueError
+        A bad argument, or a resource with several lock rows and no ``kind``
+        or ``namespace`` to choose one.
+    LockNotFoundError
+        No lock row matches.
+
+    Examples
+    --------
+    >>> result = break_lock(client, "Locks", "Moe", by="alice@ops")   # doctest: +SKIP
+    >>> result.outcome, result.owner, result.fencing_token             # doctest: +SKIP
+    ('broken', 'host-a', 17)
+    """
+    check_resource(resource)
+    check_name(by, "by", MAX_OWNER_BYTES)
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if namespace is not None:
+        check_namespace(namespace)
+        if kind not in (None, "fifo"):
+            raise ValueError(f"a namespace names a FIFO lock, not a {kind}")
+        kind = "fifo"
+    if not isinstance(force, bool):
+        raise ValueError(f"force must be a bool, not {type(force).__name__}")
+    if seen is not None and not isinstance(seen, Seen):
+        raise ValueError(f"seen must be a Seen, not {type(seen).__name__}")
+    if isinstance(max_wait, bool) or not isinstance(max_wait, int | float) or max_wait < 0:
+        raise ValueError(f"max_wait must be a number of seconds >= 0, not {max_wait!r}")
+    breaker = _Breaker(client, table, resource, by, clock, wall_clock, sleep)
+    return breaker.run(kind, namespace, force=force, seen=seen, max_wait=float(max_wait))
+
+
+class _Breaker:
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        resource: str,
+        by: str,
+        clock: Clock,
+        wall_clock: Clock,
+        sleep: Sleep,
+    ) -> None:
+        self.client = client
+        self.table = table
+        self.resource = resource
+        self.by = by
+        self.clock = clock
+        self.wall = wall_clock
+        self.sleep = sleep
+        self.kind: Kind = "mutex"
+        self.namespace: str | None = None
+
+    # -- which row -----------------------------------------------------------------------
+
+    def run(
+        self, kind: Kind | None, namespace: str | None, *, force: bool, seen: Seen | None,
+        max_wait: float,
+    ) -> BreakResult:  # fmt: skip
+        self.kind, self.namespace, row = self.find(kind, namespace)
+        holder = self.holder(row)
+        if holder is None:
+            return self.result("not_held", reason="nobody holds it")
+        if not force:
+            verdict = self.judge(holder, seen, max_wait)
+            if verdict is not None:
+                logger.info("did not break %s: %s", self.what, verdict.reason)
+                return verdict
+        return self.write(holder, force)
+
+    def find(self, kind: Kind | None, namespace: str | None) -> tuple[Kind, str | None, Item]:
+        """The one lock row asked for."""
+        items: list[Item] = []
+        start: Item | None = None
+        while True:
+            page = call(
+                self.client,
+                "query",
+                TableName=self.table,
+                ConsistentRead=True,
+                **({"ExclusiveStartKey": start} if start else {}),
+                **expressions({":pk": self.resource}, KeyConditionExpression="#pk = :pk"),
+            )
+            items += page.get("Items", [])
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
+        rows: list[tuple[Kind, str | None, Item]] = []
+        for item in items:
+            sort_key = get_str(item, schema.LOCK_SK) or ""
+            parsed = parse_fifo_sk(sort_key)
+            if sort_key in (MUTEX_SK, LEASE_SK):
+                rows.append(("mutex" if sort_key == MUTEX_SK else "lease", None, item))
+            elif parsed is not None and parsed[1] is None:
+                rows.append(("fifo", parsed[0], item))
+        wanted = [
+            r for r in rows if kind in (None, r[0]) and namespace in (None, r[1])
+        ]  # fmt: skip
+        if not wanted:
+            parts = (kind or "", f"namespace {namespace!r}" if namespace else "")
+            asked = " ".join(part for part in parts if part)
+            there = ", ".join(_name(k, ns) for k, ns, _ in rows) or "none"
+            raise LockNotFoundError(
+                f"no {asked + ' ' if asked else ''}lock row for resource {self.resource!r} in "
+                f"{self.table!r} (its lock rows: {there})"
+            )
+        if len(wanted) > 1:
+            there = ", ".join(_name(k, ns) for k, ns, _ in wanted)
+            raise ValueError(
+                f"resource {self.resource!r} has several lock rows ({there}): name one by its "
+                "kind or namespace"
+            )
+        return wanted[0]
+
+    def holder(self, item: Item) -> _Holder | None:
+        """Who holds the lock, as the row says."""
+        if self.kind == "fifo":
+            line = entries(item)
+            if not line:
+                return None
+            first = line[0]
+            body = {n: item[n] for n in entry_names(first.hold).values() if n in item}
+            counters: Item = {n: item[n] for n in (NEXT, COUNT) if n in item}
+            return _Holder(
+                first.hold, first.owner, first.rvn, first.ticket, first.lease, first.expires,
+                _json({**counters, **body}),
+            )  # fmt: skip
+        owner = get_str(item, OWNER)
+        rvn = get_str(item, RVN) or ""
+        before = _json({k: v for k, v in item.items() if k != BROKEN})
+        token = get_int(item, FENCE)
+        if self.kind == "mutex":
+            if owner is None:
+                return None
+            return _Holder(rvn, owner, rvn, token, None, get_num(item, EXPIRES), before)
+        hold = get_str(item, HOLD)
+        if hold is None:
+            return None
+        return _Holder(
+            hold, owner, rvn, token, get_num(item, LEASE) or 0.0, get_num(item, EXPIRES), before
+        )
+
+    def read(self) -> Item:
+        item: Item = call(
+            self.client, "get_item", TableName=self.table, Key=self.key(), ConsistentRead=True
+        ).get("Item", {})
+        return item
+
+    def key(self) -> Item:
+        sort_key = {"mutex": MUTEX_SK, "lease": LEASE_SK}.get(self.kind)
+        return key(self.resource, sort_key or fifo_head_sk(self.namespace or ""))
+
+    # -- is the holder alive? ---------------------------------------------------------------
+
+    def judge(self, holder: _Holder, seen: Seen | None, max_wait: float) -> BreakResult | None:
+        """``None`` if the holder is dead (so the break may go ahead), else why not."""
+        if holder.lease is None:  # a mutex: no heartbeats to watch
+            if holder.expires is not None and holder.expires < self.wall():
+                return None
+            until = "no expire_after" if holder.expires is None else "expire_after not over"
+            return self.refused(
+                holder,
+                f"a mutex holder never heartbeats, so a live one cannot be told from a dead one "
+                f"({until}); break it with force if you know it is gone",
+            )
+        if seen is not None:
+            if (seen.hold, seen.rvn) != (holder.hold, holder.rvn):
+                return self.refused(holder, "its record version moved since it was seen: alive")
+            waited = self.wall() - seen.at
+            if waited < holder.lease:
+                return self.observing(holder, seen, holder.lease - waited)
+            return None
+        if holder.lease > max_wait:
+            return self.observing(holder, Seen(holder.hold, holder.rvn, self.wall()), holder.lease)
+        started = self.clock()
+        while (left := started + holder.lease - self.clock()) > 0:
+            self.sleep(left)
+        now = self.holder(self.read())
+        if now is None:
+            return self.result("not_held", holder, "released while it was watched")
+        if now.hold != holder.hold:
+            return self.refused(holder, "it changed hands while it was watched")
+        if now.rvn != holder.rvn:
+            return self.refused(
+                holder, f"its record version moved within one lease ({holder.lease:g} s): alive"
+            )
+        return None
+
+    # -- the break ------------------------------------------------------------------------
+
+    def write(self, holder: _Holder, force: bool) -> BreakResult:
+        mark_id = new_id()
+        mark = {
+            "id": mark_id, "by": self.by, "at": self.wall(), "owner": holder.owner or "",
+            "token": holder.token or 0, "forced": force,
+        }  # fmt: skip
+        values: dict[str, object] = {":mark": mark, ":rvn": holder.rvn}
+        names = None
+        if self.kind == "mutex":
+            condition, update = BREAK_MUTEX, _BREAK_MUTEX
+            values[":owner"] = holder.owner or ""
+        elif self.kind == "lease":
+            condition, update = BREAK_LEASE, _BREAK_LEASE
+            values[":hold"] = holder.hold
+        else:
+            condition, update = BREAK_FIFO, _BREAK_FIFO
+            values.update({":ticket": holder.token or 0, ":minus": -1})
+            names = entry_names(holder.hold)
+        try:
+            call(
+                self.client,
+                "update_item",
+                TableName=self.table,
+                Key=self.key(),
+                **expressions(
+                    values, names=names, ConditionExpression=condition, UpdateExpression=update
+                ),
+            )
+        except ConditionFailed as exc:
+            if not (was_retried(exc) and self.marked(mark_id)):
+                return self.refused(holder, "the row changed since it was read: look again")
+        logger.warning(
+            "lock broken by %s: %s held by %s (token %s)%s; row before: %s",
+            self.by, self.what, holder.owner, holder.token, " (forced)" if force else "",
+            holder.before,
+        )  # fmt: skip
+        return self.result("broken", holder)
+
+    def marked(self, mark_id: str) -> bool:
+        """Whether the row carries our own break's mark (a retry after a lost answer)."""
+        mark = self.read().get(BROKEN, {}).get("M", {})
+        return get_str(mark, "id") == mark_id
+
+    # -- answers ----------------------------------------------------------------------------
+
+    @property
+    def what(self) -> str:
+        return f"the {_name(self.kind, self.namespace)} lock on {self.resource!r}"
+
+    def result(
+        self, outcome: Outcome, holder: _Holder | None = None, reason: str = "",
+        seen: Seen | None = None,
+    ) -> BreakResult:  # fmt: skip
+        return BreakResult(
+            self.resource, self.kind, self.namespace, outcome,
+            owner=holder.owner if holder else None,
+            fencing_token=holder.token if holder else None,
+            reason=reason, before=holder.before if holder else {}, seen=seen,
+        )  # fmt: skip
+
+    def refused(self, holder: _Holder, reason: str) -> BreakResult:
+        return self.result("refused", holder, reason)
+
+    def observing(self, holder: _Holder, seen: Seen, left: float) -> BreakResult:
+        reason = f"watching for one lease: call again with seen in {math.ceil(left)} s or later"
+        return self.result("observing", holder, reason, seen)
+
+
+def _name(kind: Kind, namespace: str | None) -> str:
+    return kind if namespace is None else f"{kind}/{namespace}"
+
+
+def _json(item: Item) -> dict[str, Any]:
+    """DynamoDB JSON with binary values as base64 text."""
+
+    def plain(value: dict[str, Any]) -> dict[str, Any]:
+        ((kind, raw),) = value.items()
+        if kind == "B":
+            return {"B": base64.b64encode(raw).decode()}
+        if kind == "M":
+            return {"M": {k: plain(v) for k, v in raw.items()}}
+        if kind == "L":
+            return {"L": [plain(v) for v in raw]}
+        return {kind: raw}
+
+    return {name: plain(value) for name, value in item.items()}
