@@ -198,7 +198,7 @@ def _promises(
             out.append(f"{obs.owner}'s {name} ({op} {pk}) returned normally; not listed")
         elif (
             op != "get"
-            and (op, name) not in chains.get(pk, [])
+            and not _in_chain(op, name, chains.get(pk, []))
             and (entry.op != op or (op != "delete" and entry.marker != name))
         ):
             out.append(
@@ -206,6 +206,13 @@ def _promises(
                 f"lists {entry.describe()} on {pk} instead"
             )
     return out
+
+
+def _in_chain(op: str, name: str, chain: list[tuple[str, str]]) -> bool:
+    """Whether a returned write is one of the writes a record's entry stands for. Two
+    coordinators sending the same delete join one recorded request (a delete carries
+    no marker), so any delete of the chain is theirs too."""
+    return (op, name) in chain or (op == "delete" and any(o == "delete" for o, _ in chain))
 
 
 def _show(item: Item | None) -> str:

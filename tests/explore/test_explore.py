@@ -117,6 +117,10 @@ FOUND_BEFORE_THE_FIXES = {
     # marker) and flagged c0's update. Kept so the model stays right about chains.
     "chain-of-writes": "seed=1748679502 pol=pct4 mw=1 c0=ua,da:commit c1=da:commit sw=0 rc=0 "
     "fault=-",
+    # Not a protocol bug either: c0's delete of a, paused, is joined by c1's identical
+    # delete, which c1 then updates; c0's delete is the chain's first write.
+    "joined-delete": "seed=3127448389 pol=pct3 mw=1 c0=da:commit c1=da,ua:commit sw=0 rc=0 "
+    "fault=c0:pause@1",
 }
 
 
