@@ -112,6 +112,12 @@ FOUND_BEFORE_THE_FIXES = {
     # A refused write_all left a planned request behind; commit took it over forever.
     "refused-batch": "seed=743912397 pol=pct3 mw=1 c0=ub:commit c1=ua,ub:commit/w sw=1 rc=0 "
     "fault=c0:after@0",
+    # A real one, found by CI's explorer this session: c0's create lands but its answer is
+    # lost; c1 and c2 resume and take c0's read over before the retry reads the record, so
+    # c0 took it for an id collision without learning the record existed, and its
+    # rollback() returned while c1 committed.
+    "lost-create-rollback": "seed=4291361078 pol=rand mw=1 c0=gc:rollback c1=:commit "
+    "c2=:commit sw=0 rc=0 fault=c0:lost@0",
     # Not a protocol bug: c0 updates then deletes a (one chain of two writes), c1's delete
     # of a is refused; the model took c1's delete for the listed one (a delete has no
     # marker) and flagged c0's update. Kept so the model stays right about chains.

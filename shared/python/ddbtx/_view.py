@@ -262,7 +262,15 @@ class RecordView:
                 (mine := header.entries.get(loc.request.rid)) is None or mine.nonce != loc.nonce
                 for loc in locals_
             ):
-                raise TransactionError("transaction id collision", tx_id=self.tx_id) from exc
+                if header is not None:
+                    # Ids are unique, so it is our create: its answer was lost and another
+                    # coordinator has taken our request over since. The view must know the
+                    # record exists, or a rollback would return without deciding it.
+                    self.adopt(header)
+                raise TransactionError(
+                    "our create's answer was lost and the record has changed since",
+                    tx_id=self.tx_id,
+                ) from exc
             self._record_locals(locals_, header)
             return
         except ValidationFailed as exc:
