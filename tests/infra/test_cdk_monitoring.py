@@ -19,7 +19,17 @@ def published_metrics() -> list[str]:
 
     Importing the handler would read its environment at import (its cold start).
     """
-    tree = ast.parse(SWEEPER_HANDLER.read_text())
+    source = SWEEPER_HANDLER.read_text()
+    for attempt in range(3):
+        try:
+            tree = ast.parse(source)
+            break
+        except SystemError:
+            # CPython 3.11.7's AST builder keeps its recursion depth in shared state, and
+            # another thread's AST work can trip "AST constructor recursion depth
+            # mismatch" (seen once under pytest-xdist); parsing again succeeds.
+            if attempt == 2:
+                raise
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "METRIC_NAMES":
             names: dict[str, str] = ast.literal_eval(node.value)  # type: ignore[arg-type]
