@@ -12,7 +12,7 @@ import pytest
 
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
-from ddbtx.locks import LeaseLockClient, LockNotGrantedError, list_locks
+from ddbtx.locks import LeaseLockClient, LockNotGrantedError, break_lock, list_locks
 from ddbtx.locks import lease as lease_module
 
 from .conftest import LEASE, MAX_POLL, R
@@ -482,3 +482,32 @@ def test_given_a_waiter_that_came_during_the_hold_when_a_heartbeat_saw_it_then_h
     assert dict(releasing.by_operation) == {"UpdateItem": 1}
     assert waiting.by_operation["UpdateItem"] == 3  # try, entry, release
     assert [(owner, token) for owner, token, _ in log.grants] == [("w", 2)]
+
+
+def test_given_a_lock_handed_over_and_lost_before_it_was_noticed_then_the_waiter_waits_on(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given: w waits with a heartbeat of 15 s (so it renews its handed grant at once);
+    # its grant is broken between w's look at the row and that renewal
+    h = make_lock(LeaseLockClient, "h")
+    lock = h.acquire(R)
+    w = make_lock(LeaseLockClient, "w", heartbeat_period=15.0)
+    thread = vt.spawn(log.waiter(w))
+    wait_until(lambda: "w" in dict(line(ddb, locks)), "w in line")
+    assert lock.heartbeat() is True  # h learns that w is first in line
+
+    def break_first(params: dict[str, Any], **_: Any) -> None:
+        if params.get("ConditionExpression") == lease_module.LEASE_RENEW:
+            w.client.meta.events.unregister(
+                "provide-client-params.dynamodb.UpdateItem", break_first
+            )
+            break_lock(ddb, locks, R, by="test", force=True)
+
+    w.client.meta.events.register("provide-client-params.dynamodb.UpdateItem", break_first)
+    vt.sleep(6.0)
+    # When: h hands w the lock
+    assert lock.release() is True
+    join(vt, [thread])
+    # Then: w never got the lost grant (token 2); it queued again and got token 3
+    assert log.errors == []
+    assert [(owner, token) for owner, token, _ in log.grants] == [("w", 3)]
