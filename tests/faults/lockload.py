@@ -45,8 +45,9 @@ class Ledger:
     grants: list[tuple[int, str]] = field(default_factory=list)
     #: Holders inside the critical section -> shared time just before their last renewal.
     inside: dict[str, float] = field(default_factory=dict)
-    #: Holders whose grant a later token overtook before they reported it (see enter).
-    overtaken: set[str] = field(default_factory=set)
+    #: Grants (holder, token) a later token overtook before they were reported (see enter).
+    #: Keyed by the grant: the same process may well hold a later token legitimately.
+    overtaken: set[tuple[str, int]] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -60,7 +61,7 @@ class Ledger:
         """
         with self.lock:
             if any(token <= seen for seen, _ in self.grants):
-                self.overtaken.add(holder)
+                self.overtaken.add((holder, token))
             else:
                 now = self.clock.now
                 live = [h for h, renewed in self.inside.items() if now - renewed < LEASE]
@@ -77,7 +78,7 @@ class Ledger:
         """
         with self.lock:
             last = self.inside.get(holder, sent)
-            if ok and holder in self.overtaken:
+            if ok and (holder, token) in self.overtaken:
                 self.problems.append(f"{holder} renewed token {token} after a later grant")
             if ok:
                 self.inside[holder] = sent

@@ -147,6 +147,21 @@ class HeldLock:
     def _end(self) -> None:
         self._write(self._release_write, {})
 
+    def _confirm(self, heartbeat_period: float) -> bool:
+        """Before handing out a grant learned late (handed over, or a FIFO turn): renew
+        it now if the thread's first heartbeat could come after the lease; ``False``
+        if it was taken over before we even knew of it (no grant, no ``on_lost``)."""
+        if heartbeat_period < self.remaining():
+            return True
+        sent = self._clock()
+        try:
+            self._renew()
+        except ConditionFailed:
+            logger.info("%r was taken over before it was noticed", self)
+            return False
+        self._confirmed = sent
+        return True
+
     # -- public ----------------------------------------------------------------
 
     @property

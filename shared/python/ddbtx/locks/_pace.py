@@ -7,6 +7,7 @@ line on the row it polls.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Final
 
 #: Polls a first-in-line waiter sends back to back once its holder is due, before it
@@ -39,31 +40,43 @@ class Pace:
     The counter is the FIFO head's lowest ticket or the lease row's fencing
     counter: it moves by one per grant. Kept per lock across acquires, so a
     client that comes back to a busy lock knows its pace from its first poll on.
-    The cycle (seconds per grant) is a moving average over the moves seen; a
-    pause in the traffic longer than ``_IDLE`` cycles starts afresh.
+    The cycle (seconds per grant) is the slope over the last ``_WINDOW`` moves
+    seen, each timed when this client first saw it: every time is late by up to
+    a poll, so the slope is not skewed, where an average of single moves (seen
+    most often by a waiter polling at the front, the late start included) would
+    come out short. A pause in the traffic longer than ``_IDLE`` cycles starts
+    afresh from the move before it.
     """
 
-    _WEIGHT = 0.3
+    _WINDOW = 16
     _IDLE = 20
 
     def __init__(self) -> None:
-        self._last: tuple[int, float] | None = None  # the counter, when first seen
+        self._seen: deque[tuple[int, float]] = deque(maxlen=self._WINDOW)
         self.cycle: float | None = None
         #: Others were waiting in line when this client last got the lock.
         self.crowded = False
 
+    @property
+    def _last(self) -> tuple[int, float] | None:
+        """The counter last seen to move, and when."""
+        return self._seen[-1] if self._seen else None
+
     def observe(self, counter: int, now: float) -> None:
         last = self._last
-        if last is not None and self.cycle is not None and now - last[1] > self._IDLE * self.cycle:
-            self.cycle = None
         if last is None or counter < last[0]:
-            self._last = (counter, now)
-        elif counter > last[0]:
-            sample = (now - last[1]) / (counter - last[0])
-            self.cycle = sample if self.cycle is None else (
-                (1 - self._WEIGHT) * self.cycle + self._WEIGHT * sample
-            )  # fmt: skip
-            self._last = (counter, now)
+            self._seen.clear()
+            self._seen.append((counter, now))
+            self.cycle = None
+            return
+        if counter == last[0]:
+            return
+        if self.cycle is not None and now - last[1] > self._IDLE * self.cycle:
+            self._seen.clear()
+            self._seen.append(last)
+        self._seen.append((counter, now))
+        first = self._seen[0]
+        self.cycle = (now - first[1]) / (counter - first[0])
 
     def pause(self, ahead: int, now: float) -> float | None:
         """Seconds to sleep with ``ahead`` grants before ours (the current holder

@@ -136,14 +136,16 @@ class _Waiter(LineWaiter):
         if head is None:
             raise self.not_granted()
         if try_once:
-            if self._lowest(head):
-                return self._granted()
+            lock = self._granted() if self._lowest(head) else None
+            if lock is not None:
+                return lock
             self.leave()  # a lost response let someone in between: not ours
             raise self.not_granted()
         return cast(FifoHeldLock, self.wait_in_line(head))
 
-    def at_front(self, row: Item, now: float) -> HeldLock:
-        return self._granted()  # the lowest ticket holds the lock
+    def at_front(self, row: Item, now: float) -> HeldLock | Item:
+        lock = self._granted()  # the lowest ticket holds the lock
+        return lock if lock is not None else self.read()
 
     def counter(self, row: Item, line: list[Entry]) -> int:
         return line[0].ticket
@@ -158,7 +160,9 @@ class _Waiter(LineWaiter):
             f"{self.lc.owner!r} in time (ticket {self.ticket or 'none'})"
         )
 
-    def _granted(self) -> FifoHeldLock:
+    def _granted(self) -> FifoHeldLock | None:
+        """Our entry is the lowest: the lock (``None`` if our entry was judged dead and
+        removed before we noticed our turn)."""
         fifo = self.lc
         lock = FifoHeldLock(
             fifo,
@@ -173,8 +177,8 @@ class _Waiter(LineWaiter):
         )
         lock._extra_values = {":ticket": self.ticket, ":minus": -1}
         lock._extra_names = dict(self.names)
+        if not lock._confirm(fifo.heartbeat_period):
+            return None
         self.entered = False  # the entry is the lock's now: release removes it
-        if fifo.heartbeat_period >= lock.remaining():
-            lock.heartbeat()  # the thread's first beat could come after the lease
         fifo._keep(lock)
         return lock

@@ -305,8 +305,9 @@ class LeaseLockClient(LockClient):
                 return old or None
         return self._held(resource, hold, item, sent)
 
-    def _held(self, resource: str, hold: str, item: Item, confirmed_at: float) -> LeaseLock:
-        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it."""
+    def _held(self, resource: str, hold: str, item: Item, confirmed_at: float) -> LeaseLock | None:
+        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it;
+        ``None`` if the grant was taken over before we even knew of it."""
         line = entries(item, self.lease_duration)
         self._pace(resource, LEASE_SK).crowded = bool(line)
         lock = LeaseLock(
@@ -319,8 +320,8 @@ class LeaseLockClient(LockClient):
             data=get_bytes(item, DATA),
         )
         lock._next = line[0] if line else None
-        if self.heartbeat_period >= lock.remaining():
-            lock.heartbeat()  # the thread's first beat could come after the lease
+        if not lock._confirm(self.heartbeat_period):
+            return None  # handed to us, then taken over while we slept past its lease
         self._keep(lock)
         return lock
 
@@ -400,21 +401,30 @@ class _Acquire(LineWaiter):
         self.entered = False
         lc = self.lc
         if self.data is not None:  # the handoff could not know it
-            row = call(
-                lc.client,
-                "update_item",
-                TableName=lc.table,
-                Key=self.row_key,
-                ReturnValues="ALL_NEW",
-                **expressions(
-                    {":hold": self.hold, ":data": self.data},
-                    ConditionExpression=LEASE_DATA,
-                    UpdateExpression="SET #data = :data",
-                ),
-            )["Attributes"]
+            try:
+                row = self._set_data()
+            except ConditionFailed:  # taken over before we noticed: go on waiting
+                return None
         # Whoever watches the new holder started after the handoff, which came after
         # our last entry write: our lease counts from that write's send time.
         return lc._held(self.resource, self.hold, row, self.renewed_at)
+
+    def _set_data(self) -> Item:
+        """Write our data into the grant handed to us; the row after it."""
+        lc = self.lc
+        row: Item = call(
+            lc.client,
+            "update_item",
+            TableName=lc.table,
+            Key=self.row_key,
+            ReturnValues="ALL_NEW",
+            **expressions(
+                {":hold": self.hold, ":data": self.data},
+                ConditionExpression=LEASE_DATA,
+                UpdateExpression="SET #data = :data",
+            ),
+        )["Attributes"]
+        return row
 
     def left_too_late(self) -> None:
         """Our wait ran out while a release handed us the lock: release it."""
