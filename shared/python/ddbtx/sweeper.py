@@ -31,48 +31,54 @@ duplicate or concurrent sweeps are harmless.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import threading
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Final
 
-from . import _parts
 from . import schema as s
 from ._dynamo import call
-from ._items import Item, flag, is_locked_by, key_of, lock_owner, request_id
-from ._protocol import Header
-from .errors import ConditionFailed
-from .recovery import key_from_json, key_to_json
-from .tables import lock_index_status
+from ._items import flag
+from ._sweep_scan import TASK_IMAGES, TASK_LOCKS, ScanPass
+from ._sweep_state import (
+    CURSOR_ID,
+    CURSOR_SK,
+    MAX_STUCK_IDS,
+    PARTITIONS,
+    Cursor,
+    CursorStore,
+    Deadline,
+    Key,
+    Progress,
+    Run,
+    Stop,
+    SweepReport,
+)
 from .transaction import SweepOutcome, TransactionManager
 
+__all__ = [
+    "CURSOR_ID",
+    "CURSOR_SK",
+    "MAX_STUCK_IDS",
+    "PARTITIONS",
+    "TASK_IMAGES",
+    "TASK_LOCKS",
+    "ConfigError",
+    "Cursor",
+    "Deadline",
+    "JanitorSettings",
+    "Key",
+    "Progress",
+    "SweepReport",
+    "Sweeper",
+    "janitor_client",
+]
+
 logger = logging.getLogger(__name__)
-
-#: Key of the cursor row in the transactions table (its sk is never "#", so it is no TX record).
-CURSOR_ID: Final = "#sweeper"
-CURSOR_SK: Final = "cursor"
-_CURSOR_JSON: Final = "cur"
-_CURSOR_GEN: Final = "gen"
-_CURSOR_BY: Final = "by"
-
-#: The index pass visits these (state tag, shard) partitions, in this order.
-PARTITIONS: Final = tuple(
-    (tag, shard)
-    for tag in (s.STATE_PENDING, s.STATE_COMMITTED, s.STATE_ROLLED_BACK, s.STATE_FINISHED_TAG)
-    for shard in range(s.SWEEP_SHARDS)
-)
-#: Most stuck transaction ids a report lists.
-MAX_STUCK_IDS: Final = 100
-TASK_IMAGES: Final = "images"
-TASK_LOCKS: Final = "locks"
-_DATA_PREFIX: Final = "data:"
 
 #: What each :class:`SweepOutcome` adds to in the report.
 _OUTCOME_COUNTER: Final = {
@@ -81,125 +87,6 @@ _OUTCOME_COUNTER: Final = {
     SweepOutcome.FINALISED: "finalised",
     SweepOutcome.DELETED: "deleted",
 }
-
-Key = dict[str, Any]
-Deadline = Callable[[], float]
-Progress = Callable[[str, int], None]
-
-
-# --- cursor -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Where the next sweep continues.
-
-    Attributes
-    ----------
-    partition
-        Index of the next partition of :data:`PARTITIONS` the index pass queries.
-    index_key
-        ``ExclusiveStartKey`` inside that partition (None: from its start).
-    task
-        Scan task the scan pass continues with (``"images"``, ``"data:<table>"``
-        or ``"locks"``; None: the first one).
-    scan_key
-        ``ExclusiveStartKey`` inside that task's table.
-    """
-
-    partition: int = 0
-    index_key: Key | None = None
-    task: str | None = None
-    scan_key: Key | None = None
-
-    @property
-    def at_start(self) -> bool:
-        return self == Cursor()
-
-    def to_json(self) -> dict[str, Any]:
-        """The cursor as plain JSON (what the handler returns and the cursor row stores)."""
-        tag, shard = PARTITIONS[self.partition] if self.partition < len(PARTITIONS) else ("", 0)
-        return {
-            "partition": self.partition,
-            "index": f"{tag}#{shard}" if tag else None,
-            "index_key": key_to_json(self.index_key) if self.index_key else None,
-            "task": self.task,
-            "scan_key": key_to_json(self.scan_key) if self.scan_key else None,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Cursor:
-        partition = data.get("partition", 0)
-        if not isinstance(partition, int) or not 0 <= partition < len(PARTITIONS):
-            partition = 0
-        return cls(
-            partition=partition,
-            index_key=key_from_json(data["index_key"]) if data.get("index_key") else None,
-            task=data.get("task"),
-            scan_key=key_from_json(data["scan_key"]) if data.get("scan_key") else None,
-        )
-
-
-# --- report -------------------------------------------------------------------
-
-
-@dataclass
-class SweepReport:
-    """What one sweep did.
-
-    Attributes
-    ----------
-    scanned
-        Rows examined: index hits plus rows the scans read.
-    rolled_back, rolled_forward, finalised, deleted
-        TX records moved along, by :class:`SweepOutcome`.
-    orphan_images_deleted
-        Image rows whose TX record was gone or finished.
-    locks_released
-        Data-table item locks whose TX record was gone or finished.
-    lock_rows_deleted
-        Expired mutex and queue rows of the locks table.
-    errors
-        Records or rows whose step failed (logged with their ids); retried next run.
-    skipped_requests
-        Recorded requests no call can ever read or apply (say, their table was
-        deleted): skipped so their records could complete; each is logged.
-    stuck
-        Pending records found older than the rollback age (the first
-        :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).
-    pages
-        Scan pages read (what the page budget limits).
-    complete
-        True when the sweep reached the end of every pass: the cursor is back at the start.
-    stopped_by
-        ``"deadline"`` or ``"page_budget"`` when the sweep stopped early, else None.
-    cursor
-        Where the next run continues (JSON, see :class:`Cursor`).
-    cursor_saved
-        Whether this run's cursor was stored (False: a concurrent sweeper got further).
-    """
-
-    scanned: int = 0
-    rolled_back: int = 0
-    rolled_forward: int = 0
-    finalised: int = 0
-    deleted: int = 0
-    orphan_images_deleted: int = 0
-    locks_released: int = 0
-    lock_rows_deleted: int = 0
-    errors: int = 0
-    skipped_requests: int = 0
-    stuck: int = 0
-    pages: int = 0
-    complete: bool = False
-    stopped_by: str | None = None
-    cursor: dict[str, Any] = field(default_factory=lambda: Cursor().to_json())
-    cursor_saved: bool = False
-    stuck_ids: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready data."""
-        return asdict(self)
 
 
 # --- configuration --------------------------------------------------------------
@@ -297,8 +184,7 @@ class JanitorSettings:
 # --- the sweeper ------------------------------------------------------------------
 
 
-class _Stop(Exception):
-    """Internal: the deadline or the page budget is reached."""
+# --- the sweeper ------------------------------------------------------------------
 
 
 def _check_age(name: str, value: Any) -> timedelta:
@@ -312,34 +198,6 @@ def _check_positive(name: str, value: Any, *, allow_none: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, not {value!r}")
-
-
-class _Run:
-    """Mutable state of one sweep: report, budget and deadline checks."""
-
-    def __init__(self, deadline: Deadline | None, margin: float, page_budget: int | None) -> None:
-        self.report = SweepReport()
-        self.deadline = deadline
-        self.margin = margin
-        self.page_budget = page_budget
-        self.lock = threading.Lock()
-        #: Where the next run continues if this one stops now.
-        self.stop_cursor = Cursor()
-
-    def count(self, name: str, amount: int = 1) -> None:
-        with self.lock:
-            setattr(self.report, name, getattr(self.report, name) + amount)
-
-    def check_time(self) -> None:
-        if self.deadline is not None and self.deadline() < self.margin:
-            self.report.stopped_by = "deadline"
-            raise _Stop
-
-    def check_page(self) -> None:
-        self.check_time()
-        if self.page_budget is not None and self.report.pages >= self.page_budget:
-            self.report.stopped_by = "page_budget"
-            raise _Stop
 
 
 class Sweeper:
@@ -417,6 +275,15 @@ class Sweeper:
         self.safety_margin = float(safety_margin)
         self.persist_cursor = persist_cursor
         self.progress = progress
+        self.cursors = CursorStore(manager.client, manager.transactions_table)
+        self.scans = ScanPass(
+            manager,
+            data_tables=self.data_tables,
+            locks_table=locks_table,
+            lock_grace=self.lock_grace,
+            page_size=page_size,
+            on_progress=progress,
+        )
 
     @property
     def client(self) -> Any:
@@ -425,8 +292,7 @@ class Sweeper:
     @property
     def tasks(self) -> tuple[str, ...]:
         """The scan pass's tasks, in order."""
-        data = tuple(_DATA_PREFIX + t for t in self.data_tables)
-        return (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))
+        return self.scans.tasks
 
     # -- entry points ------------------------------------------------------------
 
@@ -454,15 +320,15 @@ class Sweeper:
         SweepReport
         """
         _check_positive("page_budget", page_budget, allow_none=True)
-        run = _Run(deadline, self.safety_margin, page_budget)
+        run = Run(deadline, self.safety_margin, page_budget)
         skipped_before = self.tm.protocol.skipped_requests
         generation, start = self.load_cursor() if self.persist_cursor else (0, Cursor())
         cursor = start if resume else Cursor()
         try:
             cursor = self._index_pass(run, cursor)
-            cursor = self._scan_pass(run, cursor)
+            cursor = self.scans.run(run, cursor)
             run.report.complete = True
-        except _Stop:
+        except Stop:
             cursor = run.stop_cursor
         report = run.report
         report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
@@ -485,7 +351,7 @@ class Sweeper:
         enough to delete) are not read again; every other one is moved along.
         """
         _check_positive("segments", segments)
-        run = _Run(deadline, self.safety_margin, None)
+        run = Run(deadline, self.safety_margin, None)
         skipped_before = self.tm.protocol.skipped_requests
         try:
             with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
@@ -494,9 +360,9 @@ class Sweeper:
                 ]
                 for future in futures:
                     future.result()
-            self._scan_pass(run, Cursor())
+            self.scans.run(run, Cursor())
             run.report.complete = True
-        except _Stop:
+        except Stop:
             pass
         run.report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
         run.report.cursor = Cursor().to_json()
@@ -504,65 +370,13 @@ class Sweeper:
 
     # -- cursor row --------------------------------------------------------------
 
-    def _cursor_key(self) -> Item:
-        return {s.TX_PK: {"S": CURSOR_ID}, s.TX_SK: {"S": CURSOR_SK}}
-
-    def _cursor_row(self) -> Item | None:
-        resp = call(
-            self.client,
-            "get_item",
-            TableName=self.tm.transactions_table,
-            Key=self._cursor_key(),
-            ConsistentRead=True,
-        )
-        row: Item | None = resp.get("Item")
-        return row
-
     def load_cursor(self) -> tuple[int, Cursor]:
         """The stored cursor and its generation (0 and the start when there is none)."""
-        row = self._cursor_row()
-        if not row:
-            return 0, Cursor()
-        try:
-            cursor = Cursor.from_json(json.loads(row[_CURSOR_JSON]["S"]))
-        except (KeyError, ValueError, TypeError, AttributeError):
-            logger.warning("unreadable sweep cursor %r; starting from the beginning", row)
-            cursor = Cursor()
-        return int(row.get(_CURSOR_GEN, {"N": "0"})["N"]), cursor
+        return self.cursors.load()
 
     def save_cursor(self, generation: int, cursor: Cursor) -> bool:
         """Store ``cursor`` if the row is still at ``generation``; True when stored."""
-        token = uuid.uuid4().hex
-        try:
-            call(
-                self.client,
-                "update_item",
-                TableName=self.tm.transactions_table,
-                Key=self._cursor_key(),
-                UpdateExpression="SET #cur = :cur, #gen = :next, #by = :by",
-                # cursor: advance only from the generation this run started at, so a
-                # sweeper that started earlier never moves a later one's cursor back.
-                ConditionExpression="attribute_not_exists(#gen) OR #gen = :gen",
-                ExpressionAttributeNames={
-                    "#cur": _CURSOR_JSON,
-                    "#gen": _CURSOR_GEN,
-                    "#by": _CURSOR_BY,
-                },
-                ExpressionAttributeValues={
-                    ":cur": {"S": json.dumps(cursor.to_json(), sort_keys=True)},
-                    ":gen": {"N": str(generation)},
-                    ":next": {"N": str(generation + 1)},
-                    ":by": {"S": token},
-                },
-            )
-            return True
-        except ConditionFailed:
-            # Our own write whose response was lost looks the same as a concurrent
-            # sweeper's: the token in the row tells them apart.
-            mine: bool = (self._cursor_row() or {}).get(_CURSOR_BY, {}).get("S") == token
-            if not mine:
-                logger.info("a concurrent sweeper advanced the cursor; keeping its position")
-            return mine
+        return self.cursors.save(generation, cursor)
 
     # -- index pass ----------------------------------------------------------------
 
@@ -575,7 +389,7 @@ class Sweeper:
         }[tag]
         return self.tm.protocol.now_ms() - int(age.total_seconds() * 1000)
 
-    def _index_pass(self, run: _Run, cursor: Cursor) -> Cursor:
+    def _index_pass(self, run: Run, cursor: Cursor) -> Cursor:
         """Query each sweep-index partition for due records; returns the cursor after it."""
         for number in range(cursor.partition, len(PARTITIONS)):
             tag, shard = PARTITIONS[number]
@@ -607,13 +421,13 @@ class Sweeper:
                         seen = int(hit[s.TX_UPDATED]["N"]) if tag == s.STATE_PENDING else None
                         self._sweep_record(run, hit[s.TX_PK]["S"], stale_since=seen)
                     key = {n: hit[n] for n in (s.TX_SWEEP_KEY, s.TX_UPDATED, s.TX_PK, s.TX_SK)}
-                self._progress(f"index {tag}#{shard}", len(page.get("Items", [])))
+                self.scans.progress(f"index {tag}#{shard}", len(page.get("Items", [])))
                 key = page.get("LastEvaluatedKey")
                 if not key:
                     break
         return Cursor(task=cursor.task, scan_key=cursor.scan_key)
 
-    def _sweep_record(self, run: _Run, tx_id: str, *, stale_since: int | None) -> None:
+    def _sweep_record(self, run: Run, tx_id: str, *, stale_since: int | None) -> None:
         """Move one record along; ``stale_since`` is the ``ts`` of a pending record seen stale."""
         run.count("scanned")
         stuck = stale_since is not None
@@ -658,10 +472,10 @@ class Sweeper:
             return self._sweep_general(tx_id)  # it changed since it was seen: judge it afresh
         return outcome
 
-    def _scan_segment(self, run: _Run, segment: int, total: int) -> None:
+    def _scan_segment(self, run: Run, segment: int, total: int) -> None:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
         delete_cutoff = self._cutoff_ms(s.STATE_FINISHED_TAG)
-        for page in self._pages(
+        for page in self.scans.pages(
             run,
             self.tm.transactions_table,
             None,
@@ -693,262 +507,6 @@ class Sweeper:
                 else:
                     # Decided but unfinished: a full sweep finishes it whatever its age.
                     self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
-
-    # -- scan pass -----------------------------------------------------------------
-
-    def _scan_pass(self, run: _Run, cursor: Cursor) -> Cursor:
-        """Run the scan tasks from the cursor's; returns the start cursor when all finished."""
-        tasks = self.tasks
-        first = tasks.index(cursor.task) if cursor.task in tasks else 0
-        for number in range(first, len(tasks)):
-            task = tasks[number]
-            key = cursor.scan_key if number == first and cursor.task == task else None
-
-            def here(key: Key | None, task: str = task) -> None:
-                # The index pass starts afresh next run; the scan continues here.
-                run.stop_cursor = Cursor(task=task, scan_key=key)
-
-            here(key)
-            if task == TASK_LOCKS:
-                self._sweep_lock_rows(run, key, here)
-            elif task == TASK_IMAGES:
-                self._sweep_images(run, key, here)
-            else:
-                self._sweep_data(run, task[len(_DATA_PREFIX) :], key, here)
-        return Cursor()
-
-    def _pages(
-        self,
-        run: _Run,
-        table: str,
-        key: Key | None,
-        *,
-        budgeted: bool = True,
-        consistent: bool = True,
-        **params: Any,
-    ) -> Iterator[tuple[list[Item], Key | None]]:
-        """Scan pages of ``table`` from ``key`` with the key after each page.
-
-        Budgeted pages count against the page budget. ``consistent`` (default)
-        reads strongly consistent pages; a global secondary index offers none.
-        """
-        while True:
-            if budgeted:
-                run.check_page()
-            else:
-                run.check_time()
-            start = {"ExclusiveStartKey": key} if key else {}
-            page = call(
-                self.client,
-                "scan",
-                TableName=table,
-                ConsistentRead=consistent,
-                Limit=self.page_size,
-                **params,
-                **start,
-            )
-            if budgeted:
-                run.count("pages")
-            run.count("scanned", page.get("ScannedCount", 0))
-            key = page.get("LastEvaluatedKey")
-            yield page.get("Items", []), key
-            self._progress(table, page.get("ScannedCount", 0))
-            if not key:
-                return
-
-    def _headers(self) -> Callable[[str], Header | None]:
-        """A per-page cache of TX record headers (several rows often share a transaction)."""
-        seen: dict[str, Header | None] = {}
-
-        def header(tx_id: str) -> Header | None:
-            if tx_id not in seen:
-                seen[tx_id] = self.tm.protocol.records.read_header(tx_id)
-            return seen[tx_id]
-
-        return header
-
-    def _sweep_images(self, run: _Run, key: Key | None, here: Callable[[Key | None], None]) -> None:
-        table = self.tm.images_table
-        names = {"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK}
-        pages = self._pages(
-            run, table, key, ProjectionExpression="#id, #rid", ExpressionAttributeNames=names
-        )
-        for page, after in pages:
-            header = self._headers()
-            for row in page:
-                run.check_time()
-                tx_id, rid = row[s.IMAGE_PK]["S"], row[s.IMAGE_SK]["S"]
-                found = header(tx_id)
-                if found is None or found.finished:
-                    try:
-                        self._delete_orphan_image(run, tx_id, rid)
-                    except Exception:
-                        run.count("errors")
-                        logger.exception("removing image %s/%s failed", tx_id, rid)
-                here({s.IMAGE_PK: row[s.IMAGE_PK], s.IMAGE_SK: row[s.IMAGE_SK]})
-            here(after)
-
-    def _delete_orphan_image(self, run: _Run, tx_id: str, rid: str) -> None:
-        """Delete an image whose transaction is gone or finished, after undoing any lock
-        that still depends on it (an image is the only copy of the item it saved).
-
-        A near-400 KB image spans rows ``rid``, ``rid#1``, ...: its first row goes
-        first, then its parts; a part whose first row still exists is left to it.
-        """
-        protocol = self.tm.protocol
-        key = protocol.image_key(tx_id, rid)
-        base, _, part = rid.partition("#")
-        if part and protocol.get_image_row(protocol.image_key(tx_id, base)) is not None:
-            return  # deleted with its first row, after that row's lock is undone
-        if self.data_tables and not part:
-            first = protocol.get_image_row(key)
-            if first is None:
-                return  # removed concurrently
-            # None: parts missing, so its writer died before any item could name it.
-            saved = protocol.read_image(tx_id, rid, first)
-            if saved is not None:
-                self._undo_image_owner(run, tx_id, rid, saved)
-        resp = call(self.client, "delete_item", TableName=self.tm.images_table, Key=key,
-                    ReturnValues="ALL_OLD")  # fmt: skip
-        parts = _parts.count(resp.get("Attributes", {}))
-        for part_key in _parts.part_keys(key, s.IMAGE_SK, parts):
-            call(self.client, "delete_item", TableName=self.tm.images_table, Key=part_key)
-        run.count("orphan_images_deleted")
-
-    def _undo_image_owner(self, run: _Run, tx_id: str, rid: str, saved: Item) -> None:
-        """Undo the lock of the item this image saved, if it is in a known data table.
-
-        The image holds the item's key; the request id (a hash of table and key)
-        says which table it came from.
-        """
-        for table in self.data_tables:
-            names = self.tm.key_names(table)
-            if not all(n in saved for n in names):
-                continue
-            item_key = key_of(saved, names)
-            if request_id(table, item_key) != rid:
-                continue
-            item = self.tm.protocol.read_item(table, item_key)
-            if is_locked_by(item, tx_id):
-                self.tm.protocol.undo(tx_id, table, item_key, item)
-                run.count("locks_released")
-            return
-
-    def _sweep_data(
-        self, run: _Run, table: str, key: Key | None, here: Callable[[Key | None], None]
-    ) -> None:
-        """Release the locks in ``table`` whose TX record is gone or finished."""
-        if self._lock_index_active(table):
-            if key is not None and s.ATTR_LOCK not in key:
-                key = None  # a table-scan cursor from before the index existed
-            self._sweep_data_index(run, table, key, here)
-        else:
-            if key is not None and s.ATTR_LOCK in key:
-                key = None  # an index cursor, and the index is gone
-            self._sweep_data_scan(run, table, key, here)
-
-    def _lock_index_active(self, table: str) -> bool:
-        """Whether ``table``'s sparse lock index is there and built; logs the fallback."""
-        status = lock_index_status(call(self.client, "describe_table", TableName=table)["Table"])
-        if status == "ACTIVE":
-            return True
-        logger.warning(
-            "data table %s: %s, so the stray-lock pass scans the whole table "
-            "(page-budgeted); add the index with `ddbtx add-lock-index %s`",
-            table,
-            f"no index {s.LOCK_INDEX!r}" if status is None else f"index {s.LOCK_INDEX} {status}",
-            table,
-        )
-        return False
-
-    def _sweep_data_index(
-        self, run: _Run, table: str, key: Key | None, here: Callable[[Key | None], None]
-    ) -> None:
-        """Stray locks from the sparse lock index: reads the locked items only.
-
-        The index is eventually consistent and keys only, so an entry is a
-        lead, not a fact: the item is read (consistently) and released only if
-        the record of the transaction locking it now is gone or finished. A
-        lock the index does not show yet is found by a later run.
-        """
-        names = self.tm.key_names(table)
-        pages = self._pages(run, table, key, consistent=False, IndexName=s.LOCK_INDEX)
-        for page, after in pages:
-            header = self._headers()
-            for entry in page:
-                run.check_time()
-                owner = lock_owner(entry) or ""
-                found = header(owner)
-                if found is None or found.finished:
-                    item_key = key_of(entry, names)
-                    item = self.tm.protocol.read_item(table, item_key)
-                    if item is not None and is_locked_by(item, owner):
-                        self._release(run, owner, table, item_key, item)
-                here({**key_of(entry, names), s.ATTR_LOCK: entry[s.ATTR_LOCK]})
-            here(after)
-
-    def _sweep_data_scan(
-        self, run: _Run, table: str, key: Key | None, here: Callable[[Key | None], None]
-    ) -> None:
-        """Stray locks by a scan of the whole table (a table without the lock index)."""
-        names = self.tm.key_names(table)
-        for page, after in self._pages(
-            run,
-            table,
-            key,
-            FilterExpression="attribute_exists(#l)",
-            ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-        ):
-            header = self._headers()
-            for item in page:
-                run.check_time()
-                owner = lock_owner(item) or ""
-                item_key = key_of(item, names)
-                found = header(owner)
-                # A lock outlives its record only when stray (records are deleted after
-                # every recorded item settled); a finished record's lock is stray too.
-                if found is None or found.finished:
-                    self._release(run, owner, table, item_key, item)
-                here(item_key)
-            here(after)
-
-    def _release(self, run: _Run, owner: str, table: str, item_key: Key, item: Item) -> None:
-        """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""
-        try:
-            self.tm.protocol.undo(owner, table, item_key, item)
-            run.count("locks_released")
-        except Exception:
-            run.count("errors")
-            logger.exception("releasing %s's lock in %s failed", owner, table)
-
-    def _sweep_lock_rows(
-        self, run: _Run, key: Key | None, here: Callable[[Key | None], None]
-    ) -> None:
-        from .locks import sweep_expired_page
-
-        assert self.locks_table is not None
-        while True:
-            here(key)
-            run.check_page()
-            page = sweep_expired_page(
-                self.client,
-                self.locks_table,
-                now=self.tm.clock(),
-                grace=self.lock_grace,
-                start_key=key,
-                page_size=self.page_size,
-            )
-            run.count("pages")
-            run.count("scanned", page.scanned)
-            run.count("lock_rows_deleted", page.deleted)
-            self._progress(self.locks_table, page.scanned)
-            key = page.next_key
-            if key is None:
-                return
-
-    def _progress(self, task: str, rows: int) -> None:
-        if self.progress is not None:
-            self.progress(task, rows)
 
 
 def janitor_client(max_attempts: int = 5) -> Any:
