@@ -394,17 +394,27 @@ def test_given_a_lost_handoff_answer_when_the_sdk_retries_then_released_once(
     assert fast_path_costs_one_request(make_lock) == 4
 
 
-def test_given_a_lost_handoff_answer_and_the_lock_released_since_then_still_released(
-    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, freeze: Freeze
-) -> None:
-    # Given: h holds with a (stalled) waiter first in line at its grant; h's handoff to
-    # it is applied, its answer lost, and the new holder releases before the SDK retries
+def h_first_in_line_at_its_grant(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, freeze: Freeze, stalled: str
+) -> tuple[Any, Any, list[Any], Any]:
+    """h0 holds; h waits first in line (its thread appends its lock to the list once
+    granted), and ``stalled`` entered behind it and never runs again: h0's lock, h's
+    client, that list and h's thread."""
     h0, h = make_lock(LeaseLockClient, "h0"), make_lock(LeaseLockClient, "h")
     first = h0.acquire(R)
     granted: list[Any] = []
     thread = vt.spawn(lambda: granted.append(h.acquire(R)))
     wait_until(lambda: "h" in dict(line(ddb, locks)), "h in line")
-    freeze(make_lock(LeaseLockClient, "w"), R)
+    freeze(make_lock(LeaseLockClient, stalled), R)
+    return first, h, granted, thread
+
+
+def test_given_a_lost_handoff_answer_and_the_lock_released_since_then_still_released(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, freeze: Freeze
+) -> None:
+    # Given: h holds with a (stalled) waiter first in line at its grant; h's handoff to
+    # it is applied, its answer lost, and the new holder releases before the SDK retries
+    first, h, granted, thread = h_first_in_line_at_its_grant(make_lock, ddb, locks, vt, freeze, "w")
     first.release()
     join(vt, [thread])
     (lock,) = granted
@@ -447,12 +457,9 @@ def test_given_a_dead_waiter_handed_the_lock_then_the_next_takes_it_over_after_a
     make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log, freeze: Freeze
 ) -> None:
     # Given: h holds with a dead waiter first in line at its grant, and w2 behind it
-    h0, h = make_lock(LeaseLockClient, "h0"), make_lock(LeaseLockClient, "h")
-    first = h0.acquire(R)
-    granted: list[Any] = []
-    thread_h = vt.spawn(lambda: granted.append(h.acquire(R)))
-    wait_until(lambda: "h" in dict(line(ddb, locks)), "h in line")
-    freeze(make_lock(LeaseLockClient, "dead"), R)
+    first, _, granted, thread_h = h_first_in_line_at_its_grant(
+        make_lock, ddb, locks, vt, freeze, "dead"
+    )
     threads = queue(vt, log, ddb, locks, make_lock(LeaseLockClient, "w2"))
     first.release()
     join(vt, [thread_h])
