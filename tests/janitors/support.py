@@ -78,9 +78,17 @@ def load_handler(function: str) -> ModuleType:
     return module
 
 
-def transfer(tm: TransactionManager, table: str, source: str, target: str, amount: int) -> Any:
-    """Move ``amount`` between two seeded accounts in a transaction left pending."""
-    tx = tm.begin()
+def transfer(
+    tm: TransactionManager,
+    table: str,
+    source: str,
+    target: str,
+    amount: int,
+    caller_id: str | None = None,
+) -> Any:
+    """Move ``amount`` between two seeded accounts in a transaction left pending
+    (begun under ``caller_id``, if given)."""
+    tx = tm.begin(transaction_id=caller_id) if caller_id else tm.begin()
     for pk, sign in ((source, "-"), (target, "+")):
         tx.update_item(
             TableName=table,
@@ -91,14 +99,21 @@ def transfer(tm: TransactionManager, table: str, source: str, target: str, amoun
     return tx
 
 
-def abandon(tm: TransactionManager, table: str, stage: str, pair: tuple[str, str]) -> str:
-    """Leave a transfer as a coordinator that died at ``stage`` would; return its id.
+def abandon(
+    tm: TransactionManager,
+    table: str,
+    stage: str,
+    pair: tuple[str, str],
+    caller_id: str | None = None,
+) -> str:
+    """Leave a transfer as a coordinator that died at ``stage`` would; return its
+    (internal) id. ``caller_id``: begun under that caller's id.
 
     ``pending``: both items locked and written, no decision. ``committed`` /
     ``rolled_back``: decided, nothing completed. ``finished``: committed and
     completed, the record kept.
     """
-    tx = transfer(tm, table, pair[0], pair[1], 10)
+    tx = transfer(tm, table, pair[0], pair[1], 10, caller_id)
     if stage == "committed":
         tm.protocol.records.decide(tx.id, schema.STATE_COMMITTED)
     elif stage == "rolled_back":

@@ -121,6 +121,32 @@ def test_given_a_stuck_transfer_when_on_call_inspects_lists_and_recovers_then_it
     assert_clean(ddb, t)
 
 
+def test_given_a_transfer_begun_under_a_callers_id_when_inspected_by_it_then_both_ids_shown(
+    ddbtx: Callable[..., tuple[int, str]],
+    endpoint_env: Any,
+    young_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    ddb: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a pending transfer begun under the caller's id "order-42", abandoned
+    seed(a=100, b=100)
+    tx_id = abandon(young_tm, janitor_tables.data, "pending", ("a", "b"), caller_id="order-42")
+    monkeypatch.setenv("COLUMNS", "200")  # the status line on one line
+
+    # When on-call inspects it by the caller's id, as a table
+    status, out = ddbtx("inspect", "order-42")
+
+    # Then the line names the internal id and the caller's, and its state
+    assert status == 0
+    assert f"transaction {tx_id} (caller's id 'order-42'): pending, unfinished" in out
+    # And recovering it by the caller's id settles it
+    status, out = ddbtx("recover", "order-42")
+    assert status == 0 and "rolled_back" in out
+    assert_clean(ddb, janitor_tables)
+
+
 def test_given_stale_records_when_on_call_sweeps_then_the_report_is_printed(
     ddbtx: Callable[..., tuple[int, str]],
     endpoint_env: Any,

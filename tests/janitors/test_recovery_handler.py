@@ -103,6 +103,54 @@ def test_given_a_stuck_transaction_when_recovered_twice_then_it_completes_once(
     assert snapshot(ddb, janitor_env) == settled
 
 
+def test_given_a_stuck_transaction_begun_under_a_callers_id_then_that_id_inspects_and_recovers_it(
+    recovery: Any,
+    young_tm: TransactionManager,
+    janitor_env: JanitorTables,
+    accounts: Any,
+    ddb: Any,
+) -> None:
+    # Given a pending transfer begun under the caller's id "order-42", abandoned
+    tx_id = abandon(young_tm, janitor_env.data, "pending", ("a", "b"), caller_id="order-42")
+
+    # When on-call inspects it by the id they know, then recovers it by that id
+    seen = invoke(recovery, {"action": "inspect", "transaction_id": "order-42"})["result"]
+    by_internal = invoke(recovery, {"action": "inspect", "transaction_id": tx_id})["result"]
+    recovered = invoke(recovery, {"action": "recover", "transaction_id": "order-42"})["result"]
+
+    # Then both ids find the same record, which names both ids
+    assert (seen["found"], seen["transaction_id"], seen["caller_id"]) == (True, tx_id, "order-42")
+    assert (seen["state"], seen["locks_held"], seen["waiting"], seen["decided_by"]) == (
+        "pending", 2, False, None,
+    )  # fmt: skip
+    ages = ("age_seconds",)  # read a moment apart
+    assert {k: v for k, v in by_internal.items() if k not in ages} == {
+        k: v for k, v in seen.items() if k not in ages
+    }
+    # And the recovery rolled back that transaction, with nothing left behind
+    assert (recovered["transaction_id"], recovered["outcome"]) == (tx_id, "rolled_back")
+    assert recovered["after"]["caller_id"] == "order-42"
+    assert balances(ddb, janitor_env.data) == SEEDED
+    assert_clean(ddb, janitor_env)
+
+
+@pytest.mark.parametrize("asked", ["order-7", "x" * 1024, "é" * 1000])
+def test_given_an_id_that_names_neither_a_record_nor_an_alias_then_not_found_and_nothing_written(
+    recovery: Any, janitor_env: JanitorTables, ddb: Any, asked: str
+) -> None:
+    # Given no transaction at all (an id of 2,000 UTF-8 bytes cannot be a caller's id)
+    before = snapshot(ddb, janitor_env)
+
+    # When on-call inspects and recovers an id that names nothing
+    seen = invoke(recovery, {"action": "inspect", "transaction_id": asked})["result"]
+    recovered = invoke(recovery, {"action": "recover", "transaction_id": asked})["result"]
+
+    # Then both say so, naming the id asked for, and nothing changed
+    assert (seen["found"], seen["transaction_id"]) == (False, asked)
+    assert (recovered["outcome"], recovered["transaction_id"]) == ("missing", asked)
+    assert snapshot(ddb, janitor_env) == before
+
+
 def test_given_an_unknown_transaction_when_recovered_then_it_is_reported_missing(
     recovery: Any, janitor_env: JanitorTables
 ) -> None:

@@ -197,10 +197,14 @@ def _show_transaction(result: dict[str, Any]) -> None:
     if not result["found"]:
         console.print(f"transaction {result['transaction_id']}: no TX record")
         return
+    caller = f" (caller's id {result['caller_id']!r})" if result["caller_id"] else ""
+    blocked = ", waiting on an older transaction" if result["waiting"] else ""
+    rolled_back_by = f", rolled back by {result['decided_by']}" if result["decided_by"] else ""
     console.print(
-        f"transaction {result['transaction_id']}: [bold]{result['state']}[/bold]"
+        f"transaction {result['transaction_id']}{caller}: [bold]{result['state']}[/bold]"
         f"{', finished' if result['finished'] else ', unfinished'}, version {result['version']},"
         f" last change {result['age_seconds']}s ago, {result['locks_held']} lock(s) held"
+        f"{blocked}{rolled_back_by}"
     )
     table = Table("table", "key", "operation", "locked", "write applied", "other holder")
     for item in result["items"]:

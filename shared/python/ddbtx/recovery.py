@@ -1,6 +1,8 @@
 """Operator actions on one transaction or one item: inspect, recover, break a lock.
 
-Shared by the recovery Lambda and the ``ddbtx`` CLI. Every action is safe to
+Shared by the recovery Lambda and the ``ddbtx`` CLI. A transaction is named by
+its internal id or by the caller's id it was begun with (``transaction_id=``):
+on-call knows the business id, the logs the internal one. Every action is safe to
 repeat: ``recover`` on a finished transaction reports that it is finished,
 ``break_lock`` on an unlocked item reports that it is not locked.
 
@@ -15,8 +17,10 @@ import logging
 from typing import Any, Final
 
 from . import schema as s
+from ._exactly import check_transaction_id
 from ._items import Item, applied, is_locked_by, lock_owner
 from ._protocol import Header, SweepOutcome
+from .errors import InvalidTransactionIdError
 from .transaction import TransactionManager
 
 logger = logging.getLogger(__name__)
@@ -46,25 +50,51 @@ def key_from_json(key: dict[str, Any]) -> Item:
     return out
 
 
+def _find(tm: TransactionManager, tx_id: str) -> tuple[str, Header | None]:
+    """The record ``tx_id`` names, as an internal id or else as a caller's id: the
+    internal id and its header (``None``: neither names a record). The alias row is
+    read only when no record has that id, so an internal id costs one read."""
+    records = tm.protocol.records
+    header = records.read_header(tx_id)
+    if header is not None:
+        return tx_id, header
+    try:
+        check_transaction_id(tx_id)
+    except InvalidTransactionIdError:
+        return tx_id, None  # no caller's id can be this long: no alias row to read
+    named = tm.protocol.aliases.read(tx_id)
+    if named is None:
+        return tx_id, None
+    return named, records.read_header(named)
+
+
 def _describe(header: Header, now_ms: int) -> dict[str, Any]:
     return {
+        "caller_id": header.caller_id,
         "state": STATE_NAMES.get(header.state, header.state),
         "finished": header.finished,
         "version": header.version,
         "updated_ms": header.updated_ms,
         "age_seconds": round((now_ms - header.updated_ms) / 1000, 3),
+        # Wound-wait: blocked on an older transaction's lock / the one that rolled it back.
+        "waiting": header.waiting,
+        "decided_by": header.decided_by,
     }
 
 
 def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     """A transaction's state, its items, and which of their locks it still holds (reads only).
 
+    ``tx_id`` is the internal id or the caller's id; the result names both.
+
     Examples
     --------
     >>> inspect(tm, "0187f3c2a1b4c5d6-0a1b2c3d4e5f")["locks_held"]  # doctest: +SKIP
     0
+    >>> inspect(tm, "order-42")["transaction_id"]  # the caller's id  # doctest: +SKIP
+    '0187f3c2a1b4c5d6-0a1b2c3d4e5f'
     """
-    header = tm.protocol.records.read_header(tx_id)
+    tx_id, header = _find(tm, tx_id)
     if header is None:
         return {"transaction_id": tx_id, "found": False, "items": [], "locks_held": 0}
     items = []
@@ -97,13 +127,14 @@ def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
 
     A pending transaction is rolled back whatever its age: the operator asked.
     The record is kept (finished), so a repeat reports ``already_finished``.
+    ``tx_id`` is the internal id or the caller's id.
 
     Examples
     --------
     >>> recover(tm, tx_id)["outcome"]  # doctest: +SKIP
     'rolled_back'
     """
-    before = tm.protocol.records.read_header(tx_id)
+    tx_id, before = _find(tm, tx_id)
     if before is None:
         return {"transaction_id": tx_id, "outcome": "missing", "state_before": None}
     outcome = "already_finished" if before.finished else _settle(tm, before)
