@@ -1,5 +1,5 @@
 # One entry point per job. Every target installs what it needs first, so a fresh
-# clone needs only python3 (3.11+, with its venv module), node (20+) and npm.
+# clone needs only python3 (3.11+, with its venv module), node (22+; dynalite alone runs on 20) and npm.
 #
 # What gets installed, and where (all inside this directory, all gitignored):
 #   .tools/        a private venv holding uv $(UV_VERSION); the system python3 is never
