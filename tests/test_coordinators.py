@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from ddbtx import SweepOutcome, TransactionCommittedError, TransactionRolledBackError
+from ddbtx import (
+    DuplicateRequestError,
+    SweepOutcome,
+    TransactionCommittedError,
+    TransactionRolledBackError,
+)
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from helpers import Tables, assert_clean, data_state
@@ -174,3 +179,52 @@ def _is_release(params: dict[str, Any], tables: Tables) -> bool:
     return params.get("TableName") == tables.data and str(
         params.get("UpdateExpression", "")
     ).startswith("REMOVE")
+
+
+@pytest.mark.parametrize("concurrent", [False, True], ids=["handed-over", "unseen-add"])
+def test_given_an_item_another_coordinator_wrote_when_a_resumer_writes_it_again_then_refused(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, concurrent: bool
+) -> None:
+    # Given a transaction whose first coordinator added 10 to a, and a second coordinator
+    # that resumed it (before that write: it has not seen it; or after: it knows of it)
+    seed(a=0)
+    tx = make_tm().begin()
+    if concurrent:
+        add(tx, tables.data, "z", 1)  # the record exists when the resumer loads it
+        resumer = make_tm().resume(tx.id)
+        add(tx, tables.data, "a", 10)
+    else:
+        add(tx, tables.data, "a", 10)
+        resumer = make_tm().resume(tx.id)
+    written = data_state(ddb, tables.data)
+
+    # When the resumer writes a differently
+    with pytest.raises(DuplicateRequestError, match="another coordinator of this transaction") as e:
+        add(resumer, tables.data, "a", 5)
+
+    # Then the refusal names the item, and nothing changed
+    assert (e.value.table, e.value.key) == (tables.data, {"pk": {"S": "a"}})
+    assert data_state(ddb, tables.data) == written
+    # And the transaction still commits with the first coordinator's write applied once
+    resumer.commit()
+    committed = {pk: item["balance"] for pk, item in data_state(ddb, tables.data).items()}
+    assert committed == {"a": N(10), **({"z": N(1)} if concurrent else {})}
+    assert_clean(ddb, tables)
+
+
+def test_given_an_item_another_coordinator_wrote_when_a_resumer_sends_the_same_request_then_once(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given a transaction whose first coordinator added 10 to a, resumed by a second
+    seed(a=0)
+    tx = make_tm().begin()
+    add(tx, tables.data, "a", 10)
+    resumer = make_tm().resume(tx.id)
+
+    # When the resumer sends the very same request (a retry handed over with the id)
+    add(resumer, tables.data, "a", 10)
+    resumer.commit()
+
+    # Then it took the recorded request over: applied once, not twice
+    assert data_state(ddb, tables.data)["a"]["balance"] == N(10)
+    assert_clean(ddb, tables)

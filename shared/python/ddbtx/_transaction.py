@@ -226,7 +226,12 @@ class Transaction:
             # same request again resumes it, idempotently.
             if not same_request(known.request, req):
                 raise DuplicateRequestError(
-                    "an interrupted request on this item is pending: retry it unchanged, "
+                    "another coordinator of this transaction wrote this item; a resumed "
+                    "coordinator cannot yet write over another's write to one item (the same "
+                    "request again takes it over; or write it from the coordinator that wrote "
+                    "it first, or commit)"
+                    if known.elsewhere
+                    else "an interrupted request on this item is pending: retry it unchanged, "
                     "commit or roll back",
                     tx_id=self.id,
                     table=req.table,

@@ -57,6 +57,9 @@ class Local:
     #: them: ``_tx:ap`` on the item now, whether the item reads as absent (deleted), and
     #: whether an image is saved. None: not known here (read from the item).
     prior: tuple[dict[str, Any] | None, bool, bool] | None = None
+    #: Learned from the record, not made here: another coordinator's request (or an
+    #: earlier attempt's), which this coordinator has not seen applied.
+    elsewhere: bool = False
 
 
 class AddRefused(Exception):
@@ -140,7 +143,7 @@ class RecordView:
                     self.requests[entry.rid] = lost  # an add whose answer was lost did land
                 elif not (self._matches(planned, entry) or self._matches(known, entry)):
                     self.requests[entry.rid] = Local(
-                        self._request_of(entry), entry.nonce, seq=entry.seq
+                        self._request_of(entry), entry.nonce, seq=entry.seq, elsewhere=True
                     )
 
     @staticmethod
@@ -315,7 +318,9 @@ class RecordView:
             if mine is None or not self._matches(local, mine):
                 return AddRefused(
                     DuplicateRequestError(
-                        "another coordinator already added this item",
+                        "another coordinator of this transaction already wrote this item; a "
+                        "coordinator cannot yet write over another's write to one item "
+                        "(write it from the coordinator that wrote it first, or commit)",
                         tx_id=self.tx_id,
                         table=req.table,
                         key=req.key,
