@@ -24,8 +24,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import schema as s
-from ._items import canonical_number
+from ._items import canonical_number, strip
 from ._requests import Request
+from ._steps import _return_values, _wrap
 from .errors import (
     InvalidTransactionIdError,
     TransactionError,
@@ -204,7 +205,7 @@ class Replay:
         if req.op == "get" and recorded.request.op != "get":
             if earlier:
                 raise self._start_over(req, "a read between writes of an earlier attempt")
-            return tx._read_before_write(recorded)
+            return self._read_before_write(recorded)
         if req.op != "get" and earlier + 1 < recorded.seq:
             if req.return_values != "NONE":
                 raise self._start_over(req, "the values around a write of an earlier attempt")
@@ -212,8 +213,38 @@ class Replay:
             return {}
         if same_request(recorded.request, req):
             self.issued.add(req.rid)
-            return tx._replayed(recorded) if recorded.confirmed else None
+            return self._answer(recorded) if recorded.confirmed else None
         raise self._reused(req, "the request differs from the one recorded on this item")
+
+    def _answer(self, local: Local) -> dict[str, Any]:
+        """The answer to a request an earlier attempt made and this run makes again."""
+        req = local.request
+        if req.op == "get" or req.return_values in ("ALL_NEW", "UPDATED_NEW"):
+            item = self.tx.read_own(local).get("Item", {})
+            return _wrap(item) if req.op == "get" else _return_values(local, item)
+        return _return_values(local, {})
+
+    def _read_before_write(self, local: Local) -> dict[str, Any]:
+        """A read the earlier attempt made of an item it then wrote: the item before the
+        transaction, as that read saw it (the write is caught up first, which saves it)."""
+        from ._transaction import COMMIT_ROUNDS
+
+        tx = self.tx
+        for _ in range(COMMIT_ROUNDS):
+            if local.confirmed:
+                break
+            tx.catch_up([local])
+            local = tx.record.current(local)
+        else:
+            raise TransactionError("a recorded request kept moving", tx_id=tx.id)
+        if local.transient:
+            return {}
+        if local.pre is None:  # a later write learnt its earlier ones from the item: read it
+            req = local.request
+            item = tx.p.read_item(req.table, req.key) or {}
+            image = tx.p.image_of(tx.id, req.rid, item)
+            local.pre = strip(image if image is not None else item)
+        return _wrap(local.pre)
 
     def check_complete(self) -> None:
         """Before a commit: every recorded request was made again by this run."""

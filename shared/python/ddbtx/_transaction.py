@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 from . import schema as s
 from ._contention import Contender
 from ._exactly import Replay, join, same_request
-from ._items import Item, is_locked_by, strip, write_marker
+from ._items import Item, is_locked_by, write_marker
 from ._protocol import user_view
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import Op, Request, build
-from ._steps import ItemSteps, _return_values, _wrap
+from ._steps import ItemSteps, _wrap
 from ._view import AddRefused, Local, RecordView, _Decided
 from .errors import (
     ConditionalCheckFailedError,
@@ -311,33 +311,6 @@ class Transaction:
             return None
         return join(self, locals_)
 
-    def _replayed(self, local: Local) -> dict[str, Any]:
-        """The answer to a request an earlier attempt made and this run makes again."""
-        req = local.request
-        if req.op == "get" or req.return_values in ("ALL_NEW", "UPDATED_NEW"):
-            item = self.read_own(local).get("Item", {})
-            return _wrap(item) if req.op == "get" else _return_values(local, item)
-        return _return_values(local, {})
-
-    def _read_before_write(self, local: Local) -> dict[str, Any]:
-        """A read the earlier attempt made of an item it then wrote: the item before the
-        transaction, as that read saw it (the write is caught up first, which saves it)."""
-        for _ in range(COMMIT_ROUNDS):
-            if local.confirmed:
-                break
-            self._catch_up([local])
-            local = self.record.current(local)
-        else:
-            raise TransactionError("a recorded request kept moving", tx_id=self.id)
-        if local.transient:
-            return {}
-        if local.pre is None:  # a later write learnt its earlier ones from the item: read it
-            req = local.request
-            item = self.p.read_item(req.table, req.key) or {}
-            image = self.p.image_of(self.id, req.rid, item)
-            local.pre = strip(image if image is not None else item)
-        return _wrap(local.pre)
-
     def _guarded(self, step: Callable[[], Any]) -> Any:
         """Run lock/apply steps; errors that doom the transaction roll it back first."""
         try:
@@ -448,7 +421,7 @@ class Transaction:
             pending = self.record.unconfirmed()
             if pending:
                 try:
-                    self._catch_up(pending)
+                    self.catch_up(pending)
                 except TransactionCommittedError:
                     return  # another coordinator committed (and completed) it
                 continue
@@ -478,7 +451,8 @@ class Transaction:
         self.record.state = s.STATE_COMMITTED
         self.record.created = self.record.finished = True
 
-    def _catch_up(self, pending: list[Local]) -> None:
+    def catch_up(self, pending: list[Local]) -> None:
+        """Lock and apply recorded requests this coordinator has not seen applied."""
         self._guarded(lambda: self.p.parallel(self.steps.catch_up, pending))
 
     def _known(self) -> dict[str, Item]:
