@@ -209,6 +209,31 @@ def test_given_a_lost_answer_of_a_waiters_write_when_the_sdk_retries_then_it_cou
     assert fast_path_costs_one_request(make_lock) == 3
 
 
+def test_given_a_lost_entry_answer_and_the_lock_handed_over_before_the_retry_then_it_holds(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    # Given: while h holds, w's entry in line is applied but its answer lost; before the
+    # SDK's retry, h heartbeats (so it sees w first in line) and releases: a handoff to w
+    # that removes w's entry
+    h, w = make_lock(LeaseLockClient, "h"), make_lock(LeaseLockClient, "w")
+    lock = h.acquire(R)
+    lost = LoseOnce(
+        w.client,
+        "UpdateItem",
+        LOST_WRITES["entry"],
+        between=lambda: (lock.heartbeat(), lock.release()),
+    )
+    # When: the retry goes out and w waits on
+    threads = [vt.spawn(log.waiter(w))]
+    join(vt, threads)
+    # Then: the retry did not queue w behind its own grant: w holds with the handed
+    # token, and the line is empty (no second ticket, its count too)
+    assert lost.fired and log.errors == []
+    assert [(owner, token) for owner, token, _ in log.grants] == [("w", 2)]
+    assert line(ddb, locks) == []
+    assert fast_path_costs_one_request(make_lock) == 3
+
+
 def test_given_a_lost_takeover_response_of_the_first_in_line_then_one_read_finds_it(
     make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime
 ) -> None:

@@ -31,6 +31,7 @@ from ._rows import (
     ENTRY_TICKET,
     EXPIRES,
     GC_MARGIN,
+    HOLD,
     LEASE,
     OWNER,
     RVN,
@@ -255,10 +256,15 @@ class LineWaiter:
             if not was_retried(exc):
                 return None
             # The first attempt may have been applied behind a lost response: our
-            # entry on the row says so (and carries our ticket).
+            # entry on the row says so (and carries our ticket), or, on a lease row,
+            # the lock handed to us since, which removed that entry.
             row = self.read()
             if get_int(row, self.names["#t"]) is None:
-                return None
+                if get_str(row, HOLD) != self.hold:
+                    return None
+                self.entered = True  # the grant is ours: wait_in_line takes it as handed
+                self.renewed_at = sent
+                return row
         except ValidationFailed as exc:
             raise LockError(
                 f"the line of {self.resource!r} is full: DynamoDB refused one more waiter ({exc})"

@@ -71,6 +71,10 @@ LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
 LEASE_HANDOFF = "#hold = :hold AND attribute_exists(#t)"
 # Set the data of a grant handed to us (the handoff cannot know it).
 LEASE_DATA = "#hold = :hold"
+# Enter the line: as LINE_ENTER, and not already handed the lock. A handoff removes the
+# entry it grants, so the SDK's replay of our applied entry (answer lost) must not meet
+# the lock handed to us in between and queue us behind our own grant.
+LEASE_ENTER = "attribute_not_exists(#t) AND (attribute_not_exists(#hold) OR #hold <> :hold)"
 
 # A grant also clears the last release's mark: a release replayed after this
 # grant (its first attempt applied, its answer lost) must then fail its condition
@@ -363,7 +367,7 @@ class _Acquire(LineWaiter):
             if self.wait == 0:
                 return self.try_once(first)
         try:
-            row = self.enter()
+            row = self.enter(LEASE_ENTER, {":hold": self.hold})
             if row is None:  # a fresh id cannot meet an entry of its own
                 raise LockError(f"could not queue for {self.resource!r}")
             return cast(LeaseLock, self.wait_in_line(row))
