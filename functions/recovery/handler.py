@@ -44,7 +44,7 @@ from aws_lambda_powertools.utilities.parser import (
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ddbtx import locks, recovery
-from ddbtx.errors import LockNotFoundError
+from ddbtx.errors import InvalidTransactionIdError, LockNotFoundError
 from ddbtx.sweeper import JanitorSettings, janitor_client
 
 logger = Logger()
@@ -128,7 +128,7 @@ class SeenValue(BaseModel):
     model_config = _STRICT  # type: ignore[assignment]
     hold: Annotated[str, Field(min_length=1)]
     rvn: str
-    at: float
+    at: Annotated[float, Field(allow_inf_nan=False)]  # NaN would read as watched through
 
 
 class BreakLockRowEvent(_Event):
@@ -249,10 +249,13 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         return answer
     logger.set_correlation_id(request.correlation_id or context.aws_request_id)
     logger.info("recovery action", extra={"action": request.action})
-    if isinstance(request, InspectEvent):
-        result = recovery.inspect(MANAGER, request.transaction_id)
-    elif isinstance(request, RecoverEvent):
-        result = recovery.recover(MANAGER, request.transaction_id)
+    if isinstance(request, InspectEvent | RecoverEvent):
+        action = recovery.inspect if isinstance(request, InspectEvent) else recovery.recover
+        try:
+            result = action(MANAGER, request.transaction_id)
+        except InvalidTransactionIdError as exc:  # what its type cannot say: UTF-8 bytes
+            problem = {"field": "transaction_id", "problem": str(exc)}
+            return {"ok": False, "error": "InvalidEvent", "fields": [problem]}
     elif isinstance(request, SweepEvent):
         result = sweep(request, context)
     elif isinstance(request, BreakLockEvent):

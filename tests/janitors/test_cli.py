@@ -147,6 +147,24 @@ def test_given_a_transfer_begun_under_a_callers_id_when_inspected_by_it_then_bot
     assert_clean(ddb, janitor_tables)
 
 
+@pytest.mark.parametrize("command", ["inspect", "recover"])
+def test_given_an_id_no_transaction_can_have_when_on_call_uses_it_then_one_line_and_status_2(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+    ddb: Any,
+    command: str,
+) -> None:
+    # Given an id of 2,000 UTF-8 bytes (a caller's id has at most 1,024)
+    # When on-call inspects or recovers it
+    status, out, err = ddbtx_streams(command, "é" * 1000)
+
+    # Then one line names the problem, the status is 2, and nothing was written
+    assert (status, out) == (2, "")
+    assert err == "ddbtx: error: transaction_id is 2000 bytes in UTF-8; at most 1024 are allowed\n"
+    assert_clean(ddb, janitor_tables)
+
+
 def test_given_stale_records_when_on_call_sweeps_then_the_report_is_printed(
     ddbtx: Callable[..., tuple[int, str]],
     endpoint_env: Any,

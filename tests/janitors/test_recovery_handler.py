@@ -134,20 +134,42 @@ def test_given_a_stuck_transaction_begun_under_a_callers_id_then_that_id_inspect
     assert_clean(ddb, janitor_env)
 
 
-@pytest.mark.parametrize("asked", ["order-7", "x" * 1024, "é" * 1000])
+@pytest.mark.parametrize("asked", ["order-7", "x" * 1024, "é" * 512])
 def test_given_an_id_that_names_neither_a_record_nor_an_alias_then_not_found_and_nothing_written(
     recovery: Any, janitor_env: JanitorTables, ddb: Any, asked: str
 ) -> None:
-    # Given no transaction at all (an id of 2,000 UTF-8 bytes cannot be a caller's id)
+    # Given no transaction at all
     before = snapshot(ddb, janitor_env)
 
-    # When on-call inspects and recovers an id that names nothing
+    # When on-call inspects and recovers an id that names nothing (1,024 UTF-8 bytes at most)
     seen = invoke(recovery, {"action": "inspect", "transaction_id": asked})["result"]
     recovered = invoke(recovery, {"action": "recover", "transaction_id": asked})["result"]
 
     # Then both say so, naming the id asked for, and nothing changed
     assert (seen["found"], seen["transaction_id"]) == (False, asked)
     assert (recovered["outcome"], recovered["transaction_id"]) == ("missing", asked)
+    assert snapshot(ddb, janitor_env) == before
+
+
+@pytest.mark.parametrize(
+    ("asked", "problem"),
+    [("é" * 1000, "2000 bytes in UTF-8"), ("\ud800", "valid string")],
+    ids=["over-1024-bytes", "lone-surrogate"],
+)
+@pytest.mark.parametrize("action", ["inspect", "recover"])
+def test_given_an_id_no_transaction_can_have_then_invalid_event_naming_it_and_nothing_written(
+    recovery: Any, janitor_env: JanitorTables, ddb: Any, asked: str, problem: str, action: str
+) -> None:
+    # Given an id within the event's 1,024 characters that no transaction can carry
+    before = snapshot(ddb, janitor_env)
+
+    # When on-call inspects or recovers it
+    answer = invoke(recovery, {"action": action, "transaction_id": asked})
+
+    # Then the answer names the field and what is wrong with it, and nothing changed
+    assert answer["ok"] is False and answer["error"] == "InvalidEvent"
+    ((field,),) = [[f for f in answer["fields"] if f["field"] == "transaction_id"]]
+    assert problem in field["problem"]
     assert snapshot(ddb, janitor_env) == before
 
 
@@ -368,6 +390,7 @@ def test_given_a_holder_that_heartbeat_since_it_was_seen_then_the_break_is_refus
     assert scan(ddb, janitor_env.locks) == before
 
 
+NAN, INF = float("nan"), float("inf")
 BAD_ROW_EVENTS = [
     ({"by": "alice"}, "resource"),
     ({"resource": "Moe"}, "by"),
@@ -380,6 +403,9 @@ BAD_ROW_EVENTS = [
     ({"resource": "Moe", "by": "alice", "force": "yes"}, "force"),
     ({"resource": "Moe", "by": "alice", "seen": {"hold": "h"}}, "seen.rvn"),
     ({"resource": "Moe", "by": "alice", "seen": {"hold": "h", "rvn": "r", "at": "x"}}, "seen.at"),
+    # NaN or infinite: any lease would look watched through, a break with no watch
+    ({"resource": "Moe", "by": "alice", "seen": {"hold": "h", "rvn": "r", "at": NAN}}, "seen.at"),
+    ({"resource": "Moe", "by": "alice", "seen": {"hold": "h", "rvn": "r", "at": -INF}}, "seen.at"),
     ({"resource": "Moe", "by": "alice", "reason": "x"}, "reason"),
     ({"resource": "x" * 2049, "by": "alice"}, "resource"),
 ]

@@ -4,6 +4,7 @@ write conditioned on the holder as read; counters kept; a lost answer; bad input
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from ddbtx.locks import (
     LeaseLockClient,
     LockNotFoundError,
     Mutex,
+    Seen,
     break_lock,
     list_locks,
 )
@@ -291,6 +293,13 @@ BAD = [
     ({"force": "yes"}, ValueError, "force must be a bool"),
     ({"max_wait": -1}, ValueError, "max_wait must be"),
     ({"seen": {"hold": "h"}}, ValueError, "seen must be a Seen"),
+    # A NaN or infinite time would make any lease look watched through: no watch at all
+    ({"seen": Seen("h", "r", math.nan)}, ValueError, "seen.at must be a finite number"),
+    ({"seen": Seen("h", "r", math.inf)}, ValueError, "seen.at must be a finite number"),
+    ({"seen": Seen("h", None, 1.0)}, ValueError, "seen.hold and seen.rvn must be str"),  # type: ignore[arg-type]
+    ({"max_wait": math.nan}, ValueError, "max_wait must be"),
+    ({"resource": "\udcff"}, ValueError, "resource must be valid Unicode text"),
+    ({"by": "\udcff"}, ValueError, "by must be valid Unicode text"),
 ]
 
 

@@ -15,6 +15,7 @@ The command-line libraries (typer, rich) come from the ``cli`` extra
 # at run time, and they name ``typer``, which is imported inside :func:`_app` only.
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -178,11 +179,23 @@ def cmd_sweep(
     return 1 if report.errors else 0
 
 
+def _by_id(
+    action: Callable[[Any, str], dict[str, Any]], opts: Options, tx_id: str
+) -> dict[str, Any]:
+    """``inspect`` or ``recover`` of ``tx_id``; an id that cannot be one is a usage error."""
+    from .errors import InvalidTransactionIdError
+
+    try:
+        return action(opts.manager(), tx_id)
+    except InvalidTransactionIdError as exc:
+        raise CliError(str(exc)) from exc
+
+
 def cmd_inspect(opts: Options, tx_id: str) -> int:
     """Show a transaction's state, items and held locks."""
     from .recovery import inspect
 
-    result = inspect(opts.manager(), tx_id)
+    result = _by_id(inspect, opts, tx_id)
     if opts.as_json:
         _print_json(result)
     else:
@@ -224,7 +237,7 @@ def cmd_recover(opts: Options, tx_id: str) -> int:
     """Drive one transaction to completion and show it afterwards."""
     from .recovery import recover
 
-    result = recover(opts.manager(), tx_id)
+    result = _by_id(recover, opts, tx_id)
     if opts.as_json:
         _print_json(result)
     else:

@@ -20,7 +20,6 @@ from . import schema as s
 from ._exactly import check_transaction_id
 from ._items import Item, applied, is_locked_by, lock_owner
 from ._protocol import Header, SweepOutcome
-from .errors import InvalidTransactionIdError
 from .transaction import TransactionManager
 
 logger = logging.getLogger(__name__)
@@ -53,15 +52,16 @@ def key_from_json(key: dict[str, Any]) -> Item:
 def _find(tm: TransactionManager, tx_id: str) -> tuple[str, Header | None]:
     """The record ``tx_id`` names, as an internal id or else as a caller's id: the
     internal id and its header (``None``: neither names a record). The alias row is
-    read only when no record has that id, so an internal id costs one read."""
+    read only when no record has that id, so an internal id costs one read.
+
+    Internal ids are short ASCII, so every id either kind can be passes the caller's
+    id check; any other raises :class:`InvalidTransactionIdError` before a request.
+    """
+    check_transaction_id(tx_id)
     records = tm.protocol.records
     header = records.read_header(tx_id)
     if header is not None:
         return tx_id, header
-    try:
-        check_transaction_id(tx_id)
-    except InvalidTransactionIdError:
-        return tx_id, None  # no caller's id can be this long: no alias row to read
     named = tm.protocol.aliases.read(tx_id)
     if named is None:
         return tx_id, None
@@ -86,6 +86,11 @@ def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     """A transaction's state, its items, and which of their locks it still holds (reads only).
 
     ``tx_id`` is the internal id or the caller's id; the result names both.
+
+    Raises
+    ------
+    InvalidTransactionIdError
+        ``tx_id`` is neither (empty, over 1,024 UTF-8 bytes, not valid Unicode).
 
     Examples
     --------
@@ -127,7 +132,8 @@ def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
 
     A pending transaction is rolled back whatever its age: the operator asked.
     The record is kept (finished), so a repeat reports ``already_finished``.
-    ``tx_id`` is the internal id or the caller's id.
+    ``tx_id`` is the internal id or the caller's id (else
+    :class:`InvalidTransactionIdError`, as for :func:`inspect`).
 
     Examples
     --------

@@ -268,19 +268,15 @@ class Sweeper:
         _check_positive("page_size", page_size)
         if not isinstance(safety_margin, int | float) or safety_margin < 0:
             raise ValueError(f"safety_margin must be a number >= 0, not {safety_margin!r}")
-        self.locks_table = locks_table
-        self.data_tables = tuple(data_tables)
-        self.lock_grace = float(lock_grace)
-        self.page_size = page_size
         self.safety_margin = float(safety_margin)
         self.persist_cursor = persist_cursor
-        self.progress = progress
         self.cursors = CursorStore(manager.client, manager.transactions_table)
+        #: Owns the scan settings (tables, lock grace, page size, progress): one copy.
         self.scans = ScanPass(
             manager,
-            data_tables=self.data_tables,
+            data_tables=data_tables,
             locks_table=locks_table,
-            lock_grace=self.lock_grace,
+            lock_grace=float(lock_grace),
             page_size=page_size,
             on_progress=progress,
         )
@@ -288,6 +284,11 @@ class Sweeper:
     @property
     def client(self) -> Any:
         return self.tm.client
+
+    @property
+    def page_size(self) -> int:
+        """``Limit`` of each query and scan page (the index pass's too)."""
+        return self.scans.page_size
 
     @property
     def tasks(self) -> tuple[str, ...]:

@@ -106,7 +106,12 @@ def check_name(value: object, argument: str, limit: int, *, forbidden: str = "")
         raise ValueError(f"{argument} must be a str, not {type(value).__name__}")
     if not value:
         raise ValueError(f"{argument} must not be empty")
-    size = len(value.encode("utf-8"))
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{argument} must be valid Unicode text (it has a lone surrogate)"
+        ) from exc
     if size > limit:
         raise ValueError(f"{argument} is {size} bytes in UTF-8; at most {limit} are allowed")
     bad = sorted({ch for ch in value if ch in forbidden})

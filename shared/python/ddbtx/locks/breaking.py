@@ -206,9 +206,14 @@ def break_lock(
         kind = "fifo"
     if not isinstance(force, bool):
         raise ValueError(f"force must be a bool, not {type(force).__name__}")
-    if seen is not None and not isinstance(seen, Seen):
-        raise ValueError(f"seen must be a Seen, not {type(seen).__name__}")
-    if isinstance(max_wait, bool) or not isinstance(max_wait, int | float) or max_wait < 0:
+    if seen is not None:
+        _check_seen(seen)
+    if (
+        isinstance(max_wait, bool)
+        or not isinstance(max_wait, int | float)
+        or math.isnan(max_wait)
+        or max_wait < 0
+    ):
         raise ValueError(f"max_wait must be a number of seconds >= 0, not {max_wait!r}")
     breaker = _Breaker(client, table, resource, by, clock, wall_clock, sleep)
     return breaker.run(kind, namespace, force=force, seen=seen, max_wait=float(max_wait))
@@ -438,6 +443,18 @@ class _Breaker:
     def observing(self, holder: _Holder, seen: Seen, left: float) -> BreakResult:
         reason = f"watching for one lease: call again with seen in {math.ceil(left)} s or later"
         return self.result("observing", holder, reason, seen)
+
+
+def _check_seen(seen: object) -> None:
+    """A ``seen`` passed back: its time must be a real instant, since a NaN or infinite
+    one would make any lease look watched through (a break with no watch)."""
+    if not isinstance(seen, Seen):
+        raise ValueError(f"seen must be a Seen, not {type(seen).__name__}")
+    if not (isinstance(seen.hold, str) and isinstance(seen.rvn, str)):
+        raise ValueError("seen.hold and seen.rvn must be str, as the observing answer gave them")
+    at = seen.at
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        raise ValueError(f"seen.at must be a finite number of epoch seconds, not {at!r}")
 
 
 def _name(kind: Kind, namespace: str | None) -> str:
