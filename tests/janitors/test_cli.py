@@ -419,6 +419,29 @@ def test_given_bad_arguments_when_on_call_breaks_a_lock_then_one_line_and_nothin
     assert scan(ddb, janitor_tables.locks) == before
 
 
+def test_given_a_user_with_no_name_when_breaking_without_by_then_one_line_and_nothing_written(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+    ddb: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a held mutex, and a container user the system cannot name
+    assert Mutex(ddb, janitor_tables.locks, owner="worker-7").acquire("report")
+    before = scan(ddb, janitor_tables.locks)
+
+    def nameless() -> str:
+        raise OSError("No username set in the environment")
+
+    monkeypatch.setattr("getpass.getuser", nameless)
+    # When on-call breaks it without --by
+    status, out, err = ddbtx_streams("locks", "break", "report", "--force")
+    # Then one line asks for --by, and nothing was written
+    assert (status, out) == (2, "")
+    assert err == "ddbtx: error: cannot tell who you are: name yourself with --by\n"
+    assert scan(ddb, janitor_tables.locks) == before
+
+
 def test_given_no_locks_table_when_on_call_breaks_a_lock_then_it_says_which_option_names_it(
     bare_ddbtx: Callable[..., tuple[int, str, str]],
 ) -> None:

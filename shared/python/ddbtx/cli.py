@@ -353,7 +353,13 @@ def cmd_break_lock(
 
     if not opts.locks_table:
         raise CliError("no locks table: name it with --locks-table / LOCKS_TABLE")
-    who = by if by is not None else f"{getpass.getuser()}@{socket.gethostname()}"
+    if by is not None:
+        who = by
+    else:
+        try:
+            who = f"{getpass.getuser()}@{socket.gethostname()}"
+        except (OSError, KeyError) as exc:  # a container user with no passwd entry
+            raise CliError("cannot tell who you are: name yourself with --by") from exc
     console = _console()
 
     def watch(seconds: float) -> None:

@@ -165,7 +165,7 @@ class LineWaiter:
             now = lc._clock()
             line = entries(row, lc.lease_duration)
             mine = next((e for e in line if e.hold == self.hold), None)
-            if mine is None or mine.ticket != self.ticket:
+            if mine is None:  # hold ids are unique: our entry is gone
                 handed = self.handed(row)
                 if handed is not None:
                     return handed

@@ -96,7 +96,6 @@ class _Row:
     hold: str | None
     rvn: str
     lease: float
-    fence: int
 
 
 def _row(item: Item, default_lease: float) -> _Row:
@@ -104,7 +103,6 @@ def _row(item: Item, default_lease: float) -> _Row:
         hold=get_str(item, HOLD),
         rvn=get_str(item, RVN) or "",
         lease=get_num(item, LEASE) or default_lease,
-        fence=get_int(item, FENCE) or 0,
     )
 
 
