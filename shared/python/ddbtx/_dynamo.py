@@ -29,12 +29,26 @@ def client_config(max_attempts: int) -> Any:
 
 def call(client: Any, operation: str, **params: Any) -> dict[str, Any]:
     """Call ``client.<operation>(**params)``; raise a :class:`DynamoDBError` on failure."""
+    return call_resent(client, operation, **params)[0]
+
+
+def call_resent(client: Any, operation: str, **params: Any) -> tuple[dict[str, Any], bool]:
+    """:func:`call`, and whether botocore sent the request more than once: an earlier
+    attempt may then have been applied behind a lost answer."""
     try:
         response: dict[str, Any] = getattr(client, operation)(**params)
     except ClientError as exc:
         raise translate(exc) from exc
-    response.pop("ResponseMetadata", None)
-    return response
+    meta = response.pop("ResponseMetadata", None) or {}
+    return response, int(meta.get("RetryAttempts", 0)) > 0
+
+
+def was_resent(exc: BaseException) -> bool:
+    """Whether botocore sent the request that failed with ``exc`` (a translated
+    error) more than once; an unknown count is taken as resent."""
+    response = getattr(exc.__cause__, "response", None)
+    meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
+    return int(meta.get("RetryAttempts", 1)) > 0
 
 
 def put_new(client: Any, table: str, item: dict[str, Any], condition: str, key: str) -> bool:

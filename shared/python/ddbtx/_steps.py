@@ -11,8 +11,10 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import BotoCoreError
+
 from . import schema as s
-from ._dynamo import call
+from ._dynamo import call, call_resent, was_resent
 from ._items import MAX_ITEM_BYTES, Item, flag, item_size, lock_owner, strip
 from ._record import new_lock_value, new_nonce
 from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large
@@ -20,6 +22,7 @@ from ._view import Local, rejected
 from .errors import (
     ConditionalCheckFailedError,
     ConditionFailed,
+    DynamoDBError,
     InvalidRequestError,
     TransactionRolledBackError,
     ValidationFailed,
@@ -79,13 +82,17 @@ class ItemSteps:
                     if req.op == "put":
                         manager._put_paths[req.table] = path
                     return result
-                except ConditionFailed:
+                except ConditionFailed as exc:
+                    local.maybe_landed |= was_resent(exc)
                     if guessing and path == "insert":
                         guessing, path = False, "existing"
                         continue
                     guessing = False
                 except ValidationFailed as exc:
                     raise self._rejected(req, exc) from exc
+                except (DynamoDBError, BotoCoreError):
+                    local.maybe_landed = True  # no answer: it may have been applied
+                    raise
             item = self.p.read_item(req.table, req.key)
             owner = lock_owner(item)
             if item is None or owner is None:
@@ -142,10 +149,19 @@ class ItemSteps:
             values[":ddbtxt"] = {"BOOL": True}
             sets += ", #ddbtxd = :ddbtxt"
         condition = _with_user_condition(req, LOCK_EXISTING)
-        resp = self._update(req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD")
+        resp, resent = self._update_resent(
+            req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD"
+        )
         local.pre = strip(resp.get("Attributes"))
         local.transient = False
         local.locked = True
+        if resent or local.maybe_landed:
+            # An earlier attempt of this lock may have landed, been adopted by another
+            # coordinator, decided and completed: this lock is then a late one on the
+            # settled item, and applying would write a second time. Only a pending
+            # record proves it is not (completion follows the decision); a decided one
+            # settles this lock as the record says (a late lock is undone: no image).
+            self.tx.read_pending_header()
         if req.op in ("put", "update"):
             return self.apply(local, check_condition=False)
         local.confirmed = True
@@ -447,8 +463,20 @@ class ItemSteps:
     ) -> dict[str, Any]:
         """One conditional UpdateItem of the request's item, passing only the placeholders
         its expressions use (DynamoDB rejects unused ones)."""
+        return self._update_resent(req, update, condition, names, values, **extra)[0]
+
+    def _update_resent(
+        self,
+        req: Request,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        **extra: Any,
+    ) -> tuple[dict[str, Any], bool]:
+        """:meth:`_update`, and whether botocore sent it more than once."""
         used_values = _used(values, update, condition)
-        return call(
+        return call_resent(
             self.p.client,
             "update_item",
             TableName=req.table,

@@ -60,6 +60,9 @@ class Local:
     #: Learned from the record, not made here: another coordinator's request (or an
     #: earlier attempt's), which this coordinator has not seen applied.
     elsewhere: bool = False
+    #: An earlier lock write of this request may have been applied without our seeing
+    #: its answer (botocore resent it, or it failed mid-flight).
+    maybe_landed: bool = False
 
 
 class AddRefused(Exception):
