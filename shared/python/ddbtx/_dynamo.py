@@ -27,20 +27,21 @@ def client_config(max_attempts: int) -> Any:
     )
 
 
-def call(client: Any, operation: str, **params: Any) -> dict[str, Any]:
-    """Call ``client.<operation>(**params)``; raise a :class:`DynamoDBError` on failure."""
-    return call_resent(client, operation, **params)[0]
+def call(client: Any, operation: str, *, resent: Any = None, **params: Any) -> dict[str, Any]:
+    """Call ``client.<operation>(**params)``; raise a :class:`DynamoDBError` on failure.
 
-
-def call_resent(client: Any, operation: str, **params: Any) -> tuple[dict[str, Any], bool]:
-    """:func:`call`, and whether botocore sent the request more than once: an earlier
-    attempt may then have been applied behind a lost answer."""
+    ``resent`` (a ``list[bool]``; typed Any so that ``**params`` dicts still pass)
+    gets whether botocore sent the request more than once: an earlier attempt may
+    then have been applied behind a lost answer.
+    """
     try:
         response: dict[str, Any] = getattr(client, operation)(**params)
     except ClientError as exc:
         raise translate(exc) from exc
     meta = response.pop("ResponseMetadata", None) or {}
-    return response, int(meta.get("RetryAttempts", 0)) > 0
+    if resent is not None:
+        resent.append(int(meta.get("RetryAttempts", 0)) > 0)
+    return response
 
 
 def was_resent(exc: BaseException) -> bool:

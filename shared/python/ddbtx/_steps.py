@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError
 
 from . import schema as s
-from ._dynamo import call, call_resent, was_resent
+from ._dynamo import call, was_resent
 from ._items import MAX_ITEM_BYTES, Item, flag, item_size, lock_owner, strip
 from ._record import new_lock_value, new_nonce
 from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large
@@ -149,13 +149,14 @@ class ItemSteps:
             values[":ddbtxt"] = {"BOOL": True}
             sets += ", #ddbtxd = :ddbtxt"
         condition = _with_user_condition(req, LOCK_EXISTING)
-        resp, resent = self._update_resent(
-            req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD"
+        resent: list[bool] = []
+        resp = self._update(
+            req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD", resent=resent
         )
         local.pre = strip(resp.get("Attributes"))
         local.transient = False
         local.locked = True
-        if resent or local.maybe_landed:
+        if any(resent) or local.maybe_landed:
             # An earlier attempt of this lock may have landed, been adopted by another
             # coordinator, decided and completed: this lock is then a late one on the
             # settled item, and applying would write a second time. Only a pending
@@ -463,20 +464,8 @@ class ItemSteps:
     ) -> dict[str, Any]:
         """One conditional UpdateItem of the request's item, passing only the placeholders
         its expressions use (DynamoDB rejects unused ones)."""
-        return self._update_resent(req, update, condition, names, values, **extra)[0]
-
-    def _update_resent(
-        self,
-        req: Request,
-        update: str,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-        **extra: Any,
-    ) -> tuple[dict[str, Any], bool]:
-        """:meth:`_update`, and whether botocore sent it more than once."""
         used_values = _used(values, update, condition)
-        return call_resent(
+        return call(
             self.p.client,
             "update_item",
             TableName=req.table,
