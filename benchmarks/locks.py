@@ -197,6 +197,7 @@ _LABELS = {
     ("UpdateItem", lease_module.LEASE_DATA): "data of a handed grant",
     ("UpdateItem", lease_module.LEASE_RENEW): "heartbeat",
     ("UpdateItem", fifo_module.FIFO_ENTER): "enter line (ticket + entry)",
+    ("UpdateItem", lease_module.LEASE_ENTER): "enter line (ticket + entry)",
     ("UpdateItem", fifo_module.FIFO_TRY): "try once",
     ("UpdateItem", fifo_module.FIFO_SKIP): "skip a dead entry",
     ("UpdateItem", mutex_module.MUTEX_ACQUIRE): "grant try",
