@@ -34,7 +34,9 @@ from ._requests import build
 from .errors import (
     DynamoDBError,
     InvalidRequestError,
+    TransactionConflictError,
     TransactionError,
+    TransactionRolledBackError,
     ValidationFailed,
 )
 
@@ -90,7 +92,7 @@ class Reads:
     def read(self, op: ReadOp, params: Mapping[str, Any], level: str) -> dict[str, Any]:
         """One Query, Scan or GetItem page at ``level`` (or ``serializable``)."""
         if level == "serializable":
-            return self.serializable(lambda tx: locked_read(tx, op, params))
+            return self.serializable(lambda tx: locked_read(tx, op, params, snapshot=True))
         read = self.plan(op, params, level)  # type: ignore[arg-type]
         if op == "get":
             return self._get(read)
@@ -137,13 +139,35 @@ class Reads:
             current["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def serializable(self, work: Callable[[Transaction], dict[str, Any]]) -> dict[str, Any]:
-        """Run ``work`` in a short transaction that read-locks, then release every lock."""
-        tx = self.tm.begin()
-        try:
-            return work(tx)
-        finally:
-            tx.rollback()
-            tx.delete()
+        """Run ``work`` in a short transaction that read-locks, commit it, release every lock.
+
+        The commit is what makes the answer a snapshot: an older transaction that
+        needed one of the items meanwhile wounded this one (rolled its record back,
+        then released its locks), and the commit, conditioned on the record being
+        pending, refuses it. Such an answer is thrown away and the read tried again,
+        as old as its first try (so it cannot starve), :data:`ATTEMPTS` times at most.
+        """
+        first: str | None = None
+        wounded: TransactionRolledBackError | None = None
+        for _ in range(ATTEMPTS):
+            tx = self.tm.begin(priority=first)
+            first = first or tx.id
+            try:
+                result = work(tx)
+                tx.commit()
+                return result
+            except TransactionRolledBackError as exc:
+                wounded = exc
+            finally:
+                if tx.state == s.STATE_PENDING:
+                    tx.rollback()
+                tx.delete()
+        assert wounded is not None
+        raise TransactionConflictError(
+            f"a serializable read was rolled back by an older transaction on each of its "
+            f"{ATTEMPTS} tries; retry it later",
+            other_tx_id=wounded.other_tx_id,
+        ) from wounded
 
     # -- planning ----------------------------------------------------------------------
 
@@ -375,20 +399,62 @@ def lock_for_read(tx: Transaction, table: str, keys: list[Item]) -> list[Item | 
     return [values[req.rid] for req in requests]
 
 
-def locked_read(tx: Transaction, op: ReadOp, params: Mapping[str, Any]) -> dict[str, Any]:
+def locked_read(
+    tx: Transaction, op: ReadOp, params: Mapping[str, Any], *, snapshot: bool = False
+) -> dict[str, Any]:
     """A Query, Scan or GetItem in ``tx``: every item returned is read-locked, and judged on
-    the value read under its lock."""
+    the value read under its lock.
+
+    ``snapshot``: the page is read again once its items are locked, until a read finds
+    nothing it has not locked (see :func:`_settled_page`).
+    """
     reads = tx.manager.reads
     read = reads.plan(op, params, "locking")
     if op == "get":
         (value,) = lock_for_read(tx, read.table, [read.params["Key"]])
         one = read.judge(value) if value is not None else None
         return {"Item": one} if one is not None else {}
-    response = reads.send(read)
-    keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
-    values = lock_for_read(tx, read.table, keys)
+    if snapshot:
+        response, values = _settled_page(tx, read)
+    else:
+        response = reads.send(read)
+        keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
+        values = lock_for_read(tx, read.table, keys)
     judged = (read.judge(value) for value in values if value is not None)
     return page(read, response, [item for item in judged if item is not None])
+
+
+def _settled_page(tx: Transaction, read: ReadPlan) -> tuple[dict[str, Any], list[Item | None]]:
+    """A page whose every item ``tx`` holds, read at a moment it holds them all.
+
+    The items of a page are locked after DynamoDB listed them, so a transaction
+    may insert an item into the page's range (or write one so that it passes the
+    filter) in between, and commit. Locking what was listed would then show that
+    transaction's other writes without this one: no snapshot. So the page is read
+    again, and what it lists anew is locked too, until a read lists only items
+    already held. Every item in that read's range is then either held (its value
+    cannot change until the commit) or was absent when DynamoDB passed it, so
+    the page is the state at the start of that read. One read more per page when
+    nothing moved.
+    """
+    reads = tx.manager.reads
+    held: dict[str, Item | None] = {}
+    response = reads.send(read)
+    for _ in range(ATTEMPTS):
+        keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
+        new = [k for k in keys if request_id(read.table, k) not in held]
+        if not new and held:
+            return response, [held[request_id(read.table, k)] for k in keys]
+        for k, value in zip(new, lock_for_read(tx, read.table, new), strict=True):
+            held[request_id(read.table, k)] = value
+        if not held:
+            return response, []  # an empty page: nothing listed, nothing to hold
+        response = reads.send(read)
+    raise TransactionConflictError(
+        f"a serializable {read.op} page of {read.table} kept gaining items under it "
+        f"({ATTEMPTS} reads); retry it later",
+        tx_id=tx.id,
+    )
 
 
 def locked_batch_get(tx: Transaction, params: Mapping[str, Any]) -> dict[str, Any]:
