@@ -11,17 +11,23 @@ key's version order and then the dependency graph between transactions:
 ``rw``  T1 read a list and T2 appended the element that comes next.
 
 Reported anomalies (Adya's names): ``G0`` (a cycle of ww edges), ``G1c`` (a
-cycle of ww and wr edges), ``G2-item`` (a cycle needing an rw edge),
+cycle of ww and wr edges), ``G-single`` (a cycle with exactly one rw edge: read
+skew, a lost update), ``G2`` (a cycle needing more rw edges: write skew),
 ``G1a`` (a read of an aborted append), ``G1b`` (a read of an intermediate
 version), plus ``incompatible-order`` (two reads that are not prefixes of one
 another), ``internal`` (a transaction not seeing its own append),
-``duplicate-append``, and, against the final state read after recovery,
-``lost-append`` (a committed append missing) and ``partial`` (only some of an
-unacknowledged transaction's appends survived).
+``duplicate-append`` (a value twice in one list: an append applied twice),
+``duplicate-value`` (the workload appended a value twice: a harness bug),
+``garbage-read`` (a value nobody appended) and, against the final state read
+after recovery, ``lost-append`` (an acknowledged append missing),
+``not-prefix-of-final`` (a read that the final value does not start with) and
+``partial`` (only some of an unacknowledged transaction's appends survived).
 
-Transactions with ``isolation="committed"`` (single reads outside any
-transaction at read committed) are checked for G1 only: their rw edges are
-left out, since read committed allows G2.
+Transactions with ``isolation="committed"`` (reads at read committed) are
+checked for G1 only: their rw edges are left out, since read committed allows
+G-single and G2. ``Txn.uncertain`` names appends that were in flight when the
+transaction's coordinator crashed and another one later committed it: they
+count where some read or the final state shows them, and are dropped otherwise.
 
 Examples
 --------
@@ -32,13 +38,13 @@ Examples
 >>> t3 = Txn(3, [read("x", []), append("y", 3)], "ok")
 >>> t4 = Txn(4, [read("y", []), append("x", 4)], "ok")
 >>> [a.kind for a in check([t3, t4])]       # write skew: each missed the other's write
-['G2-item']
+['G2']
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -70,6 +76,8 @@ class Txn:
     status: str
     isolation: str = SERIALIZABLE
     process: int = 0
+    uncertain: frozenset[int] = frozenset()
+    note: str = ""  #: how it ran (API, level, ending), for the report
 
 
 @dataclass(frozen=True)
@@ -176,9 +184,11 @@ class _Checker:
         self.anomalies.append(Anomaly(kind, tuple(txns), detail))
 
     def run(self) -> list[Anomaly]:
+        observed = self._observed_values()
+        self._drop_unobserved_uncertain(observed)
         self._writers()
         self._internal()
-        observed = self._observed_values()
+        self._duplicates()
         self.committed = {
             t.id
             for t in self.history
@@ -195,13 +205,31 @@ class _Checker:
     def _appends(t: Txn) -> list[int]:
         return [op.value for op in t.ops if op.f == "append" and isinstance(op.value, int)]
 
+    def _drop_unobserved_uncertain(self, observed: set[int]) -> None:
+        """An in-flight append that nothing shows was not applied: it leaves the history."""
+        for t in self.history:
+            dropped = t.uncertain - observed
+            if dropped:
+                t.ops = [op for op in t.ops if not (op.f == "append" and op.value in dropped)]
+
     def _writers(self) -> None:
         for t in self.history:
             for op in t.ops:
                 if op.f == "append" and isinstance(op.value, int):
                     if op.value in self.writer:
-                        self.flag("duplicate-append", [self.writer[op.value][0], t.id], str(op))
+                        self.flag("duplicate-value", [self.writer[op.value][0], t.id], str(op))
                     self.writer[op.value] = (t.id, op.key)
+
+    def _duplicates(self) -> None:
+        """No value twice in one list: each append is applied once."""
+        lists = [(op.key, op.value, [t.id]) for t, op in self._reads()]
+        lists += [(key, values, []) for key, values in (self.final or {}).items()]
+        for key, values, who in lists:
+            assert isinstance(values, tuple)
+            twice = sorted(v for v, n in Counter(values).items() if n > 1)
+            if twice:
+                writers = [self.writer[v][0] for v in twice if v in self.writer]
+                self.flag("duplicate-append", [*writers, *who], f"{key}: {twice} twice in {values}")
 
     def _reads(self, statuses: tuple[str, ...] = (OK,)) -> Iterable[tuple[Txn, MicroOp]]:
         for t in self.history:
@@ -281,6 +309,10 @@ class _Checker:
 
     def _against_final(self) -> None:
         assert self.final is not None
+        for t, op in self._reads():
+            final = self.final.get(op.key)
+            if final is not None and final[: len(op.value or ())] != op.value:
+                self.flag("not-prefix-of-final", [t.id], f"{op} vs final {final}")
         present = {v for values in self.final.values() for v in values}
         for t in self.history:
             mine = self._appends(t)
@@ -323,19 +355,63 @@ class _Checker:
             # Committed appends no read placed are still after this read's version.
             for later in unplaced.get(op.key, ()):
                 graph.add(t.id, later, "rw")
+        self._report_cycles(graph)
+
+    def _report_cycles(self, graph: _Graph) -> None:
+        """G0, then G1c, then for cycles that need an rw edge G-single or G2."""
         reported: list[set[int]] = []
-        for kind, kinds in (("G0", {"ww"}), ("G1c", {"ww", "wr"}), ("G2-item", {"ww", "wr", "rw"})):
+        for kind, kinds in (("G0", {"ww"}), ("G1c", {"ww", "wr"}), ("G2", {"ww", "wr", "rw"})):
             adj = graph.restricted(kinds)
             for comp in _sccs(adj):
                 if any(set(comp) <= seen for seen in reported):
                     continue
                 reported.append(set(comp))
-                cycle = _cycle(adj, comp)
-                steps = [
-                    f"{a} -{'/'.join(sorted(graph.edges[a][b] & kinds))}-> {b}"
-                    for a, b in itertools.pairwise(cycle)
-                ]
-                self.flag(kind, comp, "cycle " + ", ".join(steps))
+                cycle = _single_rw_cycle(graph, comp) if kind == "G2" else None
+                if cycle is not None:
+                    kind = "G-single"
+                else:
+                    cycle = _cycle(adj, comp)
+                self.flag(kind, comp, "cycle " + _describe(graph, cycle))
+
+
+def _single_rw_cycle(graph: _Graph, comp: list[int]) -> list[int] | None:
+    """A cycle in ``comp`` with exactly one rw edge, if there is one (G-single)."""
+    members = set(comp)
+    dependencies = graph.restricted({"ww", "wr"})
+    for a in comp:
+        for b, kinds in graph.edges.get(a, {}).items():
+            if "rw" not in kinds or b not in members:
+                continue
+            back = _path(dependencies, b, a, members)
+            if back is not None:
+                return [a, *back]
+    return None
+
+
+def _path(adj: dict[int, list[int]], start: int, goal: int, members: set[int]) -> list[int] | None:
+    """The shortest path from ``start`` to ``goal`` inside ``members`` (both ends included)."""
+    prev: dict[int, int] = {start: start}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            if node == goal:
+                path = [node]
+                while path[-1] != start:
+                    path.append(prev[path[-1]])
+                return path[::-1]
+            for nxt in adj.get(node, []):
+                if nxt in members and nxt not in prev:
+                    prev[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    return None
+
+
+def _describe(graph: _Graph, cycle: list[int]) -> str:
+    return ", ".join(
+        f"{a} -{'/'.join(sorted(graph.edges[a][b]))}-> {b}" for a, b in itertools.pairwise(cycle)
+    )
 
 
 def check(history: list[Txn], final: dict[str, tuple[int, ...]] | None = None) -> list[Anomaly]:

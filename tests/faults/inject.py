@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ddbtx.chaos import FAULT_KINDS, Chaos
+from ddbtx.chaos import FAULT_KINDS, Chaos, Crash
 
 #: Every fault a schedule can inject: the core's four, plus a pause past the rollback age.
 KINDS: tuple[str, ...] = (*FAULT_KINDS, "pause")
@@ -43,15 +43,33 @@ class Pause:
 class Fault:
     """One armed fault of any kind on one client; ``close`` removes its hooks."""
 
-    def __init__(self, client: Any, kind: str, at: int, pause: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        client: Any,
+        kind: str,
+        at: int,
+        pause: Callable[[], None],
+        *,
+        stay_dead: bool = False,
+    ) -> None:
+        """``stay_dead``: once crashed, every later call of the client crashes too, as a
+        dead process sends nothing more (not even the rollback a ``with`` block tries)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.kind = kind
+        self.client = client
         self._pause = Pause(client, at, pause) if kind == "pause" else None
         self._chaos = None
+        self._dead = stay_dead and kind in ("before", "after")
         if kind != "pause":
             self._chaos = Chaos(client)
             self._chaos.arm(kind, at)  # type: ignore[arg-type]
+        if self._dead:
+            client.meta.events.register("before-call.dynamodb", self._after_death)
+
+    def _after_death(self, **_: Any) -> None:
+        if self._chaos is not None and self._chaos.fired:
+            raise Crash("the coordinator crashed earlier: it sends nothing more")
 
     @property
     def fired(self) -> bool:
@@ -63,3 +81,5 @@ class Fault:
             self._pause.close()
         if self._chaos is not None:
             self._chaos.close()
+        if self._dead:
+            self.client.meta.events.unregister("before-call.dynamodb", self._after_death)

@@ -44,7 +44,7 @@ class Size:
     lock_rounds: int  # acquisitions per process in each lock run
 
 
-CI = Size(single_sample=10, histories=2, history_txs=25, bank_runs=1, bank_rounds=20, lock_rounds=8)
+CI = Size(single_sample=10, histories=4, history_txs=40, bank_runs=1, bank_rounds=20, lock_rounds=8)
 FULL = Size(
     single_sample=None, histories=20, history_txs=60, bank_runs=10, bank_rounds=40, lock_rounds=40
 )
@@ -71,9 +71,16 @@ def _single(env: Env, report: Report, size: Size, only: Replay) -> None:
 
 def _list_append(env: Env, report: Report, size: Size, only: Replay) -> None:
     if only.history_seed is not None:
-        run_history(env, report, only.history_seed, size.history_txs)
+        run_history(env, report, only.history_seed, size.history_txs, **LIST_APPEND_FAULTS)
         return
-    run_list_append(env, report, histories=size.histories, txns=size.history_txs)
+    run_list_append(
+        env, report, histories=size.histories, txns=size.history_txs, **LIST_APPEND_FAULTS
+    )
+
+
+#: Fewer pauses past the rollback age than the bank's (each rolls back every pending
+#: transaction): histories that commit more, so each checks more.
+LIST_APPEND_FAULTS = {"crash_rate": 0.06, "pause_rate": 0.01}
 
 
 def _bank(env: Env, report: Report, size: Size, only: Replay) -> None:

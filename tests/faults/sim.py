@@ -52,27 +52,29 @@ class Process:
         self.number = number
         self.rng = random.Random(sim.seed * 1000 + number)
         self.offset = self.rng.uniform(-2 * ROLLBACK_AGE, 2 * ROLLBACK_AGE) if sim.skew else 0.0
-        self.tm = self._start()
+        self.tm = self.restart()
 
-    def _start(self) -> TransactionManager:
+    def restart(self) -> TransactionManager:
+        """A fresh coordinator for this process, with no memory (after a crash)."""
         env = self.sim.env
         return env.coordinator(
             offset=self.offset, client=env.client(fresh=True), rng=random.Random(self.rng.random())
         )
 
-    def _arm(self) -> Fault | None:
+    def arm(self) -> Fault | None:
+        """A seeded draw: a crash (before, after, or a lost answer) or a pause, or nothing."""
         draw = self.rng.random()
         at = self.rng.randrange(12)
         if draw < self.sim.crash_rate:
             kind = self.rng.choice(("before", "after", "lost"))
-            return Fault(self.tm.client, kind, at, self.sim.pause)
+            return Fault(self.tm.client, kind, at, self.sim.pause, stay_dead=True)
         if draw < self.sim.crash_rate + self.sim.pause_rate:
             return Fault(self.tm.client, "pause", at, self.sim.pause)
         return None
 
     def transact(self, body: Callable[[Transaction], T]) -> tuple[str, T | None]:
         """Run ``body`` then commit, under a possible fault; (ok | fail | info, body's result)."""
-        fault = self._arm()
+        fault = self.arm()
         tx = self.tm.begin()
         result: T | None = None
         try:
@@ -82,18 +84,18 @@ class Process:
         except Crash:
             status = INFO
         except DdbtxError:
-            status = self._settle(tx)
+            status = self.settle(tx)
         finally:
             if fault is not None:
                 fault.close()
         if status == INFO:
-            self.tm = self._start()  # the process died: a new one starts with no memory
+            self.tm = self.restart()  # the process died: a new one starts with no memory
         else:
             self.sim.counts["transactions"] += 1
         self.sim.tick()
         return status, result
 
-    def _settle(self, tx: Transaction) -> str:
+    def settle(self, tx: Transaction) -> str:
         """After an error, roll back: the outcome is then known (or the process died)."""
         try:
             tx.rollback()

@@ -48,8 +48,8 @@ def test_given_a_read_of_a_version_its_writer_then_overwrote_then_g1b() -> None:
         Txn(2, [read("x", [1])], OK),
         Txn(3, [read("x", [1, 2])], OK),
     ]
-    # The intermediate read also closes a wr/rw cycle with its writer.
-    assert kinds(history) == ["G1b", "G2-item"]
+    # The intermediate read also closes a wr/rw cycle with its writer: one rw edge.
+    assert kinds(history) == ["G-single", "G1b"]
 
 
 def test_given_two_transactions_reading_each_others_writes_then_g1c() -> None:
@@ -60,12 +60,64 @@ def test_given_two_transactions_reading_each_others_writes_then_g1c() -> None:
     assert kinds(history) == ["G1c"]
 
 
-def test_given_write_skew_then_g2_item() -> None:
+def test_given_write_skew_then_g2() -> None:
     history = [
         Txn(1, [read("x", []), append("y", 1)], OK),
         Txn(2, [read("y", []), append("x", 2)], OK),
     ]
-    assert kinds(history, {"x": (2,), "y": (1,)}) == ["G2-item"]
+    assert kinds(history, {"x": (2,), "y": (1,)}) == ["G2"]
+
+
+def test_given_read_skew_then_g_single_naming_its_one_rw_edge() -> None:
+    # Given T2 seeing T1's append to x but not its append to y
+    history = [
+        Txn(1, [append("x", 1), append("y", 2)], OK),
+        Txn(2, [read("x", [1]), read("y", [])], OK),
+    ]
+    # When checked
+    (anomaly,) = check(history, {"x": (1,), "y": (2,)})
+    # Then it is G-single, and the cycle shows its one rw and one wr edge
+    assert anomaly.kind == "G-single" and anomaly.txns == (1, 2)
+    assert anomaly.detail.count("rw") == 1 and "wr" in anomaly.detail
+
+
+def test_given_a_lost_update_then_g_single() -> None:
+    # Both read the empty list, then both append: each missed the other's write
+    history = [
+        Txn(1, [read("x", []), append("x", 1)], OK),
+        Txn(2, [read("x", []), append("x", 2)], OK),
+    ]
+    assert kinds(history, {"x": (1, 2)}) == ["G-single"]
+
+
+def test_given_a_read_skew_by_a_read_committed_reader_then_no_anomaly() -> None:
+    history = [
+        Txn(1, [append("x", 1), append("y", 2)], OK),
+        Txn(2, [read("x", [1]), read("y", [])], OK, isolation=COMMITTED),
+    ]
+    assert kinds(history, {"x": (1,), "y": (2,)}) == []
+
+
+def test_given_a_value_twice_in_a_list_then_duplicate_append() -> None:
+    history = [Txn(1, [append("x", 1)], OK), Txn(2, [read("x", [1, 1])], OK)]
+    assert "duplicate-append" in kinds(history)
+    assert kinds([Txn(1, [append("x", 1)], OK)], {"x": (1, 1)}) == ["duplicate-append"]
+
+
+def test_given_a_read_the_final_value_does_not_start_with_then_not_prefix_of_final() -> None:
+    history = [Txn(1, [append("x", 1)], INFO), Txn(2, [read("x", [1])], OK)]
+    assert kinds(history, {"x": ()}) == ["not-prefix-of-final"]
+
+
+@pytest.mark.parametrize("final", [(1,), (1, 2)])
+def test_given_an_uncertain_append_then_it_counts_only_where_seen(
+    final: tuple[int, ...],
+) -> None:
+    # Given a transaction committed by a rescuer after its coordinator crashed sending 2
+    history = [Txn(1, [append("x", 1), append("x", 2)], OK, uncertain=frozenset({2}))]
+    # Then 2 may be there or not; 1 must be
+    assert kinds(history, {"x": final}) == []
+    assert kinds(history, {"x": ()}) == ["lost-append"]
 
 
 def test_given_write_skew_seen_by_read_committed_readers_then_no_g2() -> None:
@@ -128,9 +180,9 @@ def test_given_an_observed_unacknowledged_transaction_then_its_edges_count() -> 
     assert kinds(history) == ["G0"]
 
 
-def test_given_the_same_value_appended_twice_then_duplicate_append() -> None:
+def test_given_the_same_value_appended_twice_then_duplicate_value() -> None:
     history = [Txn(1, [append("x", 1)], OK), Txn(2, [append("y", 1)], OK)]
-    assert "duplicate-append" in kinds(history)
+    assert "duplicate-value" in kinds(history)
 
 
 def test_given_a_read_of_a_value_nobody_appended_then_garbage_read() -> None:
