@@ -228,3 +228,53 @@ def test_given_an_item_another_coordinator_wrote_when_a_resumer_sends_the_same_r
     # Then it took the recorded request over: applied once, not twice
     assert data_state(ddb, tables.data)["a"]["balance"] == N(10)
     assert_clean(ddb, tables)
+
+
+def _is_mark_completed(params: dict[str, Any], tables: Tables) -> bool:
+    names = params.get("ExpressionAttributeNames") or {}
+    return params.get("TableName") == tables.tx and s.TX_FINISHED in names.values()
+
+
+def test_given_a_taken_over_item_completed_when_its_stalled_coordinator_locks_it_late_then_once(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given V applied -10 to a and recorded +10 to b, then stalled before locking b
+    seed(a=100, b=0)
+    v = make_tm().begin()
+    add(v, tables.data, "a", -10)
+    stalled: list[str] = []
+
+    def rescuer_completes_meanwhile(params: dict[str, Any]) -> None:
+        locking_b = params.get("TableName") == tables.data and params["Key"]["pk"]["S"] == "b"
+        if not locking_b or stalled:
+            return
+        stalled.append("b")
+        # While V stalls, R resumes, takes b over with a new nonce, applies it, commits,
+        # completes (unlocks) both items and dies before marking the record completed
+        r = make_tm().resume(v.id)
+        on_call(r.manager.client, "UpdateItem", lambda p: _crash_if(_is_mark_completed(p, tables)))
+        with pytest.raises(Crash):
+            r.commit()
+        # (b is free again, with R's +10 applied once)
+        assert data_state(ddb, tables.data)["b"] == {"pk": {"S": "b"}, "balance": N(10)}
+
+    on_call(v.manager.client, "UpdateItem", rescuer_completes_meanwhile)
+    # When V wakes: its lock with the nonce it recorded (a stray now: the record names
+    # R's) finds b free, and its +10 is applied a second time under that lock; then V
+    # goes on and the record is completed (by V's commit or the final sweep)
+    try:
+        add(v, tables.data, "b", 10)
+        v.commit()
+    except (TransactionCommittedError, TransactionRolledBackError):
+        pass  # V learns that another coordinator committed its transaction
+    # Then completion undid V's stray lock with its write: b holds the committed +10 once
+    assert stalled
+    state = settle_and_check(
+        make_tm,
+        ddb,
+        tables,
+        v.id,
+        before={"a": N(100), "b": N(0)},
+        committed={"a": N(90), "b": N(10)},
+    )
+    assert state == s.STATE_COMMITTED

@@ -12,6 +12,14 @@ Everything goes through botocore's event system (as :mod:`ddbtx.chaos` and
 ``after-call``
     ``after``: the call was applied, the participant dies before seeing the answer.
 
+``stall``: the participant stops before its call *k* (say, the lock of an item it
+has just recorded) while the others run; the first other participant about to mark
+the record completed (its items settled) dies right there instead, and the stalled
+one goes on: its late call lands after another coordinator completed the items but
+before the record is marked completed, so the completion that follows (the final
+sweep, or a rescuer) meets what it did. With no such call it goes on after
+:data:`STALL_STEPS` steps of the others, or once it is the only one left.
+
 A client keeps its hooks for its whole life; :meth:`Door.open` points them at
 one schedule's gate and fault, :meth:`Door.close` makes them pass-through.
 """
@@ -25,13 +33,17 @@ from typing import Any
 
 from botocore.exceptions import ReadTimeoutError
 
+from ddbtx import schema as s
 from ddbtx.chaos import Crash
 
 from .gate import Gate
 
 #: Fault kinds, in the issue's words: crash before, crash after (applied, answer lost),
-#: answer lost and the SDK retries, pause past the sweeper's rollback age.
-FAULT_KINDS = ("before", "after", "lost", "pause")
+#: answer lost and the SDK retries, pause past the sweeper's rollback age; and a stall
+#: until another participant completed the items (see the module docstring).
+FAULT_KINDS = ("before", "after", "lost", "pause", "stall")
+#: Others' steps a stalled participant waits at most.
+STALL_STEPS = 400
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,11 @@ class Door:
             pk = key.get("pk", {}).get("S")
             if pk:
                 text += f" {pk}"
+        elif (
+            role == "tx"
+            and s.TX_FINISHED in (params.get("ExpressionAttributeNames") or {}).values()
+        ):
+            text += " complete"  # marks the record completed
         self._local.label = text
 
     def _targeted(self) -> bool:
@@ -127,8 +144,16 @@ class Door:
         if kind == "pause" and attempt == 0:
             self.fired = True
             self.on_pause()  # time passes and the others run before this call goes out
+        if kind == "stall" and attempt == 0:
+            self.fired = True
+            gate.stall(self.owner, STALL_STEPS)  # the others run until one completes
         label = getattr(self._local, "label", "?") + (f" retry{attempt}" if attempt else "")
         gate.step(self.owner, label)
+        if label.endswith(" complete") and gate.wake_stalled(self.owner):
+            # Items settled, record not yet marked: the completer dies, the stalled one
+            # goes on, and the record is completed again later.
+            gate.kill(self.owner)
+            raise Crash(f"{self.owner}: crash before marking the record completed")
         if kind == "before":
             self.fired = True
             gate.kill(self.owner)

@@ -134,6 +134,7 @@ class Gate:
     problem: str | None = None
     dead: set[str] = field(default_factory=set)
     parked: dict[str, int] = field(default_factory=dict)  #: owner -> others' steps left
+    stalled: str | None = None  #: the participant a ``stall`` fault holds, until woken
     _cv: threading.Condition = field(default_factory=threading.Condition)
     _waiting: list[Waiter] = field(default_factory=list)
     _granted: Waiter | None = None
@@ -171,6 +172,24 @@ class Gate:
         """Keep ``owner`` waiting while others can run, for up to ``steps`` of their steps."""
         with self._cv:
             self.parked[owner] = steps
+
+    def stall(self, owner: str, steps: int) -> None:
+        """Park ``owner`` until another participant is about to mark the record completed
+        (see :meth:`wake_stalled`), or for ``steps`` of the others' steps."""
+        with self._cv:
+            self.stalled = owner
+            self.parked[owner] = steps
+
+    def wake_stalled(self, owner: str) -> bool:
+        """``owner`` is about to mark the record completed: let a stalled participant
+        (another, still parked) go on; whether there was one."""
+        with self._cv:
+            stalled = self.stalled
+            if stalled is None or stalled == owner or self.parked.get(stalled, 0) <= 0:
+                return False
+            self.stalled = None
+            self.parked[stalled] = 0
+            return True
 
     def kill(self, owner: str) -> None:
         with self._cv:

@@ -2,7 +2,8 @@
 
 Only public entry points drive the protocol: ``TransactionManager.begin/resume``,
 ``Transaction`` requests, ``commit``/``rollback``, ``Sweeper.run``,
-``recovery.recover`` and ``TransactionManager.sweep``.
+``recovery.break_lock`` (on each item) and ``recovery.recover``, and
+``TransactionManager.sweep``.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from ddbtx import TransactionManager
 from ddbtx import schema as s
 from ddbtx.chaos import Crash
 from ddbtx.errors import DdbtxError, TransactionNotFoundError
-from ddbtx.recovery import recover
+from ddbtx.recovery import break_lock, recover
 from ddbtx.sweeper import Sweeper
 
 from .gate import Gate, Policy, Waiter
 from .model import Item, Seen, check, read_record, request_params
-from .schedule import OPS, Schedule
+from .schedule import ITEMS, OPS, Schedule
 from .world import DATA, IMAGES, TX, World
 
 try:  # pytest puts tests/ on the path; ``python -m tests.explore`` does not
@@ -226,8 +227,15 @@ class _Run:
 
     def recover(self) -> None:
         def probe() -> Any:
-            result = recover(self.tms["rc"], self.tx0.id)
+            # An operator who finds the items locked tries break_lock on each first: a
+            # lock of an unfinished transaction (pending or decided) must be refused.
+            for pk in ITEMS:
+                key = {"pk": {"S": pk}}
+                self.attempt("rc", f"break_lock {pk}", lambda k=key: break_lock(tm, DATA, k))
+            result = recover(tm, self.tx0.id)
             return None if result["outcome"] == "missing" else result
+
+        tm = self.tms["rc"]
 
         try:
             self.wait_for_record("rc", "recover", probe)

@@ -7,7 +7,8 @@ Its one-line text form (``spec``) is what a failure prints and ``--replay`` read
 ``c<i>=<requests>:<finish>``: requests are an op letter (``p``ut, ``u``pdate,
 ``d``elete, ``g``et) and an item (``a``, ``b``, ``c``); ``/w`` sends the
 writes in one ``write_all``. ``c0`` begins the transaction, the others
-``resume`` it. ``sw``: a sweeper pass, ``rc``: an operator's ``recover``.
+``resume`` it. ``sw``: a sweeper pass, ``rc``: an operator's ``break_lock`` on each
+item, then ``recover``. ``fault=<owner>:<kind>@<call>``: one of :data:`.door.FAULT_KINDS`.
 ``pick=`` (exhaustive mode) forces the first choices of the gate.
 """
 
@@ -24,6 +25,11 @@ FINISHES = ("commit", "rollback")
 POLICIES = ("rand", "pct2", "pct3", "pct4")
 #: Highest call index a random fault aims at (the later ones mostly do not fire).
 MAX_FAULT_CALL = 14
+#: The kinds a random schedule draws from; a ``stall`` replaces a drawn ``pause``...
+RANDOM_KINDS = tuple(kind for kind in FAULT_KINDS if kind != "stall")
+#: ...this often.
+STALLS = 0.5
+STALL_SALT = 0x57A11
 
 
 @dataclass(frozen=True)
@@ -116,10 +122,14 @@ def random_schedule(rng: random.Random) -> Schedule:
         sweeper=rng.random() < 0.4,
         recover=rng.random() < 0.2,
     )
-    kind = rng.choice(FAULT_KINDS)
+    kind = rng.choice(RANDOM_KINDS)
     if kind == "pause" and rng.random() < 0.7:
         # A pause past the rollback age matters when someone rolls back meanwhile.
         schedule = replace(schedule, sweeper=True)
+    if kind == "pause" and random.Random(schedule.seed ^ STALL_SALT).random() < STALLS:
+        # Some pauses are stalls instead, drawn apart from ``rng``: every other schedule
+        # of a seed stays as it was before stalls existed.
+        kind = "stall"
     owners = [o for o in schedule.owners for _ in range(3 if o.startswith("c") else 1)]
     # Coordinators make 5-20 calls: aim at the early ones more often than the late ones.
     at = min(rng.randrange(MAX_FAULT_CALL), rng.randrange(MAX_FAULT_CALL))

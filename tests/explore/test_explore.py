@@ -28,7 +28,8 @@ except ImportError:  # pragma: no cover - collected as tests.explore
 SMALL_RUN = 12
 #: The schedules ``python -m tests.explore`` runs first on moto (``--seed 1``). The
 #: owner-condition mutant needs a write to land after a pause past the rollback age:
-#: the 41st of these; the image mutant the 20th; the others one of the first three.
+#: the 164th of these (the 41st before half the pauses became stalls); the image mutant
+#: the 24th; the others one of the first three.
 MUTANT_SEED = 1_000_003
 #: Random schedules a mutant may escape before the test fails (the protocol fixed by
 #: issue 15 leaves fewer accidental failures for a mutant to ride on).
@@ -101,7 +102,8 @@ def test_given_the_protocol_when_random_schedules_run_then_no_anomaly(world: Wor
     assert not tally.findings, "\n".join(f.report() for f in tally.findings)
 
 
-#: Schedules the explorer found failing before issue 15's fixes (replay lines).
+#: Schedules the explorer found failing before issue 15's fixes, or with a bug of issue 20
+#: injected (replay lines).
 FOUND_BEFORE_THE_FIXES = {
     # c2 takes c over; c0 took c2's lock for its own stray and undid it.
     "stray-by-nonce": "seed=1697151834 pol=rand mw=1 c0=uc:commit c1=:commit c2=:commit "
@@ -133,6 +135,26 @@ FOUND_BEFORE_THE_FIXES = {
     # (n=102 for one recorded update). A resent lock now checks the record first.
     "late-resent-lock": "seed=507202113 pol=pct4 mw=1 c0=ua:rollback c1=pb,pc:commit sw=1 "
     "rc=0 fault=c0:lost@1",
+    # Issue 20, bug 1 (found by the explorer with the bug injected: complete_item released
+    # a stray lock, keeping its write): c0 records b and stalls before locking it; c1
+    # takes b over with a new nonce, commits, completes both items and dies before
+    # marking the record completed; c0's late lock (its old nonce) finds b free and
+    # applies the update again; completion must undo that stray (n=202 with the bug).
+    "stalled-late-lock": "seed=1 pol=forced mw=1 c0=ua,ub:commit c1=:commit sw=0 rc=0 "
+    "fault=c0:stall@4",
+    # The same bug as random schedules found it (--schedules 1500 --backend moto, the
+    # 448th schedule, shrunk): c0's update of c, an insert, applied twice.
+    "stalled-late-insert": "seed=2070986429 pol=rand mw=1 c0=uc:commit c1=:commit sw=1 rc=0 "
+    "fault=c0:stall@8",
+    # Issue 20, bug 2 (break_lock refusing only pending records): c0 decides commit and
+    # stalls before completing a; the operator's break_lock on a must be refused (the
+    # bug restored a's image over the committed write: n=100).
+    "break-decided-lock": "seed=1 pol=forced mw=1 c0=ua:commit sw=0 rc=1 fault=c0:stall@4",
+    # The same bug as random schedules found it (--schedules 1500 --backend moto, the 72nd
+    # schedule, shrunk): the operator broke c1's lock of the inserted c after the commit,
+    # before completion, and the insert was undone (c absent).
+    "break-decided-insert": "seed=2522938452 pol=rand mw=1 c0=ub,da:commit c1=pc:commit sw=1 "
+    "rc=1 fault=c0:after@4",
 }
 
 

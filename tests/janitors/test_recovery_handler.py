@@ -11,6 +11,7 @@ import pytest
 from ddbtx import TransactionManager
 from ddbtx import schema as s
 from ddbtx.locks import LeaseLockClient
+from ddbtx.recovery import break_lock
 from helpers import assert_clean, data_state, scan
 
 from .support import JanitorTables, LambdaContext, abandon, drop_record, emf_metrics
@@ -240,23 +241,47 @@ def test_given_a_lock_whose_record_is_gone_when_broken_twice_then_it_is_released
     assert items["b"][s.ATTR_LOCK]["S"].startswith(tx_id + "/")
 
 
-def test_given_a_live_transactions_lock_when_broken_then_it_is_refused(
-    recovery: Any, young_tm: TransactionManager, janitor_env: JanitorTables, accounts: Any, ddb: Any
+@pytest.mark.parametrize(
+    ("stage", "recovered"),
+    [
+        ("pending", SEEDED),
+        # Decided but unfinished: the committed writes stand, and undoing a lock would
+        # put the image back over one of them
+        ("committed", {**SEEDED, "a": 90, "b": 110}),
+        ("rolled_back", SEEDED),
+    ],
+    ids=["pending", "committed", "rolled_back"],
+)
+def test_given_an_unfinished_transactions_lock_when_broken_then_it_is_refused(
+    recovery: Any,
+    young_tm: TransactionManager,
+    janitor_env: JanitorTables,
+    accounts: Any,
+    ddb: Any,
+    stage: str,
+    recovered: dict[str, int],
 ) -> None:
-    # Given a pending transfer with its record in place
-    tx_id = abandon(young_tm, janitor_env.data, "pending", ("a", "b"))
+    # Given a transfer of 10 from a to b left at `stage`, its record in place and unfinished
+    tx_id = abandon(young_tm, janitor_env.data, stage, ("a", "b"))
     before = snapshot(ddb, janitor_env)
+    key = {"pk": {"S": "a"}}
 
-    # When an operator tries to break its lock
-    answer = invoke(
-        recovery,
-        {"action": "break_lock", "table": janitor_env.data, "key": {"pk": {"S": "a"}}},
-    )
+    # When an operator tries to break its lock on "a" through the handler, and a script
+    # through the library
+    answer = invoke(recovery, {"action": "break_lock", "table": janitor_env.data, "key": key})
+    direct = break_lock(young_tm, janitor_env.data, key)
 
-    # Then it is refused with the reason, and nothing changes
-    assert answer["result"]["outcome"] == "refused"
-    assert tx_id in answer["result"]["reason"] and "recover it" in answer["result"]["reason"]
+    # Then both are refused with the reason, and nothing changes
+    for result in (answer["result"], direct):
+        assert result["outcome"] == "refused"
+        assert result["transaction_id"] == tx_id
+        assert tx_id in result["reason"] and "recover it" in result["reason"]
     assert snapshot(ddb, janitor_env) == before
+    # And recovering the transaction, as the reason says, settles it as its record says
+    # (a committed transfer keeps both writes)
+    invoke(recovery, {"action": "recover", "transaction_id": tx_id})
+    assert balances(ddb, janitor_env.data) == recovered
+    assert_clean(ddb, janitor_env)
 
 
 MALFORMED = [

@@ -1,5 +1,6 @@
-"""Test machinery for the lock tests: virtual time shared by threads, and a hook
-that holds one DynamoDB call of one client until the test lets it go."""
+"""Test machinery for the lock tests: virtual time shared by threads, a hook that
+holds one DynamoDB call of one client until the test lets it go, and one that
+holds back one call's answer (applied and answered, handed over only later)."""
 
 from __future__ import annotations
 
@@ -150,6 +151,46 @@ class Stall:
         self._go.set()
 
 
+class HoldBack:
+    """Hold back the answer of ``client``'s first ``operation`` call whose answer
+    ``matches``: DynamoDB has applied and answered the call, but the caller is
+    handed that answer only at :meth:`go`, after the others have acted on what
+    happened since. The held thread counts as idle for ``vt``, so virtual time,
+    and every lease watched meanwhile, runs on: a response delayed past a lease.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        operation: str,
+        vt: VirtualTime,
+        matches: Callable[[dict[str, Any]], bool] = lambda answer: True,
+    ) -> None:
+        self.reached = threading.Event()
+        self.answer: dict[str, Any] | None = None
+        self._go = threading.Event()
+        self._armed = True
+        self._vt = vt
+        self._matches = matches
+        self._client = client
+        self._event = f"after-call.dynamodb.{operation}"
+        client.meta.events.register(self._event, self._hold)
+
+    def _hold(self, parsed: dict[str, Any], **_: Any) -> None:
+        if not self._armed or not self._matches(parsed):
+            return
+        self._armed = False
+        self.answer = parsed
+        self.reached.set()
+        with self._vt.idle():
+            self._go.wait(timeout=60)
+
+    def go(self) -> None:
+        """Hand the answer over now."""
+        self._client.meta.events.unregister(self._event, self._hold)
+        self._go.set()
+
+
 class LoseOnce:
     """Lose the response of ``client``'s first ``operation`` call that ``matches`` its
     parameters: the request is applied, its answer never arrives, and botocore
@@ -201,10 +242,21 @@ class Log:
         self.grants: list[tuple[str, int, float]] = []
         self.data: list[bytes | None] = []  # each grant's data (lease locks)
         self.errors: list[BaseException] = []
+        self.released: list[tuple[str, float]] = []  #: (owner, virtual time) of each release
         self._lock = threading.Lock()
 
-    def waiter(self, lock_client: Any, hold_for: float = 1.0, **options: Any) -> Callable[[], None]:
-        """A participant's body: acquire, log the grant, hold a while, release."""
+    def waiter(
+        self,
+        lock_client: Any,
+        hold_for: float = 1.0,
+        until: threading.Event | None = None,
+        **options: Any,
+    ) -> Callable[[], None]:
+        """A participant's body: acquire, log the grant, hold a while, release.
+
+        ``until``: hold until the test sets it instead (busy meanwhile: virtual time
+        stands still), then release; the release's time is logged in ``released``.
+        """
 
         def body() -> None:
             try:
@@ -212,7 +264,12 @@ class Log:
                     with self._lock:
                         self.grants.append((lock_client.owner, lock.fencing_token, self.vt.now()))
                         self.data.append(lock.data)
-                    self.vt.sleep(hold_for)
+                    if until is None:
+                        self.vt.sleep(hold_for)
+                    else:
+                        until.wait(timeout=60)
+                    with self._lock:
+                        self.released.append((lock_client.owner, self.vt.now()))
             except BaseException as exc:  # asserted on by the test
                 self.errors.append(exc)
 

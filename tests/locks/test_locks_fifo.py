@@ -4,6 +4,7 @@ waiters and holders skipped after a lease, one-item polls, and lost responses.""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from ddbtx.instrumentation import count_requests
 from ddbtx.locks import GC_MARGIN, FifoLock, LockNotGrantedError, LockRow, list_locks
 
 from .conftest import LEASE, MAX_POLL, R, Wall
-from .support import Log, LoseOnce, Stall, VirtualTime, wait_until
+from .support import HoldBack, Log, LoseOnce, Stall, VirtualTime, wait_until
 
 MakeLock = Callable[..., Any]
 Freeze = Callable[[Any, str], None]
@@ -217,6 +218,53 @@ def test_given_a_dead_waiter_in_the_queue_then_it_is_skipped_after_a_lease_and_o
     assert log.owners == ["w2", "w3"]
     waited = log.grants[0][2] - released_at
     assert LEASE <= waited <= LEASE + MAX_POLL
+    assert waiting(ddb, locks) == []
+
+
+def line_owners(answer: dict[str, Any]) -> list[str]:
+    """Owners of the entries on a head row as a GetItem answer shows it, first in line first."""
+    item = answer.get("Item", {})
+    tickets = {k[2:]: int(v["N"]) for k, v in item.items() if k.startswith("t_")}
+    return [item[f"w_{hold}"]["M"]["owner"]["S"] for hold in sorted(tickets, key=tickets.get)]
+
+
+def test_given_a_waiter_whose_turn_answer_comes_after_it_was_skipped_then_it_queues_again(
+    make_lock: MakeLock, ddb: Any, locks: str, vt: VirtualTime, log: Log
+) -> None:
+    """p2's lease counts from its last heartbeat write (the one p3 watches), not from
+    when it notices its turn: noticed late, its turn may be p3's already."""
+    # Given: p1 holds; p2 and p3 wait behind it; p2's answer that shows it first in line
+    # will be held back; p3 holds, once granted, until the test lets it go
+    p1, p2, p3 = (make_lock(FifoLock, name) for name in ("p1", "p2", "p3"))
+    lock1 = p1.acquire(R)
+    late = HoldBack(p2.client, "GetItem", vt, matches=lambda a: line_owners(a)[:1] == ["p2"])
+    p3_done = threading.Event()
+    threads = [vt.spawn(log.waiter(p2))]
+    wait_until(lambda: "p2" in dict(waiting(ddb, locks)), "p2 queued")
+    threads.append(vt.spawn(log.waiter(p3, until=p3_done)))
+    wait_until(lambda: "p3" in dict(waiting(ddb, locks)), "p3 queued")
+    tickets = dict(waiting(ddb, locks))
+    # When: p1 releases; p2's poll shows p2 first but its answer is delayed past a lease,
+    # while p3 watches p2's silent entry for a lease, removes it and holds
+    lock1.release()
+    with vt.idle():
+        assert late.reached.wait(30), "p2 never polled after the release"
+        wait_until(lambda: log.owners == ["p3"], "p3 granted")
+    # and then p2 is handed the stale answer
+    late.go()
+    wait_until(
+        lambda: "p2" in dict(waiting(ddb, locks)) or "p2" in log.owners, "p2 acted on its answer"
+    )
+    p3_done.set()
+    with vt.idle():
+        for thread in threads:
+            thread.join(timeout=30)
+    # Then: p2 did not take the lock p3 held; it queued again behind p3 and was granted
+    # after p3 released, with a higher token
+    assert (tickets["p2"], tickets["p3"]) == (2, 3)
+    assert [(owner, token) for owner, token, _ in log.grants] == [("p3", 3), ("p2", 4)]
+    assert log.grants[1][2] >= dict(log.released)["p3"]
+    assert log.errors == []
     assert waiting(ddb, locks) == []
 
 
