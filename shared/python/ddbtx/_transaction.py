@@ -212,7 +212,7 @@ class Transaction:
             return build(op, params, key_types)
         except InvalidRequestError as exc:
             raise InvalidRequestError(
-                str(exc).split(" [")[0], tx_id=self.id, table=exc.table, key=exc.key
+                exc.detail, tx_id=self.id, table=exc.table, key=exc.key
             ) from exc
 
     def _plan(self, req: Request) -> Local:
