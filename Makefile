@@ -54,10 +54,11 @@ explore: setup
 	$(RUN) python -m tests.explore --backend dynalite --schedules $(EXPLORE_SCHEDULES) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS); dyn=$$?; \
 	wait $$moto; mot=$$?; exit $$(( dyn || mot ))
 
-demo: setup
+# The demo runs on moto, in-process: it needs the Python environment only, not npm.
+demo: .venv/.synced
 	$(RUN) ddbtx demo
 
-# What `pip install 'ddbtx[demo]'` gives a user: the wheel, in a fresh venv, runs the demo.
+# What `pip install '.[demo]'` (from a checkout) gives a user: the wheel, in a fresh venv, runs the demo.
 wheel-demo: setup
 	rm -rf dist $(TOOLS)/wheel-venv
 	$(UV) build --wheel --out-dir dist

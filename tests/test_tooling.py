@@ -101,3 +101,14 @@ def test_given_an_old_node_when_the_cdk_app_loads_then_one_line_replaces_the_ban
     ]
     assert done.stdout.strip() == "20"
     assert "b'" not in done.stderr
+
+
+def test_given_a_fresh_clone_when_the_demo_is_made_then_npm_is_not_needed() -> None:
+    # Given a clone with nothing installed (make -B: every step runs)
+    # When make plans `make demo`
+    plan = make_plan("demo")
+
+    # Then it syncs the Python environment and runs the demo (on moto), and never npm
+    assert ".tools/bin/uv sync --frozen --all-extras" in plan
+    assert plan[-1] == ".tools/bin/uv run --frozen ddbtx demo"
+    assert not [line for line in plan if "npm" in line]
