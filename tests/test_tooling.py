@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,21 @@ def test_given_a_fresh_clone_when_the_demo_is_made_then_npm_is_not_needed() -> N
     assert ".tools/bin/uv sync --frozen --all-extras" in plan
     assert plan[-1] == ".tools/bin/uv run --frozen ddbtx demo"
     assert not [line for line in plan if "npm" in line]
+
+
+def test_given_the_lint_job_then_mypy_checks_the_core_the_cdk_app_and_both_handlers() -> None:
+    # Given mypy's configuration and the lint job's plan
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    plan = " ".join(make_plan("lint"))
+
+    # Then mypy --strict covers the core, infra/ and app.py, and each handler on its own
+    assert config["strict"] is True
+    assert set(config["files"]) == {"shared/python/ddbtx", "infra", "app.py"}
+    assert (
+        'for handler in functions/*/handler.py; do .tools/bin/uv run --frozen mypy "$handler"'
+        in (plan)
+    )
+    assert sorted(p.parent.name for p in (ROOT / "functions").glob("*/handler.py")) == [
+        "recovery",
+        "sweeper",
+    ]
