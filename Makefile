@@ -93,3 +93,10 @@ clean:
 .PHONY: test-aws
 test-aws: setup
 	$(RUN) python -m tests.aws.run $(AWS_ARGS)
+
+# The documentation site (docs/): Sphinx, MyST and furo from the locked environment.
+# -W --keep-going: every warning is an error, and all of them are listed at once.
+.PHONY: docs
+docs: .venv/.synced
+	rm -rf docs/_build
+	$(RUN) sphinx-build -W --keep-going -q -b html docs docs/_build/html

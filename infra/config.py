@@ -20,7 +20,7 @@ LOG_LEVELS: Final = ("DEBUG", "INFO", "WARN", "ERROR")
 #: Retention periods CloudWatch Logs accepts (days) that this app offers.
 LOG_RETENTION_DAYS: Final = (1, 3, 5, 7, 14, 30, 60, 90, 180, 365)
 
-# One source of truth for the context key names: the README and the tests use them.
+# One source of truth for the context key names: docs/operations.md and the tests use them.
 KEY_STACK_NAME: Final = "stackName"
 KEY_THROWAWAY: Final = "throwaway"
 KEY_CREATE_KEY: Final = "customerManagedKey"

@@ -131,3 +131,28 @@ def test_given_the_lint_job_then_mypy_checks_the_core_the_cdk_app_and_both_handl
         "recovery",
         "sweeper",
     ]
+
+
+#: Where a `pip install 'ddbtx[...]'` could be written for a user to copy.
+USER_FACING = ("README.md", "docs", "shared/python/ddbtx", "Makefile", ".ci/run", "functions")
+
+
+def test_given_the_package_is_not_published_then_no_text_says_pip_install_from_the_index() -> None:
+    # Given ddbtx is not on PyPI (a checkout's `pip install '.[demo]'` works, or a git URL)
+    texts = [
+        path
+        for top in USER_FACING
+        for path in ([ROOT / top] if (ROOT / top).is_file() else (ROOT / top).rglob("*"))
+        if path.is_file() and path.suffix in {"", ".md", ".py", ".txt", ".toml"}
+    ]
+    # When every user-facing text is searched for an install from the index
+    wrong = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in texts
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+        # A direct reference (ddbtx[demo] @ git+https://...) installs from the repository.
+        if re.search(r"pip install ['\"]?ddbtx\b(\[[^\]]*\])?+(?!\s*@)", line)
+    ]
+    # Then there is none
+    assert len(texts) > 20
+    assert wrong == []

@@ -130,7 +130,7 @@ class Transaction:
 
         Each item is judged again on the value read under its lock, and this
         transaction's own writes are seen. Items that would match but are not
-        returned (phantoms) are not locked. README: "Reads of many items".
+        returned (phantoms) are not locked. docs/transactions.md: "Reads of many items".
 
         Examples
         --------
