@@ -82,6 +82,32 @@ synth: setup
 	$(CDK) synth --quiet --no-notices $(CDK_ARGS)
 	@node -e 'const m = require("./cdk.out/manifest.json"); for (const [name, a] of Object.entries(m.artifacts)) if (a.type === "aws:cloudformation:stack") console.log(`template: cdk.out/$${a.properties.templateFile} (stack $${name})`)'
 
+# Template checks by tools that are not ours, on what `make synth` wrote: cfn-lint
+# (.cfnlintrc.yaml) and checkov (.checkov.yaml). Each has a pinned venv of its own under
+# .tools/ (checkov's dependencies clash with the locked environment). Any finding fails;
+# a suppression carries its reason in the template (checkov, infra/checks.py) or in the
+# config file. Run `make synth` first (CI does).
+CFN_LINT_VERSION := 1.58.0
+CHECKOV_VERSION := 3.3.30
+CFN_LINT := $(TOOLS)/cfn-lint-$(CFN_LINT_VERSION)/bin/cfn-lint
+CHECKOV := $(TOOLS)/checkov-$(CHECKOV_VERSION)/bin/checkov
+
+$(CFN_LINT): $(TOOLS)/.uv-$(UV_VERSION)
+	rm -rf $(TOOLS)/cfn-lint-$(CFN_LINT_VERSION)
+	$(UV) venv --quiet --python $(PYTHON) $(TOOLS)/cfn-lint-$(CFN_LINT_VERSION)
+	$(UV) pip install --quiet --python $(TOOLS)/cfn-lint-$(CFN_LINT_VERSION)/bin/python "cfn-lint==$(CFN_LINT_VERSION)"
+
+$(CHECKOV): $(TOOLS)/.uv-$(UV_VERSION)
+	rm -rf $(TOOLS)/checkov-$(CHECKOV_VERSION)
+	$(UV) venv --quiet --python $(PYTHON) $(TOOLS)/checkov-$(CHECKOV_VERSION)
+	$(UV) pip install --quiet --python $(TOOLS)/checkov-$(CHECKOV_VERSION)/bin/python "checkov==$(CHECKOV_VERSION)"
+
+.PHONY: check-template
+check-template: $(CFN_LINT) $(CHECKOV)
+	@ls cdk.out/*.template.json >/dev/null 2>&1 || { echo "make: no template in cdk.out/; run make synth first" >&2; exit 1; }
+	$(CFN_LINT) --config-file .cfnlintrc.yaml -- cdk.out/*.template.json
+	for template in cdk.out/*.template.json; do $(CHECKOV) --config-file .checkov.yaml -f "$$template" || exit 1; done
+
 diff deploy bootstrap destroy: setup
 	$(CDK) $@ $(CDK_ARGS)
 

@@ -156,3 +156,16 @@ def test_given_the_package_is_not_published_then_no_text_says_pip_install_from_t
     # Then there is none
     assert len(texts) > 20
     assert wrong == []
+
+
+def test_given_ci_then_it_builds_the_docs_checks_the_template_after_synth_and_tests_last() -> None:
+    # Given CI's entry point
+    steps = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip().startswith("make ")
+    ]
+    # Then the docs are built, the template is checked once synthesized, and make test ends it
+    assert "make docs" in steps
+    assert steps.index("make check-template") > steps.index('make synth 2>&1 | tee "$synth_log"')
+    assert steps[-1] == "make test"
