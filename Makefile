@@ -112,7 +112,7 @@ diff deploy bootstrap destroy: setup
 	$(CDK) $@ $(CDK_ARGS)
 
 clean:
-	rm -rf .venv .tools node_modules cdk.out dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .tools node_modules cdk.out dist docs/_build .pytest_cache .mypy_cache .ruff_cache
 
 # Real DynamoDB in your account (needs credentials; prints the plan, runs with --yes):
 #   make test-aws AWS_ARGS=--yes     or     DDBTX_AWS_TESTS=1 make test-aws
