@@ -2,7 +2,7 @@
 """CDK entry point: ``cdk synth`` / ``cdk deploy`` run this, and so can ``python app.py``.
 
 Synthesis is offline: no AWS credentials, no lookups, no Docker. Options are CDK
-context values (see the README's deploy section), e.g. ``cdk deploy -c throwaway=true``.
+context values (see docs/operations.md, "Deploying to AWS"), e.g. ``cdk deploy -c throwaway=true``.
 """
 
 from __future__ import annotations

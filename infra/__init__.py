@@ -32,7 +32,7 @@ CACHE_EXCLUDES: Final = (
     ".DS_Store",
 )
 
-#: Node.js majors the CDK's jsii runtime supports; the README asks for 22 or newer.
+#: Node.js majors the CDK's jsii runtime supports; the docs ask for 22 or newer.
 SUPPORTED_NODE_MAJORS: Final = (22, 24)
 _JSII_SILENCERS: Final = (
     "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION",

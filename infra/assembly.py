@@ -79,4 +79,9 @@ def build_app(
 
 
 def _all_context(app: App) -> dict[str, Any]:
-    return {key: app.node.try_get_context(key) for key in CONTEXT_KEYS}
+    """Every context value the app sees (cdk.json, ``-c`` through the CLI, the caller's),
+    so that keys the app does not know are caught as well as bad values."""
+    context: dict[str, Any] = dict(app.node.get_all_context())
+    for key in CONTEXT_KEYS:
+        context[key] = app.node.try_get_context(key)
+    return context

@@ -7,6 +7,7 @@ values from ``cdk.json`` as JSON, so every parser accepts both.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ LOG_LEVELS: Final = ("DEBUG", "INFO", "WARN", "ERROR")
 #: Retention periods CloudWatch Logs accepts (days) that this app offers.
 LOG_RETENTION_DAYS: Final = (1, 3, 5, 7, 14, 30, 60, 90, 180, 365)
 
-# One source of truth for the context key names: the README and the tests use them.
+# One source of truth for the context key names: docs/operations.md and the tests use them.
 KEY_STACK_NAME: Final = "stackName"
 KEY_THROWAWAY: Final = "throwaway"
 KEY_CREATE_KEY: Final = "customerManagedKey"
@@ -153,6 +154,7 @@ class DeployConfig:
         """
         d = cls()
         get = _Reader(context)
+        get.problems.extend(_unknown_keys(context))
         data_tables = get(KEY_DATA_TABLES, _parse_names, d.data_tables)
         key_arn = get(KEY_KEY_ARN, _pattern(_KMS_KEY_ARN, "a KMS key ARN"), None)
         create_key = get(KEY_CREATE_KEY, _parse_bool, d.create_key)
@@ -218,6 +220,27 @@ class DeployConfig:
         if get.problems:
             raise ContextError(get.problems)
         return config
+
+
+#: What an option's key looks like; CDK's own keys have ``:``, ``/`` or ``@`` in them.
+_OPTION_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+def _unknown_keys(context: Mapping[str, Any]) -> list[str]:
+    """A problem for each key that looks like an option of this app but is none: CDK
+    passes any ``-c key=value`` through, so a misspelt key (``throwAway``) would
+    otherwise be ignored without a word and its default deployed."""
+    known = {key.lower(): key for key in CONTEXT_KEYS}
+    problems = []
+    for key in context:
+        if key in CONTEXT_KEYS or not _OPTION_LIKE.match(key):
+            continue
+        guess = known.get(key.lower()) or next(
+            iter(difflib.get_close_matches(key, CONTEXT_KEYS, n=1)), None
+        )
+        hint = f" (did you mean {guess!r}?)" if guess else ""
+        problems.append(f"unknown context key {key!r}{hint}")
+    return problems
 
 
 class _Reader:

@@ -17,6 +17,7 @@ from constructs import Construct
 
 from ddbtx import schema
 from ddbtx.locks.admin import SWEEP_FREE_ATTRIBUTES
+from infra.checks import skip_checkov
 from infra.config import DeployConfig, KeyAttribute
 
 _ATTRIBUTE_TYPES: Final = {
@@ -192,7 +193,7 @@ class Tables(Construct):
             if self.key is not None
             else dynamodb.TableEncryption.DEFAULT
         )
-        return dynamodb.Table(
+        table = dynamodb.Table(
             self,
             construct_id,
             table_name=table_name,
@@ -208,6 +209,15 @@ class Tables(Construct):
             encryption=encryption,
             encryption_key=self.key,
         )
+        if self.key is None:
+            skip_checkov(
+                table,
+                "CKV_AWS_119",
+                "Encrypted at rest with DynamoDB's AWS owned key (no KMS charges or key "
+                "policy to keep); -c customerManagedKey=true or encryptionKeyArn=... "
+                "chooses a customer-managed key.",
+            )
+        return table
 
     def _owned_data_table(self) -> dynamodb.Table:
         table = self._owned_table(

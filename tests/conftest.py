@@ -7,6 +7,7 @@ other's data and can run in parallel.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -78,6 +79,40 @@ def endpoint_env(backend: LocalDynamo, monkeypatch: pytest.MonkeyPatch) -> Local
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
     return backend
+
+
+# --- leaked lock holders ---------------------------------------------------------
+
+
+def live_heartbeats() -> dict[threading.Thread, list[Any]]:
+    """Heartbeat threads of lock clients still renewing a lock, with the locks they renew.
+
+    A thread with nothing left to renew ends by itself within a period, so only one
+    that still holds a lock outlives its test for good.
+    """
+    found: dict[threading.Thread, list[Any]] = {}
+    for thread in threading.enumerate():
+        keeper = getattr(getattr(thread, "_target", None), "__self__", None)
+        held = keeper.held() if keeper is not None and hasattr(keeper, "held") else []
+        if "-heartbeat-" in thread.name and held:
+            found[thread] = held
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_lock_holder() -> Iterator[None]:
+    """Fail a test that leaves a lock client heartbeating after it ends.
+
+    Such a thread outlives its table and its emulator, and its failed heartbeats are
+    logged as warnings into whichever test runs next in the same worker (the README
+    test, which fails on any warning, failed so on loaded whole-suite runs). A test
+    that wants a dead holder stops its heartbeats (``client._heartbeats.close()``);
+    one done with a client closes it.
+    """
+    before = set(live_heartbeats())
+    yield
+    leaked = {t.name: held for t, held in live_heartbeats().items() if t not in before}
+    assert not leaked, f"lock clients still heartbeating after the test: {leaked}"
 
 
 # --- transaction fixtures -------------------------------------------------------

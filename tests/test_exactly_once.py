@@ -648,7 +648,7 @@ def test_given_an_id_when_counted_then_the_first_run_costs_what_a_plain_run_does
     assert plain.by_operation["DeleteItem"] == 1 and "DeleteItem" not in with_id.by_operation
     # and a retry of the committed id costs the failed claim and two reads, nothing else
     assert cost(make_tm, work, tables) == (1, 2)
-    assert with_id.writes == plain.writes == 14  # the figures in the README
+    assert with_id.writes == plain.writes == 14  # the figures in docs/transactions.md
 
 
 def cost(make_tm: Callable[..., TransactionManager], work: Work, tables: Tables) -> tuple[int, int]:

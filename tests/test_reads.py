@@ -4,7 +4,7 @@ What each read returns is checked shape by shape against native reads in
 ``tests/oracle/test_reads.py``; here: what it costs (exact request counts, as
 the native call on unlocked items, at most one more read per page for images
 in the images table), that pages follow DynamoDB's own, that reads inside a
-transaction lock what they return, the index phantom the README documents,
+transaction lock what they return, the index phantom docs/transactions.md documents,
 and that bad input is refused before anything is sent.
 """
 
@@ -277,7 +277,7 @@ def test_given_an_index_move_when_queried_committed_then_the_documented_phantom_
 
     # When the index is queried committed under both values
     # Then g = b drops it (its image says g = a), and g = a cannot find it: the index only
-    # holds its pending value. This is the phantom the README documents.
+    # holds its pending value. This is the phantom docs/transactions.md documents.
     assert under("b") == []
     assert under("a") == [1, 2, 3, 5, 6]
     assert tm.get_item(TableName=table, Key=key(4))["Item"]["g"] == {"S": "a"}

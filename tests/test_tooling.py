@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,70 @@ def test_given_an_old_node_when_the_cdk_app_loads_then_one_line_replaces_the_ban
     ]
     assert done.stdout.strip() == "20"
     assert "b'" not in done.stderr
+
+
+def test_given_a_fresh_clone_when_the_demo_is_made_then_npm_is_not_needed() -> None:
+    # Given a clone with nothing installed (make -B: every step runs)
+    # When make plans `make demo`
+    plan = make_plan("demo")
+
+    # Then it syncs the Python environment and runs the demo (on moto), and never npm
+    assert ".tools/bin/uv sync --frozen --all-extras" in plan
+    assert plan[-1] == ".tools/bin/uv run --frozen ddbtx demo"
+    assert not [line for line in plan if "npm" in line]
+
+
+def test_given_the_lint_job_then_mypy_checks_the_core_the_cdk_app_and_both_handlers() -> None:
+    # Given mypy's configuration and the lint job's plan
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    plan = " ".join(make_plan("lint"))
+
+    # Then mypy --strict covers the core, infra/ and app.py, and each handler on its own
+    assert config["strict"] is True
+    assert set(config["files"]) == {"shared/python/ddbtx", "infra", "app.py"}
+    assert (
+        'for handler in functions/*/handler.py; do .tools/bin/uv run --frozen mypy "$handler"'
+        in (plan)
+    )
+    assert sorted(p.parent.name for p in (ROOT / "functions").glob("*/handler.py")) == [
+        "recovery",
+        "sweeper",
+    ]
+
+
+#: Where a `pip install 'ddbtx[...]'` could be written for a user to copy.
+USER_FACING = ("README.md", "docs", "shared/python/ddbtx", "Makefile", ".ci/run", "functions")
+
+
+def test_given_the_package_is_not_published_then_no_text_says_pip_install_from_the_index() -> None:
+    # Given ddbtx is not on PyPI (a checkout's `pip install '.[demo]'` works, or a git URL)
+    texts = [
+        path
+        for top in USER_FACING
+        for path in ([ROOT / top] if (ROOT / top).is_file() else (ROOT / top).rglob("*"))
+        if path.is_file() and path.suffix in {"", ".md", ".py", ".txt", ".toml"}
+    ]
+    # When every user-facing text is searched for an install from the index
+    wrong = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in texts
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+        # A direct reference (ddbtx[demo] @ git+https://...) installs from the repository.
+        if re.search(r"pip install ['\"]?ddbtx\b(\[[^\]]*\])?+(?!\s*@)", line)
+    ]
+    # Then there is none
+    assert len(texts) > 20
+    assert wrong == []
+
+
+def test_given_ci_then_it_builds_the_docs_checks_the_template_after_synth_and_tests_last() -> None:
+    # Given CI's entry point
+    steps = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip().startswith("make ")
+    ]
+    # Then the docs are built, the template is checked once synthesized, and make test ends it
+    assert "make docs" in steps
+    assert steps.index("make check-template") > steps.index('make synth 2>&1 | tee "$synth_log"')
+    assert steps[-1] == "make test"

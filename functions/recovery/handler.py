@@ -242,7 +242,9 @@ def break_lock_row(event: BreakLockRowEvent, context: LambdaContext) -> dict[str
 def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     """Parse the event, run its action, and answer with the result or the invalid fields."""
     try:
-        request: Any = parse(event=event, model=RecoveryEvent)  # type: ignore[arg-type]
+        # RecoveryEvent is an annotated union (a discriminated one), which Powertools'
+        # parse takes at run time but its overloads type as a class only.
+        request: Any = parse(event=event, model=RecoveryEvent)  # type: ignore[call-overload]
     except ValidationError as exc:
         answer = invalid(exc)
         logger.warning("invalid recovery event", extra={"fields": answer["fields"]})

@@ -1,6 +1,6 @@
 """The interleaving explorer in CI: a few seeded schedules on both backends, and its teeth.
 
-The long runs are ``python -m tests.explore`` (see the README's testing section);
+The long runs are ``python -m tests.explore`` (see docs/testing.md);
 these tests keep the explorer itself honest: the same schedule replays the
 same calls, the gate orders the library's own thread pool, a planted mutant is
 found, and a small random run on each backend finds nothing.

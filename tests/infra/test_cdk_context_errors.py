@@ -44,3 +44,23 @@ def test_given_bad_context_when_the_cdk_cli_runs_the_app_then_it_exits_with_one_
     assert isinstance(message, str) and message.startswith("app.py: bad CDK context: ")
     assert "\n" not in message
     assert all(f"'{key}'" in message for key in BAD)
+
+
+def test_given_a_misspelt_context_key_when_parsed_then_it_is_named_with_the_right_one() -> None:
+    # Given `-c throwAway=true` (the key is `throwaway`) and a key that is nothing like one
+    # When the context is parsed
+    with pytest.raises(ContextError) as raised:
+        DeployConfig.from_context({"throwAway": "true", "colour": "blue"})
+
+    # Then each unknown key is a problem, with the key meant where one is close
+    assert raised.value.problems == [
+        "unknown context key 'throwAway' (did you mean 'throwaway'?)",
+        "unknown context key 'colour'",
+    ]
+
+
+def test_given_cdk_feature_flags_when_parsed_then_they_are_not_unknown_keys() -> None:
+    # Given the CDK's own keys (namespaced with ':', '/' or '@')
+    context = {"@aws-cdk/core:newStyleStackSynthesis": True, "aws:cdk:version-reporting": False}
+    # When parsed, Then nothing is refused
+    assert DeployConfig.from_context(context).stack_name == "ddbtx"

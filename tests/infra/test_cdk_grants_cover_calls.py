@@ -179,8 +179,13 @@ def test_given_a_dead_holder_of_each_kind_when_broken_then_recovery_may_and_the_
     locks = table_name("locks")
     create_lock_table(ddb, locks)
     assert Mutex(ddb, locks, owner="dead").acquire("job")
-    LeaseLockClient(ddb, locks, owner="dead").acquire("Moe")
-    FifoLock(ddb, locks, owner="dead").acquire("orders", namespace="sum")
+    lease, fifo = LeaseLockClient(ddb, locks, owner="dead"), FifoLock(ddb, locks, owner="dead")
+    lease.acquire("Moe")
+    fifo.acquire("orders", namespace="sum")
+    for dead in (lease, fifo):
+        # Dead: no more heartbeats (left running, the thread outlived the test and its
+        # table, and logged its failures into later tests).
+        dead._heartbeats.close()
     # When the recovery function's core breaks each (forced: no watching) while recorded
     with recorded(ddb) as calls, lock_updates(ddb, locks) as updates:
         outcomes = [

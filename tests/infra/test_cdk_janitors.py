@@ -45,9 +45,11 @@ def expected_permissions(
             (a, f"{s.logical_id(j.log_group)}.Arn")
             for a in ("logs:CreateLogStream", "logs:PutLogEvents")
         }
+        # Its dead-letter queue, and that queue's key for the two actions SendMessage needs
+        | {("sqs:SendMessage", f"{s.logical_id(j.failures)}.Arn")}
         | {
-            (a, f"{s.logical_id(j.failures)}.Arn")
-            for a in ("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl")
+            (a, f"{s.logical_id(s.stack.janitors.queue_key)}.Arn")
+            for a in ("kms:GenerateDataKey", "kms:Decrypt")
         }
         | XRAY
     )
@@ -133,13 +135,12 @@ def test_given_context_thresholds_then_both_janitors_get_them(synth: SynthFactor
         assert props["LoggingConfig"]["ApplicationLogLevel"] == "DEBUG"
 
 
-def test_given_default_app_then_only_the_sweeper_has_reserved_concurrency_one(
+def test_given_default_app_then_the_sweeper_runs_alone_and_recovery_is_capped(
     default: Synth,
 ) -> None:
+    # One sweeper at a time; a few recoveries at once, capped (checkov CKV_AWS_115)
     assert default.props(janitor(default, "sweeper").function)["ReservedConcurrentExecutions"] == 1
-    assert "ReservedConcurrentExecutions" not in default.props(
-        janitor(default, "recovery").function
-    )
+    assert default.props(janitor(default, "recovery").function)["ReservedConcurrentExecutions"] == 5
 
 
 def test_given_reservation_turned_off_then_the_sweeper_has_no_reserved_concurrency(
@@ -147,6 +148,7 @@ def test_given_reservation_turned_off_then_the_sweeper_has_no_reserved_concurren
 ) -> None:
     s = synth(reserveSweeperConcurrency="false")
     assert "ReservedConcurrentExecutions" not in s.props(janitor(s, "sweeper").function)
+    assert "ReservedConcurrentExecutions" not in s.props(janitor(s, "recovery").function)
 
 
 @pytest.mark.parametrize(
@@ -189,11 +191,19 @@ def test_given_default_app_then_failed_async_invokes_go_to_an_encrypted_tls_only
         for r in default.of_type("AWS::Lambda::EventInvokeConfig").values()
         if render(r["Properties"]["FunctionName"]) == fn_id
     ]
-    assert render(config["DestinationConfig"]) == {"OnFailure": {"Destination": f"{queue_id}.Arn"}}
+    # The function's own DLQ takes them (checkov CKV_AWS_116), not a destination as well
+    assert render(default.props(j.function)["DeadLetterConfig"]) == {"TargetArn": f"{queue_id}.Arn"}
+    assert "DestinationConfig" not in config
     assert config["MaximumRetryAttempts"] == 0
     # A sweep tick expires when the next one is due; a manual request waits up to 6 hours
     assert config["MaximumEventAgeInSeconds"] == {"sweeper": 300, "recovery": 6 * 3600}[name]
-    assert default.props(j.failures)["SqsManagedSseEnabled"] is True
+    # Encrypted with the janitors' own key (checkov CKV_AWS_27), which EventBridge may use
+    key_id = default.logical_id(default.stack.janitors.queue_key)
+    assert render(default.props(j.failures)["KmsMasterKeyId"]) == f"{key_id}.Arn"
+    key_policy = default.resources[key_id]["Properties"]["KeyPolicy"]["Statement"]
+    assert [
+        st["Action"] for st in key_policy if st["Principal"] == {"Service": "events.amazonaws.com"}
+    ] == [["kms:Decrypt", "kms:GenerateDataKey"]]
     (policy,) = [
         r["Properties"]["PolicyDocument"]
         for r in default.of_type("AWS::SQS::QueuePolicy").values()

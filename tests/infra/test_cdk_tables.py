@@ -151,8 +151,12 @@ def test_given_an_existing_key_arn_then_tables_are_encrypted_with_it(
     synth: SynthFactory,
 ) -> None:
     s = synth(encryptionKeyArn=KEY_ARN)
-    # No key is created for the tables: the only key is the alarm topic's
-    assert set(s.of_type("AWS::KMS::Key")) == {s.logical_id(s.stack.monitoring.topic_key)}
+    # No key is created for the tables: the only keys are the alarm topic's and the
+    # janitors' failure queues'
+    assert set(s.of_type("AWS::KMS::Key")) == {
+        s.logical_id(s.stack.monitoring.topic_key),
+        s.logical_id(s.stack.janitors.queue_key),
+    }
     for role, table in owned_tables(s).items():
         assert table["Properties"]["SSESpecification"]["KMSMasterKeyId"] == KEY_ARN, role
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from ddbtx import TransactionManager
+from ddbtx import TransactionManager, __version__
 from ddbtx._cli_errors import explain
 from ddbtx.cli import main
 from ddbtx.local import LocalDynamo, free_port
@@ -448,3 +448,60 @@ def test_given_no_locks_table_when_on_call_breaks_a_lock_then_it_says_which_opti
     status, out, err = bare_ddbtx("--region", "eu-west-1", "locks", "break", "report")
     assert err == "ddbtx: error: no locks table: name it with --locks-table / LOCKS_TABLE\n"
     assert (status, out) == (2, "")
+
+
+# --- first contact (issue 24): mistakes a newcomer makes get one line and status 2 ------------
+
+
+def test_given_an_endpoint_without_a_scheme_when_a_command_runs_then_one_line_says_so(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+) -> None:
+    # Given an endpoint written as host:port (boto3 raises ValueError: Invalid endpoint)
+    # When on-call inspects a transaction through it
+    status, out, err = bare_ddbtx("--endpoint-url", "127.0.0.1:39155", "inspect", "tx-1")
+
+    # Then one line shows the form it needs, and the status is 2
+    assert err == (
+        "ddbtx: error: --endpoint-url / AWS_ENDPOINT_URL_DYNAMODB must be a URL with a scheme"
+        " and a host, like http://127.0.0.1:8000, not '127.0.0.1:39155'\n"
+    )
+    assert (status, out) == (2, "")
+
+
+def test_given_no_dynalite_when_the_demo_runs_on_it_then_one_line_says_how_to_get_it(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    # Given a dynalite that is not there (as from a wheel, outside a checkout)
+    monkeypatch.setenv("DDBTX_DYNALITE", str(tmp_path / "dynalite" / "cli.js"))
+    # When the demo is asked to run on it
+    status, out, err = bare_ddbtx("demo", "--emulator", "dynalite")
+
+    # Then one line names what is missing and the way around it, and the status is 2
+    assert err.startswith("ddbtx: error: DDBTX_DYNALITE names ")
+    assert err.endswith("(or run the demo on moto, the default: --emulator moto)\n")
+    assert err.count("\n") == 1 and status == 2
+    assert "Traceback" not in out  # the demo's banner only
+
+
+def test_given_a_region_that_does_not_exist_then_the_message_blames_the_region() -> None:
+    # Given the error botocore raises when a region's endpoint does not resolve
+    url = "https://dynamodb.xx-nowhere-1.amazonaws.com"
+    # When the CLI explains it, no --endpoint-url having been given
+    error = EndpointConnectionError(endpoint_url=url)
+    message = explain(error, endpoint=None, region="xx-nowhere-1")
+    # Then it names the region and its option, not --endpoint-url
+    assert message == (
+        f"cannot reach DynamoDB in region 'xx-nowhere-1' at {url}: check the region name"
+        " (--region / AWS_REGION) and your network"
+    )
+
+
+def test_given_the_cli_when_asked_its_version_then_it_prints_it_and_exits_0(
+    bare_ddbtx: Callable[..., tuple[int, str, str]],
+) -> None:
+    # When the version is asked for, before any command
+    status, out, err = bare_ddbtx("--version")
+    # Then it prints the package's version
+    assert (status, out, err) == (0, f"ddbtx {__version__}\n", "")

@@ -106,10 +106,10 @@ def _follow(read: Callable[..., dict[str, Any]], params: dict[str, Any]) -> tupl
 
 
 def _without_phantoms(native: Answer, shape: ReadShape) -> Answer:
-    """The native answer less the documented phantoms (README, "Reads of many items"): an
-    index holds an item's pending value, so an item whose committed value is in the read's
-    range but whose pending value is not cannot be found through the index. Each phantom
-    must be in the native answer, or the case shows nothing."""
+    """The native answer less the documented phantoms (docs/transactions.md, "Reads of many
+    items"): an index holds an item's pending value, so an item whose committed value is in
+    the read's range but whose pending value is not cannot be found through the index. Each
+    phantom must be in the native answer, or the case shows nothing."""
     phantoms = {(pk, str(sk)) for pk, sk in shape.phantoms}
 
     def name(item: Any) -> tuple[str, str]:

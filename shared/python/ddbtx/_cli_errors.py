@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore.exceptions import (
     ClientError,
@@ -20,6 +21,7 @@ from botocore.exceptions import (
 )
 
 from .errors import DynamoDBError, TableNotFound, translate
+from .local import EmulatorError
 
 #: Error codes with which AWS rejects the caller rather than the request.
 _REJECTED_CALLER = frozenset(
@@ -48,21 +50,44 @@ def missing_tables(describe: Callable[[str], Any], tables: Iterable[tuple[str, s
     return missing
 
 
+def check_endpoint(url: str | None) -> None:
+    """Refuse an endpoint URL boto3 cannot use, before any client is made.
+
+    Raises
+    ------
+    CliError
+        ``url`` has no ``http``/``https`` scheme or no host (boto3 would raise
+        ``ValueError: Invalid endpoint`` deep inside its client factory).
+    """
+    if url is None:
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CliError(
+            f"--endpoint-url / AWS_ENDPOINT_URL_DYNAMODB must be a URL with a scheme and a"
+            f" host, like http://127.0.0.1:8000, not {url!r}"
+        )
+
+
 def explain(
     exc: BaseException,
     *,
     endpoint: str | None,
     describe: Callable[[str], Any] | None = None,
     tables: Iterable[tuple[str, str]] = (),
+    region: str | None = None,
 ) -> str | None:
     """The one-line message for ``exc``, or None when it is not a user mistake.
 
     ``describe(name)`` (DescribeTable) and ``tables`` ((name, the option or
     variable that set it), ...) let a missing table be named: DynamoDB's own
-    message does not say which table it did not find.
+    message does not say which table it did not find. ``region`` is the region
+    the client used, named when its endpoint cannot be reached.
     """
     if isinstance(exc, CliError):
         return str(exc)
+    if isinstance(exc, EmulatorError):
+        return f"{exc} (or run the demo on moto, the default: --emulator moto)"
     if isinstance(exc, NoRegionError):
         return "no AWS region: pass --region or set AWS_REGION (or a region in your AWS profile)"
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
@@ -71,8 +96,18 @@ def explain(
             " or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (a local emulator: --endpoint-url)"
         )
     if isinstance(exc, EndpointConnectionError):
-        where = endpoint or "the region's DynamoDB endpoint"
-        return f"cannot reach DynamoDB at {where}: check --endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
+        if endpoint:
+            return (
+                f"cannot reach DynamoDB at {endpoint}: check --endpoint-url"
+                " / AWS_ENDPOINT_URL_DYNAMODB"
+            )
+        # No endpoint was given, so the region's own was used: a region name that does
+        # not exist (or no network) is what to check, not --endpoint-url.
+        url = exc.kwargs.get("endpoint_url", "its endpoint")
+        return (
+            f"cannot reach DynamoDB in region {region!r} at {url}: check the region name"
+            " (--region / AWS_REGION) and your network"
+        )
     error = translate(exc) if isinstance(exc, ClientError) else exc
     if any(isinstance(e, TableNotFound) for e in _causes(error)):
         named = missing_tables(describe, tables) if describe is not None else []

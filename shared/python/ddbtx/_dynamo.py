@@ -37,11 +37,19 @@ def call(client: Any, operation: str, *, resent: Any = None, **params: Any) -> d
     try:
         response: dict[str, Any] = getattr(client, operation)(**params)
     except ClientError as exc:
-        raise translate(exc) from exc
+        raise translate(exc, _tables(params)) from exc
     meta = response.pop("ResponseMetadata", None) or {}
     if resent is not None:
         resent.append(int(meta.get("RetryAttempts", 0)) > 0)
     return response
+
+
+def _tables(params: dict[str, Any]) -> tuple[str, ...]:
+    """The tables a request names: ``TableName``, or a batch's ``RequestItems``."""
+    if isinstance(params.get("TableName"), str):
+        return (params["TableName"],)
+    items = params.get("RequestItems")
+    return tuple(sorted(items)) if isinstance(items, dict) else ()
 
 
 def was_resent(exc: BaseException) -> bool:

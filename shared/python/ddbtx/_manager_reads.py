@@ -1,6 +1,6 @@
 """The reads of a :class:`~ddbtx.transaction.TransactionManager` outside transactions.
 
-Each delegates to :mod:`ddbtx.reads` at an :class:`Isolation` level (README:
+Each delegates to :mod:`ddbtx.reads` at an :class:`Isolation` level (docs/transactions.md:
 "Reads of many items"); the manager inherits them.
 """
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 class Isolation(enum.Enum):
     """Read isolation levels of :meth:`TransactionManager.get_item` and the reads of many
-    items (``query``, ``scan``, ``batch_get_item``; README: "Reads of many items").
+    items (``query``, ``scan``, ``batch_get_item``; docs/transactions.md: "Reads of many items").
 
     ``UNCOMMITTED`` reads the item as it is, uncommitted writes included.
     ``COMMITTED`` never returns uncommitted data: a locked item that has a write
@@ -66,7 +66,7 @@ class ManagerReads:
         with an applied write as its saved image and never an item a pending
         transaction inserted; ``UNCOMMITTED`` the items as they are, without
         bare lock holders and pending deletes; ``SERIALIZABLE`` read-locks every
-        item returned in a short transaction. README: "Reads of many items".
+        item returned in a short transaction. docs/transactions.md: "Reads of many items".
 
         Examples
         --------

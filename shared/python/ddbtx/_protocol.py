@@ -12,7 +12,7 @@ is *added* to the TX record and recorded there, so a lock whose nonce the
 superseded, and is always undone, never kept. "Not my nonce" is never enough:
 another coordinator of the same transaction may have taken the request over.
 
-Steps, their conditions and where they live (the README's step list):
+Steps, their conditions and where they live (docs/protocol.md shows the same table):
 
 =============  ==========================================  =================================
 step           condition (name: what it guards)            function

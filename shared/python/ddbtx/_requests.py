@@ -249,7 +249,7 @@ def too_large(size: int | None = None) -> str:
     what = f"the item is {size} bytes" if size is not None else "the item is too large"
     return (
         f"{what}: in a transaction it must also hold its lock and flags ({PROTOCOL_OVERHEAD} "
-        f"bytes at most) within the {MAX_ITEM_BYTES}-byte DynamoDB limit (README: items "
+        f"bytes at most) within the {MAX_ITEM_BYTES}-byte DynamoDB limit (docs/limits.md: items "
         "within about 60 bytes of 400 KB); write it natively instead"
     )
 

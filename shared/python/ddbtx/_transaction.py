@@ -130,7 +130,7 @@ class Transaction:
 
         Each item is judged again on the value read under its lock, and this
         transaction's own writes are seen. Items that would match but are not
-        returned (phantoms) are not locked. README: "Reads of many items".
+        returned (phantoms) are not locked. docs/transactions.md: "Reads of many items".
 
         Examples
         --------
@@ -212,7 +212,7 @@ class Transaction:
             return build(op, params, key_types)
         except InvalidRequestError as exc:
             raise InvalidRequestError(
-                str(exc).split(" [")[0], tx_id=self.id, table=exc.table, key=exc.key
+                exc.detail, tx_id=self.id, table=exc.table, key=exc.key
             ) from exc
 
     def _plan(self, req: Request) -> Local:

@@ -7,7 +7,7 @@ default to the janitors' environment variables (``TRANSACTIONS_TABLE`` ...).
 ``ddbtx demo`` needs no AWS account: it starts an embedded DynamoDB.
 
 The command-line libraries (typer, rich) come from the ``cli`` extra
-(``pip install 'ddbtx[cli]'``) and are imported only when a command runs, so
+(``pip install '.[cli]'`` from a checkout) and are imported only when a command runs, so
 ``import ddbtx`` and the Lambda layer never need them.
 """
 
@@ -91,7 +91,38 @@ class Options:
         def describe(name: str) -> Any:
             return self.client().describe_table(TableName=name)
 
-        return explain(exc, endpoint=self.endpoint_url, describe=describe, tables=self.tables())
+        return explain(
+            exc,
+            endpoint=self.endpoint_url,
+            describe=describe,
+            tables=self.tables(),
+            region=self.region or _default_region(),
+        )
+
+
+def _default_region() -> str | None:
+    """The region boto3 would pick with no --region (environment, then profile)."""
+    import boto3
+
+    region: str | None = boto3.session.Session().region_name
+    return region
+
+
+def _version(value: bool) -> None:
+    """``--version``: print the installed version and exit."""
+    import typer
+
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from . import __version__
+
+        try:
+            installed = version("ddbtx")
+        except PackageNotFoundError:  # run from a checkout's source, not installed
+            installed = __version__
+        print(f"ddbtx {installed}")
+        raise typer.Exit(0)
 
 
 def _console() -> "Console":
@@ -440,8 +471,14 @@ def _app(state: dict[str, Options]) -> Any:
         ),
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="show ddbtx's info logs"),
+        version: bool = typer.Option(
+            False, "--version", is_eager=True, callback=_version, help="print the version"
+        ),
     ) -> None:
+        from ._cli_errors import check_endpoint
         from ._cli_progress import library_logs
+
+        check_endpoint(endpoint_url)
 
         ctx.with_resource(library_logs(verbose))
         ctx.obj = state["options"] = Options(
@@ -525,7 +562,9 @@ def _app(state: dict[str, Options]) -> Any:
         workers: int = typer.Option(4, min=1, max=16),
         transfers: int = typer.Option(8, min=1, max=100, help="transfers per worker"),
         seed: int = typer.Option(7, help="seed of the transfer and crash plan"),
-        emulator: str = typer.Option("moto", help="moto (in-process) or dynalite (needs npm ci)"),
+        emulator: str = typer.Option(
+            "moto", help="moto (in-process) or dynalite (needs Node.js and its npm package)"
+        ),
     ) -> None:
         """Embedded DynamoDB, a bank with crashing coordinators, and the sweeper cleaning up."""
         import importlib.util
@@ -535,7 +574,9 @@ def _app(state: dict[str, Options]) -> Any:
         if emulator not in KINDS:
             raise CliError(f"--emulator must be one of {', '.join(KINDS)}, not {emulator!r}")
         if emulator == "moto" and importlib.util.find_spec("moto") is None:
-            raise CliError("the demo needs moto's server: pip install 'ddbtx[demo]'")
+            raise CliError(
+                "the demo needs moto's server: pip install '.[demo]' in a ddbtx checkout"
+            )
         from .demo import run_demo
 
         result = run_demo(workers=workers, transfers=transfers, seed=seed, emulator=emulator)
@@ -556,7 +597,10 @@ def main(argv: list[str] | None = None) -> int:
         import rich  # noqa: F401
         import typer  # noqa: F401
     except ImportError:
-        print("the ddbtx command needs the cli extra: pip install 'ddbtx[cli]'")
+        print(
+            "the ddbtx command needs the cli extra: pip install '.[cli]' in a ddbtx checkout",
+            file=sys.stderr,
+        )
         return 2
     state: dict[str, Options] = {}
     try:

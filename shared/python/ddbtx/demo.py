@@ -1,6 +1,6 @@
 """``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep.
 
-Needs only the package and its ``demo`` extra (``pip install 'ddbtx[demo]'``): the
+Needs only the package and its ``demo`` extra (``pip install '.[demo]'`` in a checkout): the
 emulator is moto's server in this process, and the sweep is the core call the
 sweeper Lambda makes on every tick (see :func:`sweep_as_the_handler_does`), so no
 checkout and no Lambda runtime library is involved.

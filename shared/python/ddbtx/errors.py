@@ -73,8 +73,18 @@ _THROTTLE_CODES = frozenset(
 )
 
 
-def translate(exc: ClientError) -> DynamoDBError:
-    """Map a botocore ``ClientError`` to the matching :class:`DynamoDBError` subclass."""
+def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
+    """Map a botocore ``ClientError`` to the matching :class:`DynamoDBError` subclass.
+
+    Parameters
+    ----------
+    exc : ClientError
+        The error botocore raised.
+    tables : tuple of str
+        The tables the failed request named. A ``ResourceNotFoundException`` names
+        them (emulators and older endpoints say only "Requested resource not found",
+        and the usual cause is a table nobody created yet).
+    """
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "Unknown"))
     message = str(error.get("Message", "")) or code
@@ -90,7 +100,15 @@ def translate(exc: ClientError) -> DynamoDBError:
         cls = Throttled
     else:
         cls = DynamoDBError
-    return cls(f"{operation}: {code}: {message}", code=code, operation=operation)
+    text = f"{operation}: {code}: {message}"
+    if cls is TableNotFound and tables:
+        named = ", ".join(repr(t) for t in tables)
+        text += (
+            f" (table {named}: does it exist in this region and account, or at this "
+            "endpoint? TransactionManager.create_tables() makes the transactions and "
+            "images tables, ddbtx.tables.create_data_table() a data table)"
+        )
+    return cls(text, code=code, operation=operation)
 
 
 def describe_key(key: dict[str, Any] | None) -> str:
@@ -128,6 +146,9 @@ class TransactionError(DdbtxError):
             where += f" table={table} key={describe_key(key)}"
         where += "]"
         super().__init__(message + (where if tx_id is not None else ""))
+        #: What is wrong, without the transaction and item suffix: re-raising with
+        #: another transaction's id starts from it (the text itself may hold " [").
+        self.detail = message
         self.tx_id = tx_id
         self.table = table
         self.key = key

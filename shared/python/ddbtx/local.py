@@ -62,12 +62,17 @@ def find_dynalite() -> Path:
     """Locate dynalite's ``cli.js``: ``$DDBTX_DYNALITE`` or ``node_modules`` above the cwd."""
     override = os.environ.get("DDBTX_DYNALITE")
     if override:
+        if not Path(override).is_file():
+            raise EmulatorError(f"DDBTX_DYNALITE names {override!r}, which is not a file")
         return Path(override)
     for folder in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[3]]:
         candidate = folder / "node_modules" / "dynalite" / "cli.js"
         if candidate.exists():
             return candidate
-    raise EmulatorError("dynalite is not installed: run `npm ci` at the repository root")
+    raise EmulatorError(
+        "dynalite (an npm package) was not found: in a ddbtx checkout run `npm ci` at its"
+        " root; elsewhere run `npm install dynalite` and set DDBTX_DYNALITE to its cli.js"
+    )
 
 
 def _linearizable_moto_server(port: int) -> Any:

@@ -1,6 +1,6 @@
 """Multi-item ACID transactions over DynamoDB: the public API.
 
-See the README for the protocol and :mod:`ddbtx._protocol` for its step table.
+See docs/protocol.md for the protocol and :mod:`ddbtx._protocol` for its step table.
 The pieces: :class:`~ddbtx._view.RecordView` owns this coordinator's view of
 the TX record and every write to it; :class:`~ddbtx._steps.ItemSteps` locks and
 applies; :mod:`ddbtx._contention` handles items other transactions hold.
@@ -246,7 +246,7 @@ class TransactionManager(ManagerReads):
         set and takes no requests; rolled back, a new transaction starts. One
         write (the alias) more than :meth:`begin` without an id, made at once.
         The id is remembered as long as the transaction's record is kept
-        (README: exactly-once ids). Wound-wait ages never come from it.
+        (docs/transactions.md: exactly-once ids). Wound-wait ages never come from it.
 
         Raises
         ------

@@ -483,6 +483,11 @@ class LockClient:
         """The locks this client holds and heartbeats."""
         return self._heartbeats.held()
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run: no more heartbeats, and no more acquires."""
+        return self._heartbeats.closed
+
     def close(self) -> None:
         """Stop heartbeating at once, then release every lock still held."""
         self._heartbeats.close()
