@@ -10,7 +10,7 @@ import boto3
 
 from ddbtx import schema as s
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
-from ddbtx.streams import Change
+from ddbtx.streams import PROTOCOL_FILTER_PATTERNS, Change
 from helpers import scan
 
 Value = dict[str, Any] | None
@@ -124,3 +124,13 @@ def decoded(values: dict[str, list[Value]]) -> dict[str, list[Value]]:
         pk: [None if v is None else {k: _as_json(a) for k, a in v.items()} for v in history]
         for pk, history in values.items()
     }
+
+
+def passes_filters(record: dict[str, Any]) -> bool:
+    """Whether Lambda would deliver ``record`` past :data:`PROTOCOL_FILTER_PATTERNS` (OR-ed),
+    as moto's implementation of EventBridge's pattern matching (Lambda's syntax) decides."""
+    from moto.events.models import EventPattern
+
+    return any(
+        EventPattern(None, pattern).matches_event(record) for pattern in PROTOCOL_FILTER_PATTERNS
+    )

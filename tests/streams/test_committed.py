@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from ddbtx import TransactionManager
+from ddbtx import schema as s
 from ddbtx.streams import committed_change, committed_changes
 from helpers import Tables
 
-from .support import Ledger, StreamReader, decoded, replay
+from .support import Ledger, StreamReader, decoded, passes_filters, replay
 from .workload import Workload, run_everything
 
 #: Changes of the large items whose image the images table keeps: update, delete.
@@ -52,6 +53,12 @@ def test_given_every_kind_of_transaction_when_the_stream_is_read_then_only_commi
     assert not workload.committed & workload.rolled_back
     # And the stream held the protocol at work, which the adapter left out
     assert len(records) > 3 * len(changes)
+    # And Lambda's filter patterns deliver every record that carries a change, and drop
+    # every lock, apply and later write (a new image with the lock) before any invocation
+    delivered = [r for r in records if passes_filters(r)]
+    assert all(passes_filters(r) for r in records if committed_change(r) is not None)
+    assert not [r for r in delivered if s.ATTR_LOCK in r["dynamodb"].get("NewImage", {})]
+    assert len(delivered) < len(records) / 2
 
 
 def test_given_a_batch_split_anywhere_when_each_part_is_judged_then_the_same_changes(

@@ -13,10 +13,10 @@ from ddbtx import TransactionManager
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError
-from ddbtx.streams import committed_changes
+from ddbtx.streams import committed_change, committed_changes
 from helpers import Tables, rescue
 
-from .support import Ledger, StreamReader, decoded, replay
+from .support import Ledger, StreamReader, decoded, passes_filters, replay
 from .workload import LARGE, add, delete, key, put, transfer
 
 
@@ -96,9 +96,12 @@ def test_given_a_crash_at_every_call_when_rescued_then_the_changes_are_the_commi
     assert schedules >= 15, "the transaction should make at least 15 DynamoDB calls"
     # Then the stream's committed changes take each item through exactly its committed
     # values, and name only transactions that committed
-    changes = committed_changes(reader.read())
+    records = reader.read()
+    changes = committed_changes(records)
     values, _ = replay(changes)
     assert values == decoded(ledger.values)
     assert {c.tx_id for c in changes if c.tx_id} == committed
+    # And Lambda's filter patterns let through every record that carries a change
+    assert all(passes_filters(r) for r in records if committed_change(r) is not None)
     # And, for a commit, rescuers rolled transactions forward (their changes are checked)
     assert committed or finish == "rollback"
