@@ -13,10 +13,11 @@ import pytest
 
 from ddbtx import TransactionManager
 from ddbtx.local import LocalDynamo
+from ddbtx.stream_reader import StreamReader
 from ddbtx.tables import create_data_table
 from helpers import Tables
 
-from .support import Ledger, StreamReader
+from .support import Ledger
 
 NO_STREAMS = "dynalite has no DynamoDB Streams (no StreamSpecification, no dynamodbstreams API)"
 NOT_MOTO = "these tests read moto's single in-memory shard; a real stream is not read here"
@@ -44,7 +45,7 @@ def tables(stream_backend: LocalDynamo, ddb: Any, table_name: Callable[[str], st
 @pytest.fixture
 def reader(stream_backend: LocalDynamo, ddb: Any, tables: Tables) -> StreamReader:
     """The data table's stream, read from its start."""
-    return StreamReader(stream_backend, ddb, tables.data)
+    return StreamReader(ddb, tables.data)
 
 
 @pytest.fixture

@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from ddbtx import schema as s
+from ddbtx.stream_reader import StreamReader
 from ddbtx.streams import (
     PROTOCOL_FILTER_PATTERNS,
     StreamRecordError,
     committed_change,
     committed_changes,
 )
+from ddbtx.tables import create_data_table
 
 from .support import passes_filters
 
@@ -165,3 +167,14 @@ def test_given_an_event_without_its_image_then_an_error_naming_it(name: str, ima
 def test_given_something_other_than_a_record_then_an_error_naming_its_type() -> None:
     with pytest.raises(StreamRecordError, match="expected a record mapping, got list"):
         committed_change([])  # type: ignore[arg-type]
+
+
+def test_given_a_table_without_a_stream_then_the_reader_says_so(
+    ddb: Any, table_name: Callable[[str], str]
+) -> None:
+    # Given a data table created without a stream (on either emulator)
+    name = table_name("plain")
+    create_data_table(ddb, name)
+    # When a stream reader is made for it, then the error names the table
+    with pytest.raises(ValueError, match=f"table '{name}' has no stream"):
+        StreamReader(ddb, name)

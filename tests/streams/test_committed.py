@@ -15,10 +15,11 @@ import pytest
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
+from ddbtx.stream_reader import StreamReader
 from ddbtx.streams import committed_change, committed_changes
 from helpers import Tables
 
-from .support import Ledger, StreamReader, decoded, passes_filters, replay
+from .support import Ledger, decoded, passes_filters, replay
 from .workload import Workload, run_everything
 
 #: Changes of the large items whose image the images table keeps: update, delete.

@@ -13,10 +13,11 @@ from ddbtx import TransactionManager
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError
+from ddbtx.stream_reader import StreamReader
 from ddbtx.streams import committed_change, committed_changes
 from helpers import Tables, rescue
 
-from .support import Ledger, StreamReader, decoded, passes_filters, replay
+from .support import Ledger, decoded, passes_filters, replay
 from .workload import LARGE, add, delete, key, put, transfer
 
 

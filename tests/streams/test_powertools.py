@@ -14,11 +14,12 @@ from aws_lambda_powertools.utilities.batch import (
 )
 
 from ddbtx import TransactionManager, streams_lambda
+from ddbtx.stream_reader import StreamReader
 from ddbtx.streams import Change, committed_changes, record_handler
 from helpers import Tables
 
 from . import consumer_example
-from .support import Ledger, StreamReader
+from .support import Ledger
 from .workload import Workload, run_everything
 
 
