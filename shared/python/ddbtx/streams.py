@@ -13,26 +13,19 @@ records, so a batch split anywhere (a retry, a bisected batch, a resharded
 stream) gives the same changes. How one record is judged, by the protocol step
 that writes it (``_steps``, ``_rewrite``, ``Protocol.release``/``restore``):
 
-=====================================  ======================================  ==========
-step                                   what the record looks like              change
-=====================================  ======================================  ==========
-lock, apply, a later write, mark        the new image carries ``_tx:id``        none
-deleted (the item is held)
-release of a lock that wrote nothing    old image locked, no ``_tx:ap``; new    none
-(read lock, a roll back of an           image the same values, unlocked
-unapplied lock or of a delete)
-restore (roll back of a write)          old image applied; new image differs    none
-                                        from the old one's values (it is the
-                                        saved image put back)
-release of a committed write            old image applied; new image equals     MODIFY
-                                        the old one's values, unlocked          (INSERT if
-                                                                                ``_tx:new``)
-delete of a transient item (roll back   REMOVE, old image ``_tx:new``           none
-of an insert, a read lock of a missing
-item, an insert deleted again)
-delete at commit                        REMOVE, old image ``_tx:del``, not new  REMOVE
-no protocol attribute on either image   a plain write                           as is
-=====================================  ======================================  ==========
+- lock, apply, a later write to the item, mark deleted: the new image carries
+  ``_tx:id``. No change (the item is held, nothing is committed yet).
+- release of a lock that wrote nothing (a read lock; a roll back of a lock that
+  applied nothing, or of a delete): the old image is locked without ``_tx:ap``,
+  the new one has the same values. No change.
+- restore (roll back of a write): the old image is applied, the new image's
+  values differ from it (the saved image is back). No change.
+- release of a committed write: the old image is applied, the new image has its
+  values, unlocked. A MODIFY (an INSERT if the item was transient, ``_tx:new``).
+- delete of a transient item (roll back of an insert, a read lock of a missing
+  item, an insert deleted again): REMOVE of an old image with ``_tx:new``. No change.
+- delete at commit: REMOVE of an old image with ``_tx:del``, not transient. A REMOVE.
+- no protocol attribute on either image: a plain write, emitted as is.
 
 A released write's ``old`` is the item before the transaction: the in-item image
 ``_tx:img``, or the old image's own values for a delete that was the item's only
@@ -386,17 +379,22 @@ def _same(a: Item, b: Item) -> bool:
     return same
 
 
+def _number(raw: Any) -> Any:
+    """A number's one spelling ("1E+1" and "10" are one value); a malformed one as it is."""
+    try:
+        return canonical_number(raw)
+    except ValueError:
+        return raw
+
+
 def _canonical(value: Any) -> Any:
     if not isinstance(value, Mapping) or len(value) != 1:
         return value
     ((kind, raw),) = value.items()
-    if kind == "N" and isinstance(raw, str):
-        try:
-            return ("N", canonical_number(raw))
-        except ValueError:
-            return ("N", raw)
+    if kind == "N":
+        return ("N", _number(raw))
     if kind in ("SS", "NS", "BS") and isinstance(raw, list):
-        members = [canonical_number(m) if kind == "NS" else m for m in raw]
+        members = [_number(m) if kind == "NS" else m for m in raw]
         return (kind, tuple(sorted(members, key=repr)))
     if kind == "M" and isinstance(raw, Mapping):
         return ("M", tuple(sorted((k, _canonical(v)) for k, v in raw.items())))
