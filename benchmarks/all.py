@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from . import coldstart, contention, large, latency, locks, requests, sweep
+from . import coldstart, contention, large, latency, locks, requests, streams, sweep
 from ._common import backend_argument
 
 #: Every benchmark taking ``--backend``, in the order they run.
@@ -39,6 +39,10 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         out("")
     out("== benchmarks.coldstart ==\n")
     coldstart.main([], out)
+    if args.backend != "dynalite":  # streams exist on moto only
+        out("")
+        out("== benchmarks.streams ==\n")
+        streams.main([], out)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 AttributeType = Literal["S", "N", "B"]
@@ -41,6 +42,9 @@ KEY_LOG_RETENTION: Final = "logRetentionDays"
 KEY_RESERVE_SWEEPER: Final = "reserveSweeperConcurrency"
 KEY_ALARM_EMAIL: Final = "alarmEmail"
 KEY_POWERTOOLS_ARN: Final = "powertoolsLayerArn"
+KEY_DATA_STREAM: Final = "dataTableStream"
+KEY_CONSUMER_CODE: Final = "changeConsumerCode"
+KEY_CONSUMER_FUNCTION: Final = "changeConsumerFunction"
 CONTEXT_KEYS: Final = (
     KEY_STACK_NAME,
     KEY_THROWAWAY,
@@ -62,12 +66,18 @@ CONTEXT_KEYS: Final = (
     KEY_RESERVE_SWEEPER,
     KEY_ALARM_EMAIL,
     KEY_POWERTOOLS_ARN,
+    KEY_DATA_STREAM,
+    KEY_CONSUMER_CODE,
+    KEY_CONSUMER_FUNCTION,
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")  # DynamoDB table name rules
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 _LAYER_ARN = re.compile(r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_FUNCTION_SPEC = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+#: Where a relative ``changeConsumerCode`` is found: the project directory (``app.py``'s).
+PROJECT_DIR: Final = Path(__file__).resolve().parent.parent
 
 _T = TypeVar("_T")
 
@@ -121,6 +131,12 @@ class DeployConfig:
     reserve_sweeper_concurrency: bool = True
     alarm_email: str | None = None
     powertools_layer_arn: str | None = None
+    #: A NEW_AND_OLD_IMAGES stream on the data table this stack creates.
+    data_table_stream: bool = False
+    #: Directory of a user's function that gets the table's committed changes (absolute).
+    change_consumer_code: Path | None = None
+    #: ``module:function`` in that directory, called once per committed change.
+    change_consumer_function: str = "consumer:on_change"
 
     @property
     def imports_data_tables(self) -> bool:
@@ -216,7 +232,16 @@ class DeployConfig:
             powertools_layer_arn=get(
                 KEY_POWERTOOLS_ARN, _pattern(_LAYER_ARN, "a Lambda layer version ARN"), None
             ),
+            data_table_stream=get(KEY_DATA_STREAM, _parse_bool, d.data_table_stream),
+            change_consumer_code=get(KEY_CONSUMER_CODE, _parse_directory, None),
+            change_consumer_function=get(
+                KEY_CONSUMER_FUNCTION,
+                _pattern(_FUNCTION_SPEC, "'module:function' (a Python module and function)"),
+                d.change_consumer_function,
+            ),
         )
+        function_ok = not any(repr(KEY_CONSUMER_FUNCTION) in p for p in get.problems)
+        get.problems.extend(_stream_problems(config, context, check_module=function_ok))
         if get.problems:
             raise ContextError(get.problems)
         return config
@@ -260,6 +285,49 @@ class _Reader:
         except ValueError as exc:
             self.problems.append(f"context {key!r}: {exc} (got {raw!r})")
             return default
+
+
+def _stream_problems(
+    config: DeployConfig, context: Mapping[str, Any], *, check_module: bool
+) -> list[str]:
+    """Stream options that contradict each other or the data table options, and a consumer
+    module that is not in the consumer's directory (``check_module``: its name parsed)."""
+    problems = []
+    if config.data_table_stream and config.imports_data_tables:
+        problems.append(
+            f"context {KEY_DATA_STREAM!r} turns on the stream of the data table this stack "
+            f"creates; the tables {KEY_DATA_TABLES!r} imports keep the stream settings they "
+            "are deployed with"
+        )
+    given = [
+        key
+        for key in (KEY_CONSUMER_CODE, KEY_CONSUMER_FUNCTION)
+        if context.get(key) not in (None, "")
+    ]
+    if given and not config.data_table_stream:
+        problems.append(
+            f"context {KEY_DATA_STREAM!r} must be true for {'/'.join(map(repr, given))}, "
+            "which wire a function to the data table's stream"
+        )
+    code = config.change_consumer_code
+    if code is not None and check_module:
+        module = config.change_consumer_function.partition(":")[0].replace(".", "/")
+        if not (code / f"{module}.py").is_file() and not (code / module / "__init__.py").is_file():
+            problems.append(
+                f"context {KEY_CONSUMER_FUNCTION!r}: no module {module!r} in {str(code)!r} "
+                f"(from {KEY_CONSUMER_CODE!r})"
+            )
+    return problems
+
+
+def _parse_directory(raw: Any) -> Path:
+    path = Path(str(raw).strip()).expanduser()
+    path = path if path.is_absolute() else PROJECT_DIR / path
+    if not path.is_dir():
+        raise ValueError(
+            f"expected a directory (relative to {str(PROJECT_DIR)!r}): none at {str(path)!r}"
+        )
+    return path.resolve()
 
 
 def _parse_bool(raw: Any) -> bool:

@@ -11,6 +11,7 @@ from infra.config import DeployConfig
 from infra.janitors import Janitors
 from infra.layer import JanitorLayers
 from infra.monitoring import Monitoring
+from infra.streams import ChangeConsumer
 from infra.tables import Tables
 
 #: Example request for the recovery function: settle one transaction by id.
@@ -51,6 +52,17 @@ class DdbtxStack(Stack):
             self, "Janitors", config=config, tables=self.tables, layers=self.layers.all
         )
         self.monitoring = Monitoring(self, "Monitoring", config=config, janitors=self.janitors)
+        self.consumer = (
+            ChangeConsumer(
+                self,
+                "ChangeConsumer",
+                config=config,
+                table=self.tables.data_tables[0],  # type: ignore[arg-type]  # owned: a Table
+                layers=self.layers.all,
+            )
+            if config.change_consumer_code is not None
+            else None
+        )
         self._outputs()
 
     def _outputs(self) -> None:
@@ -78,5 +90,14 @@ class DdbtxStack(Stack):
                 "CloudWatch dashboard of the janitors",
             ),
         }
+        if self.consumer is not None:
+            values["ChangeConsumerFunctionName"] = (
+                self.consumer.function.function_name,
+                "Gets the data table's committed changes",
+            )
+            values["ChangeConsumerFailureQueueUrl"] = (
+                self.consumer.failures.queue_url,
+                "Stream positions of changes the consumer kept failing on",
+            )
         for output_id, (value, description) in values.items():
             CfnOutput(self, output_id, value=value, description=description)

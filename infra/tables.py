@@ -185,6 +185,7 @@ class Tables(Construct):
         sort: KeyAttribute | None,
         ttl: str | None,
         table_name: str | None = None,
+        stream: dynamodb.StreamViewType | None = None,
     ) -> dynamodb.Table:
         # Without a customer-managed key the tables use the AWS owned key: encrypted at
         # rest, no KMS charges, nothing to grant.
@@ -208,6 +209,7 @@ class Tables(Construct):
             removal_policy=self._removal_policy,
             encryption=encryption,
             encryption_key=self.key,
+            stream=stream,
         )
         if self.key is None:
             skip_checkov(
@@ -226,6 +228,12 @@ class Tables(Construct):
             sort=self._config.data_sort_key,
             ttl=None,
             table_name=self._config.data_table_name,
+            # ddbtx.streams reads committed changes from both images of each record.
+            stream=(
+                dynamodb.StreamViewType.NEW_AND_OLD_IMAGES
+                if self._config.data_table_stream
+                else None
+            ),
         )
         # Sparse: only items carrying the lock attribute (locked by a transaction) appear,
         # so the sweeper finds stray locks by reading the locked items, not the table.

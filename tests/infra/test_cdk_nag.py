@@ -19,6 +19,7 @@ VARIANTS: tuple[dict[str, Any], ...] = (
     {},
     {"alarmEmail": "ops@example.com", "customerManagedKey": True},
     {"dataTables": "orders", "throwaway": True},
+    {"dataTableStream": True, "changeConsumerCode": "examples/change_consumer"},
 )
 
 

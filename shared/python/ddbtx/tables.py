@@ -114,29 +114,41 @@ _LOCK_ATTRIBUTE: Final = {"AttributeName": s.ATTR_LOCK, "AttributeType": "S"}
 
 
 def create_data_table(
-    client: Any, name: str, partition_key: str = "pk", *, lock_index: bool = True
+    client: Any,
+    name: str,
+    partition_key: str = "pk",
+    *,
+    lock_index: bool = True,
+    stream: bool = False,
 ) -> None:
     """An application table with a string hash key, for local runs, tests and the demo.
 
     ``lock_index`` (default) gives it the sparse index :data:`ddbtx.schema.LOCK_INDEX`
     the sweeper reads stray locks from; without it the sweeper scans the whole table.
+    ``stream`` turns on a ``NEW_AND_OLD_IMAGES`` stream, the view :mod:`ddbtx.streams`
+    reads committed changes from (moto and DynamoDB have streams; dynalite has none).
 
     Examples
     --------
     >>> create_data_table(client, "Accounts", partition_key="id")  # doctest: +SKIP
     """
     attributes = [{"AttributeName": partition_key, "AttributeType": "S"}]
-    indexes: dict[str, Any] = {}
+    options: dict[str, Any] = {}
     if lock_index:
         attributes.append(_LOCK_ATTRIBUTE)
-        indexes["GlobalSecondaryIndexes"] = [_lock_index()]
+        options["GlobalSecondaryIndexes"] = [_lock_index()]
+    if stream:
+        options["StreamSpecification"] = {
+            "StreamEnabled": True,
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        }
     create_table_if_missing(
         client,
         name,
         None,
         KeySchema=[{"AttributeName": partition_key, "KeyType": "HASH"}],
         AttributeDefinitions=attributes,
-        **indexes,
+        **options,
     )
 
 
