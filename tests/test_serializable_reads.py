@@ -97,6 +97,17 @@ def reader(
     return make
 
 
+def first_of(waits: list[int], action: Callable[[], None]) -> Callable[[], None]:
+    """What runs at each of the reader's pauses: ``action`` at the first, counted in ``waits``."""
+
+    def during_wait() -> None:
+        waits.append(1)
+        if len(waits) == 1:
+            action()
+
+    return during_wait
+
+
 @pytest.mark.parametrize("read", sorted(READS))
 def test_given_an_older_writer_that_wounds_the_reader_then_the_page_has_all_of_its_writes(
     read: str,
@@ -108,15 +119,12 @@ def test_given_an_older_writer_that_wounds_the_reader_then_the_page_has_all_of_i
 ) -> None:
     # Given X (older, pending, appended 1 to p/2), which during the reader's first wait
     # for p/2 appends 2 to p/1 (wounding the reader, which holds it) and commits
+    def x_finishes() -> None:
+        append(older, lists_table, 1, 2)
+        older.commit()
+
     waits: list[int] = []
-
-    def during_wait() -> None:
-        waits.append(1)
-        if len(waits) == 1:
-            append(older, lists_table, 1, 2)
-            older.commit()
-
-    tm = reader(during_wait)
+    tm = reader(first_of(waits, x_finishes))
     # When the reader reads both items at SERIALIZABLE
     items = READS[read](tm, lists_table)
     # Then it returns X's two appends, not one of them: the wounded page was retried
@@ -177,15 +185,11 @@ def test_given_an_insert_into_the_range_during_the_read_then_the_page_shows_it_w
 ) -> None:
     # Given X (older, pending on p/2), which during the reader's wait inserts p/3 and
     # commits: the reader's first Query did not see p/3, but does see X's write to p/2
-    waits: list[int] = []
+    def x_inserts() -> None:
+        older.put_item(TableName=lists_table, Item={**key(3), "l": {"L": [{"N": "3"}]}})
+        older.commit()
 
-    def during_wait() -> None:
-        waits.append(1)
-        if len(waits) == 1:
-            older.put_item(TableName=lists_table, Item={**key(3), "l": {"L": [{"N": "3"}]}})
-            older.commit()
-
-    tm = reader(during_wait)
+    tm = reader(first_of([], x_inserts))
     # When the reader queries the partition at SERIALIZABLE
     with count_requests(tm.client) as counts:
         items = READS["query"](tm, lists_table)
