@@ -28,7 +28,13 @@ def make_plan(*targets: str) -> list[str]:
     if make is None:
         pytest.skip("make is not installed")
     out = subprocess.run(
-        [make, "-n", "-B", *targets], cwd=ROOT, capture_output=True, text=True, check=True
+        # --no-print-directory: run under another make (CI's `make test`), make would add
+        # "Entering/Leaving directory" lines to the plan
+        [make, "-n", "-B", "--no-print-directory", *targets],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return out.splitlines()
 

@@ -1,6 +1,6 @@
 """Workload 3: list-append histories over every read API and every way a transaction ends.
 
-Writers run transactions of 1 to 5 micro-operations on a few keys: ``append``
+Writers run transactions of 1 to 5 micro-operations on 16 keys: ``append``
 adds a globally unique number to a key's list (``list_append``), and reads go
 through ``tx.get_item``, ``tx.batch_get_item``, ``tx.query`` and ``tx.scan``.
 Each transaction ends one way, drawn by seed: commit, a ``with`` block,
@@ -102,7 +102,7 @@ class Keys:
         self.all = self.seeded + self.fresh
 
     @classmethod
-    def for_history(cls, seed: int, per_kind: int = 5) -> Keys:
+    def for_history(cls, seed: int, per_kind: int = 8) -> Keys:
         prefix = f"la{seed}-"
         return cls(
             prefix,
@@ -352,7 +352,7 @@ def run_history(env: Env, report: Report, seed: int, txns: int, **sim_options: A
     for key in keys.seeded:
         env.client().put_item(TableName=env.data_table, Item={"pk": {"S": key}, ATTR: {"L": []}})
     recorder = Recorder()
-    writers = sim_options.pop("writers", 3)
+    writers = sim_options.pop("processes", 3)  # the writers; observers come on top
     observers = sim_options.pop("observers", 2)
     sim = Simulation(env, seed, processes=writers + observers, **sim_options)
     sim.run(ListAppend(env, keys, recorder, txns, writers).process)
