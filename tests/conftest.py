@@ -19,6 +19,7 @@ from aws.backend import RemoteDynamo, remote_selected, table_prefix
 from ddbtx import TransactionManager
 from ddbtx.local import KINDS, LocalDynamo
 from ddbtx.tables import create_data_table
+from drivers import EventLoopThread
 from helpers import FakeClock, Tables
 
 #: moto and dynalite; or only real DynamoDB under ``python -m tests.aws.run`` (see tests/aws).
@@ -69,6 +70,15 @@ def table_name(ddb: Any) -> Iterator[Callable[[str], str]]:
     for name in made:
         if name in existing:
             ddb.delete_table(TableName=name)
+
+
+@pytest.fixture(scope="session")
+def event_loop_thread() -> Iterator[EventLoopThread]:
+    """One event loop for the asyncio driver's objects (``ddbtx.aio``) of this session
+    (xdist worker); sync test bodies run their coroutines on it (see ``drivers``)."""
+    loop = EventLoopThread()
+    yield loop
+    loop.close()
 
 
 @pytest.fixture

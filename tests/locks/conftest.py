@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from ddbtx.aio import locks as aio_locks
 from ddbtx.chaos import Crash
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import LockClient, Mutex, create_lock_table
 from ddbtx.tables import create_data_table
+from drivers import DRIVERS, EventLoopThread, Synced
 
 from .support import Log, Stall, VirtualTime
 
@@ -123,15 +125,34 @@ def mono() -> Monotonic:
     return Monotonic()
 
 
+@pytest.fixture(params=DRIVERS)
+def driver(request: pytest.FixtureRequest) -> str:
+    """``sync`` (``ddbtx.locks``, boto3) or ``aio`` (``ddbtx.aio.locks``, aiobotocore)."""
+    name: str = request.param
+    return name
+
+
 @pytest.fixture
 def make_mutex(
-    backend: LocalDynamo, locks: str, wall: Wall, mono: Monotonic
+    backend: LocalDynamo,
+    locks: str,
+    wall: Wall,
+    mono: Monotonic,
+    driver: str,
+    event_loop_thread: EventLoopThread,
 ) -> Callable[..., Mutex]:
-    """``make_mutex(owner, **options)``: its own boto3 client, the test's clocks."""
+    """``make_mutex(owner, **options)``: its own client, the test's clocks, on the test's
+    driver: a ``ddbtx.locks.Mutex``, or a ``ddbtx.aio.locks.Mutex`` behind sync calls."""
 
     def make(owner: str, **options: Any) -> Mutex:
         settings: dict[str, Any] = {"wall_clock": wall, "clock": mono, **options}
-        return Mutex(backend.client(), locks, owner=owner, **settings)
+        if driver == "sync":
+            return Mutex(backend.client(), locks, owner=owner, **settings)
+        client = event_loop_thread.client(backend)
+        made: Mutex = Synced(
+            aio_locks.Mutex(client, locks, owner=owner, **settings), event_loop_thread
+        )  # type: ignore[assignment]
+        return made
 
     return make
 

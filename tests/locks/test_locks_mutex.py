@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
+from ddbtx.aio import locks as aio_locks
 from ddbtx.chaos import Chaos
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import Mutex, list_locks
+from drivers import EventLoopThread
 
 from .conftest import Monotonic, Wall
 from .support import LoseOnce
@@ -222,3 +224,21 @@ def test_given_a_lost_release_response_when_the_sdk_retries_then_release_reports
     assert chaos.fired
     assert released is True
     assert [r.state for r in list_locks(ddb, locks)] == ["free"]
+
+
+def test_given_a_sync_and_an_async_mutex_on_one_table_then_they_exclude_each_other(
+    backend: LocalDynamo, locks: str, event_loop_thread: EventLoopThread, ddb: Any
+) -> None:
+    # Given: one owner through boto3, one through aiobotocore, on the same rows
+    sync = Mutex(backend.client(), locks, owner="worker-sync")
+    aio = aio_locks.Mutex(event_loop_thread.client(backend), locks, owner="worker-aio")
+    # When
+    sync_token = sync.acquire_token("invoice-42")
+    refused = event_loop_thread.run(aio.acquire_token("invoice-42"))
+    assert sync.release("invoice-42")
+    aio_token = event_loop_thread.run(aio.acquire_token("invoice-42"))
+    # Then: one counter for both; each refuses the other while it holds
+    assert (sync_token, refused, aio_token) == (1, None, 2)
+    assert sync.acquire("invoice-42") is False
+    assert event_loop_thread.run(aio.release("invoice-42")) is True
+    assert [(r.state, r.fencing_token) for r in list_locks(ddb, locks)] == [("free", 2)]

@@ -1,16 +1,17 @@
-"""The single door to DynamoDB: every call goes through :func:`call`.
+"""The single blocking door to DynamoDB: every sync call goes through :func:`call`.
 
-It translates botocore ``ClientError`` into :mod:`ddbtx.errors` classes (one
-place, cause kept) and strips response metadata nobody needs.
+It runs :func:`ddbtx._effects.request` on the sync driver, which translates
+botocore ``ClientError`` into :mod:`ddbtx.errors` classes (one place, cause kept)
+and strips response metadata nobody needs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from .errors import ConditionFailed, translate
+from ._drive import drive
+from ._effects import request
+from .errors import ConditionFailed
 
 #: HTTP connections a client keeps: at least the manager's default pool of
 #: concurrent per-item steps (32), so no step waits for or reopens a connection.
@@ -30,26 +31,14 @@ def client_config(max_attempts: int) -> Any:
 def call(client: Any, operation: str, *, resent: Any = None, **params: Any) -> dict[str, Any]:
     """Call ``client.<operation>(**params)``; raise a :class:`DynamoDBError` on failure.
 
+    The blocking form of :func:`ddbtx._effects.request`, run by the sync driver, so
+    the translation and the metadata handling are the ones every driver gets.
     ``resent`` (a ``list[bool]``; typed Any so that ``**params`` dicts still pass)
     gets whether botocore sent the request more than once: an earlier attempt may
     then have been applied behind a lost answer.
     """
-    try:
-        response: dict[str, Any] = getattr(client, operation)(**params)
-    except ClientError as exc:
-        raise translate(exc, _tables(params)) from exc
-    meta = response.pop("ResponseMetadata", None) or {}
-    if resent is not None:
-        resent.append(int(meta.get("RetryAttempts", 0)) > 0)
+    response: dict[str, Any] = drive(request(operation, resent=resent, **params), client)
     return response
-
-
-def _tables(params: dict[str, Any]) -> tuple[str, ...]:
-    """The tables a request names: ``TableName``, or a batch's ``RequestItems``."""
-    if isinstance(params.get("TableName"), str):
-        return (params["TableName"],)
-    items = params.get("RequestItems")
-    return tuple(sorted(items)) if isinstance(items, dict) else ()
 
 
 def was_resent(exc: BaseException) -> bool:

@@ -7,7 +7,9 @@ import time
 from typing import Any, Final
 
 from . import schema as s
+from ._drive import drive
 from ._dynamo import call
+from ._effects import Step, pause, request
 from .errors import DdbtxError, DynamoDBError, TableNotFound
 
 logger = logging.getLogger(__name__)
@@ -18,24 +20,33 @@ def create_table_if_missing(client: Any, name: str, ttl_attribute: str | None, *
 
     Idempotent and safe to run concurrently; TTL (when ``ttl_attribute`` is
     given) is skipped where the emulator lacks the API: TTL is garbage
-    collection only, never relied on.
+    collection only, never relied on. The blocking form of :func:`ensure_table`.
     """
+    drive(ensure_table(name, ttl_attribute, **spec), client)
+
+
+#: How the wait for a new table polls: as boto3's ``table_exists`` waiter would.
+TABLE_POLL_SECONDS = 1.0
+TABLE_POLLS = 120
+
+
+def ensure_table(name: str, ttl_attribute: str | None, **spec: Any) -> Step[None]:
+    """The step of :func:`create_table_if_missing`, for any driver."""
     try:
-        call(client, "describe_table", TableName=name)
+        yield from request("describe_table", TableName=name)
     except TableNotFound:
         try:
-            call(client, "create_table", TableName=name, BillingMode="PAY_PER_REQUEST", **spec)
+            yield from request(
+                "create_table", TableName=name, BillingMode="PAY_PER_REQUEST", **spec
+            )
         except DynamoDBError as exc:
             if exc.code != "ResourceInUseException":  # created concurrently: fine
                 raise
-    client.get_waiter("table_exists").wait(
-        TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
-    )
+    yield from _wait_active(name)
     if ttl_attribute is None:
         return
     try:
-        call(
-            client,
+        yield from request(
             "update_time_to_live",
             TableName=name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute},
@@ -44,6 +55,20 @@ def create_table_if_missing(client: Any, name: str, ttl_attribute: str | None, *
         # Already enabled, or an emulator without the TTL API (dynalite): TTL is
         # garbage collection only, so the protocol never depends on it.
         logger.debug("TTL not enabled on %s: %s", name, exc.code)
+
+
+def _wait_active(name: str) -> Step[None]:
+    """Poll until the table is ``ACTIVE``; :class:`DdbtxError` if it never becomes so."""
+    for attempt in range(TABLE_POLLS):
+        if attempt:
+            yield from pause(TABLE_POLL_SECONDS)
+        try:
+            described = yield from request("describe_table", TableName=name)
+        except TableNotFound:
+            continue  # listed a moment later by an eventually consistent endpoint
+        if described["Table"].get("TableStatus") == "ACTIVE":
+            return
+    raise DdbtxError(f"table {name!r} did not become ACTIVE within {TABLE_POLLS} polls")
 
 
 def create_transactions_table(client: Any, name: str) -> None:

@@ -8,9 +8,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from .. import schema
+from .._drive import drive
 from .._dynamo import call
+from .._effects import Step, request
 from ..errors import ConditionFailed, TableNotFound
-from ..tables import create_table_if_missing
+from ..tables import ensure_table
 from ._line import Entry
 from ._line import entries as line_entries
 from ._rows import (
@@ -74,8 +76,13 @@ def create_lock_table(client: Any, table: str) -> None:
     --------
     >>> create_lock_table(client, "Locks")    # doctest: +SKIP
     """
+    drive(lock_table(table), client)
+
+
+def lock_table(table: str) -> Step[None]:
+    """The step of :func:`create_lock_table`, for any driver."""
     try:
-        described = call(client, "describe_table", TableName=table)["Table"]
+        described = (yield from request("describe_table", TableName=table))["Table"]
     except TableNotFound:
         described = None
     if described is not None and described.get("KeySchema") != _KEY_SCHEMA:
@@ -83,8 +90,7 @@ def create_lock_table(client: Any, table: str) -> None:
             f"table {table!r} exists with key schema {described.get('KeySchema')}, "
             f"not {_KEY_SCHEMA}"
         )
-    create_table_if_missing(
-        client,
+    yield from ensure_table(
         table,
         schema.LOCK_TTL,
         KeySchema=_KEY_SCHEMA,

@@ -1,0 +1,164 @@
+"""Requests as values: the protocol core says what to send, a driver sends it.
+
+A protocol step is a generator (:data:`Step`) that yields an :data:`Effect` each time
+it needs the outside world (a DynamoDB call, a pause) and is resumed with the answer,
+or has the failure thrown in at that very ``yield``, exactly where a blocking call
+would have raised. Nothing here performs I/O, so the same step runs unchanged under
+the sync driver (:mod:`ddbtx._drive`: boto3, threads), the asyncio driver
+(:mod:`ddbtx.aio._drive`: aiobotocore, tasks) and a deterministic explorer that
+interleaves many steps on one thread.
+
+:class:`Run` is the one place that advances a step and turns what a driver got
+back into what the step sees: a response without its metadata, or a botocore
+``ClientError`` translated into a :class:`~ddbtx.errors.DynamoDBError` that keeps
+the cause (:func:`~ddbtx.errors.translate`). A driver only performs effects.
+
+Examples
+--------
+>>> def read(table: str, key: dict) -> Step[dict | None]:
+...     response = yield from request("get_item", TableName=table, Key=key)
+...     return response.get("Item")
+>>> step = read("Accounts", {"id": {"S": "alice"}})
+>>> for effect in (run := Run(step)):
+...     print(effect)
+...     with run.outcome() as out:
+...         out.value = {"Item": {"id": {"S": "alice"}}, "ResponseMetadata": {}}
+Call(operation='get_item', params={'TableName': 'Accounts', 'Key': {'id': {'S': 'alice'}}})
+>>> run.result
+{'id': {'S': 'alice'}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Generic, TypeAlias, TypeVar
+
+from botocore.exceptions import ClientError
+
+from .errors import DynamoDBError, translate
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One DynamoDB request: the client method's name (``"update_item"``) and its keywords."""
+
+    operation: str
+    params: Mapping[str, Any]
+
+    def tables(self) -> tuple[str, ...]:
+        """The tables the request names: ``TableName``, or a batch's ``RequestItems``."""
+        if isinstance(self.params.get("TableName"), str):
+            return (self.params["TableName"],)
+        items = self.params.get("RequestItems")
+        return tuple(sorted(items)) if isinstance(items, dict) else ()
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """A pause of ``seconds`` (the driver's clock: real, virtual or the explorer's)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What a :class:`Call` answers: the response without ``ResponseMetadata``, and
+    whether the SDK sent the request more than once (an earlier attempt may then have
+    been applied behind a lost answer)."""
+
+    response: dict[str, Any]
+    resent: bool
+
+
+Effect: TypeAlias = Call | Sleep
+#: A protocol step: yields effects, is sent each one's answer, returns ``T``.
+Step: TypeAlias = Generator[Effect, Any, T]
+
+
+def request(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
+    """The step of one DynamoDB call: its response (a dict), or the translated error raised.
+
+    ``resent``, if given, gets whether the SDK sent the request more than once.
+    """
+    reply: Reply = yield Call(operation, params)
+    if resent is not None:
+        resent.append(reply.resent)
+    return reply.response
+
+
+def pause(seconds: float) -> Step[None]:
+    """The step of one pause."""
+    yield Sleep(seconds)
+
+
+def failure(exc: ClientError, call: Call) -> DynamoDBError:
+    """``exc`` as the :class:`DynamoDBError` a step sees, caused by ``exc`` (as ``raise
+    ... from exc`` would set it)."""
+    error = translate(exc, call.tables())
+    error.__cause__ = exc
+    error.__suppress_context__ = True
+    return error
+
+
+def reply_to(response: dict[str, Any]) -> Reply:
+    """A raw SDK response as the :class:`Reply` a step is sent."""
+    meta = response.pop("ResponseMetadata", None) or {}
+    return Reply(response, int(meta.get("RetryAttempts", 0)) > 0)
+
+
+class _Outcome:
+    """Where a driver puts what performing the current effect gave (see :meth:`Run.outcome`)."""
+
+    value: Any = None
+
+
+class Run(Generic[T]):
+    """One step being driven: the effect it waits on, or its result once done.
+
+    A driver iterates over the run's effects; it performs each inside ``with
+    run.outcome() as out`` and sets ``out.value``; whatever the effect raised
+    instead is thrown into the step (a ``ClientError`` translated first). Any
+    exception the step itself raises leaves the ``with`` to the driver's caller.
+    """
+
+    def __init__(self, step: Step[T]) -> None:
+        self._step = step
+        self.done = False
+        self.result: T
+        self.effect: Effect
+        self._advance(lambda: next(step))
+
+    def __iter__(self) -> Iterator[Effect]:
+        while not self.done:
+            yield self.effect
+
+    def _advance(self, resume: Any) -> None:
+        try:
+            self.effect = resume()
+        except StopIteration as stop:
+            self.done = True
+            self.result = stop.value
+
+    @contextmanager
+    def outcome(self) -> Iterator[_Outcome]:
+        """Resume the step with what the block set, or throw in what it raised."""
+        out = _Outcome()
+        error: BaseException | None = None
+        try:
+            yield out
+        except ClientError as exc:
+            error = failure(exc, self.effect) if isinstance(self.effect, Call) else exc
+        except BaseException as exc:  # a crash, a timeout, a cancellation: the step's to see
+            error = exc
+        if error is not None:
+            thrown = error
+            self._advance(lambda: self._step.throw(thrown))
+        elif isinstance(self.effect, Call):
+            reply = reply_to(out.value)
+            self._advance(lambda: self._step.send(reply))
+        else:
+            self._advance(lambda: self._step.send(None))

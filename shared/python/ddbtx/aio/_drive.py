@@ -1,0 +1,32 @@
+"""The asyncio driver: runs a protocol step (:mod:`ddbtx._effects`) on an aiobotocore client.
+
+It only carries requests and answers; every decision is the step's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from .._drive import perform
+from .._effects import Run, Step
+
+T = TypeVar("T")
+
+
+async def drive(
+    step: Step[T], client: Any, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+) -> T:
+    """Run ``step`` to its end on ``client`` (an aiobotocore DynamoDB client); its result.
+
+    Examples
+    --------
+    >>> from ddbtx._effects import request
+    >>> await drive(request("describe_table", TableName="Accounts"), client)  # doctest: +SKIP
+    {'Table': {...}}
+    """
+    for effect in (run := Run(step)):
+        with run.outcome() as out:
+            out.value = await perform(client, sleep, effect)
+    return run.result
