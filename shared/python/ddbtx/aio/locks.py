@@ -7,13 +7,29 @@ with the same name, parameters, result and errors.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Awaitable
+from typing import Any, cast
 
 from ..locks._mutex_core import MutexSteps
+from ..locks._rows import DEFAULT_NAMESPACE
 from ..locks.admin import lock_table
+from ..locks.fifo import FifoHeldSteps, FifoSteps
+from ..locks.lease import LeaseClientSteps, LeaseLockSteps
 from ._drive import drive
+from ._held import Acquiring, HeldLock, LockClient
 
-__all__ = ["Mutex", "create_lock_table"]
+__all__ = [
+    "Acquiring",
+    "FifoHeldLock",
+    "FifoLock",
+    "HeldLock",
+    "LeaseLock",
+    "LeaseLockClient",
+    "LockClient",
+    "Mutex",
+    "create_lock_table",
+]
 
 
 async def create_lock_table(client: Any, table: str) -> None:
@@ -54,3 +70,65 @@ class Mutex(MutexSteps):
     async def release(self, resource: str) -> bool:
         """Free the lock if this owner holds it; ``False`` (nothing changed) if not."""
         return await drive(self._release(resource), self.client)
+
+
+class LeaseLock(LeaseLockSteps, HeldLock):
+    """A granted lease lock (see :class:`HeldLock`)."""
+
+
+class LeaseLockClient(LeaseClientSteps, LockClient):
+    """The lease lock of :class:`ddbtx.locks.LeaseLockClient`, for asyncio.
+
+    Same parameters (``client`` an aiobotocore DynamoDB client, ``sleep`` an async
+    one), same rows and line: sync and async clients queue for one lock together.
+    Heartbeats run as a task on the event loop that acquired the lock.
+
+    Examples
+    --------
+    >>> async with LeaseLockClient(client, "Locks", owner="host-a") as lc:  # doctest: +SKIP
+    ...     async with lc.acquire("Moe", wait=30.0) as lock:
+    ...         await update_customer("Moe", fence=lock.fencing_token)
+    ...     lock = await lc.acquire("Moe")
+    ...     await lock.release()
+    """
+
+    _lock_type = LeaseLock
+
+    def acquire(
+        self, resource: str, *, wait: float = math.inf, data: bytes | None = None
+    ) -> Acquiring[LeaseLock]:
+        """Acquire the lease on ``resource``, as :meth:`ddbtx.locks.LeaseLockClient.acquire`;
+        await the result, or enter it with ``async with``. Arguments are checked at
+        once; the requests are sent when it is awaited or entered."""
+        step = self._acquire(resource, wait, data)
+        return Acquiring(cast("Awaitable[LeaseLock]", self._run(step)))
+
+
+class FifoHeldLock(FifoHeldSteps, HeldLock):
+    """A granted FIFO lock; ``fencing_token`` is its ticket."""
+
+
+class FifoLock(FifoSteps, LockClient):
+    """The fair FIFO lock of :class:`ddbtx.locks.FifoLock`, for asyncio.
+
+    Same parameters (``client`` an aiobotocore DynamoDB client, ``sleep`` an async
+    one), same head row: sync and async clients take tickets in one line.
+
+    Examples
+    --------
+    >>> fifo = FifoLock(client, "Locks", owner="p1")                       # doctest: +SKIP
+    >>> async with fifo.acquire("order-history", namespace="sum") as lock:  # doctest: +SKIP
+    ...     total = await sum_orders(fence=lock.fencing_token)
+    >>> await fifo.close()                                                 # doctest: +SKIP
+    """
+
+    _lock_type = FifoHeldLock
+
+    def acquire(
+        self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
+    ) -> Acquiring[FifoHeldLock]:
+        """Acquire ``resource`` in ``namespace`` after every earlier live ticket, as
+        :meth:`ddbtx.locks.FifoLock.acquire`; await the result, or enter it with
+        ``async with``. Arguments are checked at once."""
+        step = self._acquire(resource, namespace, wait)
+        return Acquiring(cast("Awaitable[FifoHeldLock]", self._run(step)))

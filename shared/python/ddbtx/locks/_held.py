@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar, cast
 
-from .._dynamo import call
+from .._drive import drive
+from .._effects import Step, request
 from ..errors import ConditionFailed, LockLostError
 from ._pace import Pace
 from ._rows import (
@@ -30,9 +31,244 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 State = Literal["held", "released", "lost", "abandoned"]
+T = TypeVar("T")
 
 
-class HeldLock:
+class HeldLockSteps:
+    """A granted lease or FIFO lock as both drivers see it: its state, its answers
+    without a request, and the steps of its two writes (heartbeat and release).
+
+    :class:`HeldLock` runs the steps on a boto3 client, the ``HeldLock`` classes
+    of :mod:`ddbtx.aio.locks` on an aiobotocore one; see :class:`HeldLock` for
+    the attributes.
+    """
+
+    #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
+    _renew_write: ClassVar[tuple[str, str]]
+    _release_write: ClassVar[tuple[str, str]]
+    #: Values and attribute-name placeholders of this grant's writes beyond the shared ones.
+    _extra_values: dict[str, object]
+    _extra_names: dict[str, str]
+
+    def __init__(
+        self,
+        lock_client: LockClientSteps,
+        *,
+        hold: str,
+        row_key: Item,
+        resource: str,
+        fencing_token: int,
+        confirmed_at: float,
+        namespace: str | None = None,
+        data: bytes | None = None,
+    ) -> None:
+        self.resource = resource
+        self.owner = lock_client.owner
+        self.namespace = namespace
+        self.fencing_token = fencing_token
+        self.data = data
+        self.lease_duration = lock_client.lease_duration
+        self._lc = lock_client
+        self._hold = hold
+        self._key = row_key
+        self._clock = lock_client._clock
+        self._confirmed = confirmed_at
+        self._state: State = "held"
+        self._keeper: Keeper | None = None
+        self._on_lost: Callable[[HeldLockSteps], None] | None = None
+        self._on_danger: Callable[[HeldLockSteps], None] | None = None
+        self._danger = lock_client.danger_fraction
+        self._warned = False
+        self._extra_values = {}
+        self._extra_names = {}
+
+    def __repr__(self) -> str:
+        where = self.resource if self.namespace is None else f"{self.resource}/{self.namespace}"
+        return f"<{type(self).__name__} {where} token={self.fencing_token} {self._state}>"
+
+    # -- the two writes a held lock makes ----------------------------------------
+
+    def _write(
+        self,
+        texts: tuple[str, str],
+        values: dict[str, object],
+        names: dict[str, str] | None = None,
+        **params: Any,
+    ) -> Step[Item]:
+        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours.
+        The row after it, where ``params`` ask for it (``ReturnValues``)."""
+        condition, update = texts
+        response: dict[str, Any] = yield from request(
+            "update_item",
+            TableName=self._lc.table,
+            Key=self._key,
+            **expressions(
+                {
+                    ":hold": self._hold,
+                    ":true": True,
+                    ":false": False,
+                    **self._extra_values,
+                    **values,
+                },
+                names={**self._extra_names, **(names or {})},
+                ConditionExpression=condition,
+                UpdateExpression=update,
+            ),
+            **params,
+        )
+        attributes: Item = response.get("Attributes", {})
+        return attributes
+
+    def _renew(self) -> Step[None]:
+        expires = self._lc._wall() + self.lease_duration
+        yield from self._write(self._renew_write, {":rvn": new_id(), ":exp": expires})
+
+    def _end(self) -> Step[None]:
+        yield from self._write(self._release_write, {})
+
+    def _confirm(self, heartbeat_period: float) -> Step[bool]:
+        """Before handing out a grant learned late (handed over, or a FIFO turn): renew
+        it now if the first heartbeat could come after the lease; ``False`` if it
+        was taken over before we even knew of it (no grant, no ``on_lost``)."""
+        if heartbeat_period < self.remaining():
+            return True
+        sent = self._clock()
+        try:
+            yield from self._renew()
+        except ConditionFailed:
+            logger.info("%r was taken over before it was noticed", self)
+            return False
+        self._confirmed = sent
+        return True
+
+    def _renewal(self) -> Step[bool | None]:
+        """A heartbeat's write: ``True`` renewed, ``False`` found taken over, ``None``
+        not held (released or lost before). Run under the lock's I/O guard."""
+        if self._state != "held":
+            return None
+        sent = self._clock()
+        try:
+            yield from self._renew()
+        except ConditionFailed:
+            self._state = "lost"
+            return False
+        self._confirmed = sent
+        self._warned = False
+        return True
+
+    def _after_renewal(self, renewed: bool | None) -> bool:
+        """What :meth:`_renewal` found, once the I/O guard is let go (a lost lock's
+        callback may release it)."""
+        if renewed:
+            return True
+        if renewed is False:
+            self._forget()
+            self._report_lost()
+        return False
+
+    def _release(self) -> Step[bool]:
+        """The release's write; run under the lock's I/O guard."""
+        if self._state != "held":
+            return False
+        started = self._clock()
+        self._forget()
+        try:
+            yield from self._end()
+        except ConditionFailed as exc:
+            # A retried release that fails met either our own applied first
+            # attempt followed by a new grant, or a takeover. A takeover needs
+            # our lease to run out after our last confirmed heartbeat; if the
+            # release was sent before that, it came first.
+            if not (was_retried(exc) and started - self._confirmed < self.lease_duration):
+                self._state = "lost"
+                return False
+        except BaseException:
+            # Unknown outcome: no more heartbeats, so the row lapses after a lease.
+            self._state = "abandoned"
+            raise
+        self._state = "released"
+        return True
+
+    # -- answers without a request ---------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """A heartbeat or the release found the lock taken over."""
+        return self._state == "lost"
+
+    @property
+    def released(self) -> bool:
+        return self._state == "released"
+
+    def is_held(self) -> bool:
+        """Whether this holder may still act: not released, not lost, and its lease
+        (counted from the start of the last successful heartbeat) not yet over."""
+        return self._state == "held" and self.remaining() > 0
+
+    def remaining(self) -> float:
+        """Seconds of lease left, counted from the start of the last successful
+        heartbeat on this client's monotonic clock (negative once over)."""
+        return self._confirmed + self.lease_duration - self._clock()
+
+    @property
+    def in_danger(self) -> bool:
+        """Still held, but less than ``danger_fraction`` of the lease is left: the
+        heartbeats since have failed, and a waiter may take over once it runs out."""
+        return self._state == "held" and self.remaining() < self._danger * self.lease_duration
+
+    def _raise_if_lost(self, exc: BaseException | None) -> None:
+        """On leaving a ``with`` block (after the release): a lock taken over meanwhile
+        raises :class:`LockLostError`, or is noted on the exception under way."""
+        if self._state != "lost":
+            return
+        message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"
+        if exc is None:
+            raise LockLostError(message)
+        exc.add_note(f"ddbtx.locks: {message} while this exception was raised")
+
+    # -- the heartbeats' side ------------------------------------------------------
+
+    def _attach(
+        self,
+        keeper: Keeper,
+        on_lost: Callable[[HeldLockSteps], None] | None,
+        on_danger: Callable[[HeldLockSteps], None] | None = None,
+    ) -> None:
+        self._keeper = keeper
+        self._on_lost = on_lost
+        self._on_danger = on_danger
+        keeper.add(self)
+
+    def _forget(self) -> None:
+        if self._keeper is not None:
+            self._keeper.discard(self)
+
+    def _report_lost(self) -> None:
+        logger.warning("lost %r: taken over after its lease ran out", self)
+        self._notify("on_lost", self._on_lost)
+
+    def _notify(self, name: str, callback: Callable[[HeldLockSteps], None] | None) -> None:
+        if callback is None:
+            return
+        try:
+            callback(self)
+        except Exception:  # a failing callback must not stop other heartbeats
+            logger.exception("%s callback failed for %r", name, self)
+
+    def _beat_failed(self) -> None:
+        """A heartbeat failed on a request error (transient: the next period tries
+        again, the lease has slack): warn once (until a heartbeat succeeds again)
+        when less than ``danger_fraction`` of the lease is left, so the holder can
+        stop before a waiter may take over."""
+        logger.warning("heartbeat failed for %r", self, exc_info=True)
+        if self._warned or not self.in_danger:
+            return
+        self._warned = True
+        logger.warning("%r in danger: %.3fs of its lease left", self, self.remaining())
+        self._notify("on_danger", self._on_danger)
+
+
+class HeldLock(HeldLockSteps):
     """A granted lease or FIFO lock.
 
     Renewed by its client's heartbeat thread until :meth:`release`; usable as a
@@ -62,132 +298,10 @@ class HeldLock:
     ...         write(batch, fence=lock.fencing_token)
     """
 
-    #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
-    _renew_write: ClassVar[tuple[str, str]]
-    _release_write: ClassVar[tuple[str, str]]
-    #: Values and attribute-name placeholders of this grant's writes beyond the shared ones.
-    _extra_values: dict[str, object]
-    _extra_names: dict[str, str]
-
-    def __init__(
-        self,
-        lock_client: LockClient,
-        *,
-        hold: str,
-        row_key: Item,
-        resource: str,
-        fencing_token: int,
-        confirmed_at: float,
-        namespace: str | None = None,
-        data: bytes | None = None,
-    ) -> None:
-        self.resource = resource
-        self.owner = lock_client.owner
-        self.namespace = namespace
-        self.fencing_token = fencing_token
-        self.data = data
-        self.lease_duration = lock_client.lease_duration
-        self._lc = lock_client
-        self._hold = hold
-        self._key = row_key
-        self._clock = lock_client._clock
-        self._confirmed = confirmed_at
-        self._state: State = "held"
+    def __init__(self, lock_client: LockClientSteps, **grant: Any) -> None:
+        super().__init__(lock_client, **grant)
+        # One write of this lock at a time: a heartbeat never overtakes the release.
         self._io = threading.Lock()
-        self._keeper: Heartbeats | None = None
-        self._on_lost: Callable[[HeldLock], None] | None = None
-        self._on_danger: Callable[[HeldLock], None] | None = None
-        self._danger = lock_client.danger_fraction
-        self._warned = False
-        self._extra_values = {}
-        self._extra_names = {}
-
-    def __repr__(self) -> str:
-        where = self.resource if self.namespace is None else f"{self.resource}/{self.namespace}"
-        return f"<{type(self).__name__} {where} token={self.fencing_token} {self._state}>"
-
-    # -- the two writes a held lock makes ----------------------------------------
-
-    def _write(
-        self,
-        texts: tuple[str, str],
-        values: dict[str, object],
-        names: dict[str, str] | None = None,
-        **params: Any,
-    ) -> Item:
-        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours.
-        The row after it, where ``params`` ask for it (``ReturnValues``)."""
-        condition, update = texts
-        response: dict[str, Any] = call(
-            self._lc.client,
-            "update_item",
-            TableName=self._lc.table,
-            Key=self._key,
-            **expressions(
-                {
-                    ":hold": self._hold,
-                    ":true": True,
-                    ":false": False,
-                    **self._extra_values,
-                    **values,
-                },
-                names={**self._extra_names, **(names or {})},
-                ConditionExpression=condition,
-                UpdateExpression=update,
-            ),
-            **params,
-        )
-        attributes: Item = response.get("Attributes", {})
-        return attributes
-
-    def _renew(self) -> None:
-        expires = self._lc._wall() + self.lease_duration
-        self._write(self._renew_write, {":rvn": new_id(), ":exp": expires})
-
-    def _end(self) -> None:
-        self._write(self._release_write, {})
-
-    def _confirm(self, heartbeat_period: float) -> bool:
-        """Before handing out a grant learned late (handed over, or a FIFO turn): renew
-        it now if the thread's first heartbeat could come after the lease; ``False``
-        if it was taken over before we even knew of it (no grant, no ``on_lost``)."""
-        if heartbeat_period < self.remaining():
-            return True
-        sent = self._clock()
-        try:
-            self._renew()
-        except ConditionFailed:
-            logger.info("%r was taken over before it was noticed", self)
-            return False
-        self._confirmed = sent
-        return True
-
-    # -- public ----------------------------------------------------------------
-
-    @property
-    def lost(self) -> bool:
-        """A heartbeat or the release found the lock taken over."""
-        return self._state == "lost"
-
-    @property
-    def released(self) -> bool:
-        return self._state == "released"
-
-    def is_held(self) -> bool:
-        """Whether this holder may still act: not released, not lost, and its lease
-        (counted from the start of the last successful heartbeat) not yet over."""
-        return self._state == "held" and self.remaining() > 0
-
-    def remaining(self) -> float:
-        """Seconds of lease left, counted from the start of the last successful
-        heartbeat on this client's monotonic clock (negative once over)."""
-        return self._confirmed + self.lease_duration - self._clock()
-
-    @property
-    def in_danger(self) -> bool:
-        """Still held, but less than ``danger_fraction`` of the lease is left: the
-        heartbeats since have failed, and a waiter may take over once it runs out."""
-        return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def heartbeat(self) -> bool:
         """Renew the lease now (the heartbeat thread does this every period).
@@ -196,20 +310,8 @@ class HeldLock:
         raises the :class:`~ddbtx.errors.DynamoDBError` of a failed request.
         """
         with self._io:
-            if self._state != "held":
-                return False
-            sent = self._clock()
-            try:
-                self._renew()
-            except ConditionFailed:
-                self._state = "lost"
-            else:
-                self._confirmed = sent
-                self._warned = False
-                return True
-        self._forget()
-        self._report_lost()
-        return False
+            renewed = drive(self._renewal(), self._lc.client)
+        return self._after_renewal(renewed)
 
     def release(self) -> bool:
         """Release the lock: one conditional write.
@@ -217,28 +319,9 @@ class HeldLock:
         Returns ``False`` if it was already released or has been taken over.
         """
         with self._io:
-            if self._state != "held":
-                return False
-            started = self._clock()
-            self._forget()
-            try:
-                self._end()
-            except ConditionFailed as exc:
-                # A retried release that fails met either our own applied first
-                # attempt followed by a new grant, or a takeover. A takeover needs
-                # our lease to run out after our last confirmed heartbeat; if the
-                # release was sent before that, it came first.
-                if not (was_retried(exc) and started - self._confirmed < self.lease_duration):
-                    self._state = "lost"
-                    return False
-            except BaseException:
-                # Unknown outcome: no more heartbeats, so the row lapses after a lease.
-                self._state = "abandoned"
-                raise
-            self._state = "released"
-            return True
+            return drive(self._release(), self._lc.client)
 
-    def __enter__(self) -> HeldLock:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -249,58 +332,29 @@ class HeldLock:
     ) -> None:
         if self._state == "held":
             self.release()
-        if self._state != "lost":
-            return
-        message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"
-        if exc is None:
-            raise LockLostError(message)
-        exc.add_note(f"ddbtx.locks: {message} while this exception was raised")
-
-    # -- heartbeat thread side -------------------------------------------------
-
-    def _attach(
-        self,
-        keeper: Heartbeats,
-        on_lost: Callable[[HeldLock], None] | None,
-        on_danger: Callable[[HeldLock], None] | None = None,
-    ) -> None:
-        self._keeper = keeper
-        self._on_lost = on_lost
-        self._on_danger = on_danger
-        keeper.add(self)
-
-    def _forget(self) -> None:
-        if self._keeper is not None:
-            self._keeper.discard(self)
-
-    def _report_lost(self) -> None:
-        logger.warning("lost %r: taken over after its lease ran out", self)
-        self._notify("on_lost", self._on_lost)
-
-    def _notify(self, name: str, callback: Callable[[HeldLock], None] | None) -> None:
-        if callback is None:
-            return
-        try:
-            callback(self)
-        except Exception:  # a failing callback must not stop other heartbeats
-            logger.exception("%s callback failed for %r", name, self)
+        self._raise_if_lost(exc)
 
     def _beat(self) -> None:
         try:
             self.heartbeat()
-        except Exception:  # transient: the next period tries again, the lease has slack
-            logger.warning("heartbeat failed for %r", self, exc_info=True)
-            self._check_danger()
+        except Exception:
+            self._beat_failed()
 
-    def _check_danger(self) -> None:
-        """After a failed heartbeat: warn once (until a heartbeat succeeds again) when
-        less than ``danger_fraction`` of the lease is left, so the holder can stop
-        before a waiter may take over."""
-        if self._warned or not self.in_danger:
-            return
-        self._warned = True
-        logger.warning("%r in danger: %.3fs of its lease left", self, self.remaining())
-        self._notify("on_danger", self._on_danger)
+
+class Keeper(Protocol):
+    """What renews a client's held locks every period: a thread (:class:`Heartbeats`)
+    or, under asyncio, a task."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def add(self, lock: HeldLockSteps) -> None: ...
+
+    def discard(self, lock: HeldLockSteps) -> None: ...
+
+    def held(self) -> list[HeldLockSteps]: ...
+
+    def close(self) -> None: ...
 
 
 class Heartbeats:
@@ -313,7 +367,7 @@ class Heartbeats:
     def __init__(self, period: float, name: str) -> None:
         self._period = period
         self._name = name
-        self._locks: set[HeldLock] = set()
+        self._locks: set[HeldLockSteps] = set()
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -322,18 +376,18 @@ class Heartbeats:
     def closed(self) -> bool:
         return self._stop.is_set()
 
-    def add(self, lock: HeldLock) -> None:
+    def add(self, lock: HeldLockSteps) -> None:
         with self._mutex:
             self._locks.add(lock)
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
 
-    def discard(self, lock: HeldLock) -> None:
+    def discard(self, lock: HeldLockSteps) -> None:
         with self._mutex:
             self._locks.discard(lock)
 
-    def held(self) -> list[HeldLock]:
+    def held(self) -> list[HeldLockSteps]:
         with self._mutex:
             return list(self._locks)
 
@@ -355,7 +409,7 @@ class Heartbeats:
             for lock in batch:
                 if self._stop.is_set():
                     break
-                lock._beat()
+                cast(HeldLock, lock)._beat()  # a sync client keeps sync locks
         with self._mutex:
             self._thread = None
 
@@ -387,7 +441,86 @@ def observe(
     return Watch(target, rvn, lease, now)
 
 
-class LockClient:
+class LockClientSteps:
+    """What every lease and FIFO lock client shares, for both drivers: checked
+    settings, injected clocks, paces, and the keeper of the locks it holds.
+    :class:`LockClient` documents the parameters.
+    """
+
+    _default_lease = 10.0
+    _default_heartbeat = 3.0
+    _default_min_poll = 0.01
+    _kind = "lock"
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        *,
+        owner: str,
+        lease_duration: float | None = None,
+        heartbeat_period: float | None = None,
+        min_poll: float | None = None,
+        max_poll: float | None = None,
+        on_lost: Callable[[Any], None] | None = None,
+        on_danger: Callable[[Any], None] | None = None,
+        danger_fraction: float = 0.5,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+        sleep: Callable[[float], Any] | None = None,
+    ) -> None:
+        self.owner = check_owner(owner)
+        self.lease_duration, self.heartbeat_period = check_lease(
+            self._default_lease if lease_duration is None else lease_duration,
+            self._default_heartbeat if heartbeat_period is None else heartbeat_period,
+        )
+        self._polls = check_polls(
+            min_poll, max_poll, self.heartbeat_period, default_low=self._default_min_poll
+        )
+        self.danger_fraction = check_fraction(danger_fraction, "danger_fraction")
+        for name, callback in (("on_lost", on_lost), ("on_danger", on_danger)):
+            if callback is not None and not callable(callback):
+                raise ValueError(f"{name} must be callable, not {type(callback).__name__}")
+        self.client = client
+        self.table = table
+        self._on_lost = on_lost
+        self._on_danger = on_danger
+        self._clock = clock
+        self._wall = wall_clock
+        self._sleep = sleep
+        self._heartbeats = self._keeper(
+            self.heartbeat_period, f"ddbtx-{self._kind}-heartbeat-{self.owner}"
+        )
+        self._paces: dict[tuple[str, str], Pace] = {}  # how fast each lock changes hands
+        self._paces_guard = threading.Lock()
+
+    def _keeper(self, period: float, name: str) -> Keeper:
+        """The keeper that renews this client's locks (the driver's own)."""
+        raise NotImplementedError
+
+    def held(self) -> list[Any]:
+        """The locks this client holds and heartbeats."""
+        return self._heartbeats.held()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run: no more heartbeats, and no more acquires."""
+        return self._heartbeats.closed
+
+    def _check_open(self) -> None:
+        if self._heartbeats.closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed")
+
+    def _pace(self, resource: str, row: str) -> Pace:
+        """This client's view of how fast ``resource``'s lock ``row`` changes hands."""
+        with self._paces_guard:
+            return self._paces.setdefault((resource, row), Pace())
+
+    def _keep(self, lock: HeldLockSteps) -> None:
+        lock._attach(self._heartbeats, self._on_lost, self._on_danger)
+
+
+class LockClient(LockClientSteps):
     """Shared plumbing of :class:`LeaseLockClient` and :class:`FifoLock`: checked
     settings, injected clocks, and the heartbeat thread of the locks it holds.
 
@@ -432,66 +565,26 @@ class LockClient:
     one; the heartbeat thread renews every lock the client holds.
     """
 
-    _default_lease = 10.0
-    _default_heartbeat = 3.0
-    _default_min_poll = 0.01
-    _kind = "lock"
-
     def __init__(
-        self,
-        client: Any,
-        table: str,
-        *,
-        owner: str,
-        lease_duration: float | None = None,
-        heartbeat_period: float | None = None,
-        min_poll: float | None = None,
-        max_poll: float | None = None,
-        on_lost: Callable[[HeldLock], None] | None = None,
-        on_danger: Callable[[HeldLock], None] | None = None,
-        danger_fraction: float = 0.5,
-        clock: Clock = time.monotonic,
-        wall_clock: Clock = time.time,
-        sleep: Sleep = time.sleep,
+        self, client: Any, table: str, *, sleep: Sleep = time.sleep, **options: Any
     ) -> None:
-        self.owner = check_owner(owner)
-        self.lease_duration, self.heartbeat_period = check_lease(
-            self._default_lease if lease_duration is None else lease_duration,
-            self._default_heartbeat if heartbeat_period is None else heartbeat_period,
-        )
-        self._polls = check_polls(
-            min_poll, max_poll, self.heartbeat_period, default_low=self._default_min_poll
-        )
-        self.danger_fraction = check_fraction(danger_fraction, "danger_fraction")
-        for name, callback in (("on_lost", on_lost), ("on_danger", on_danger)):
-            if callback is not None and not callable(callback):
-                raise ValueError(f"{name} must be callable, not {type(callback).__name__}")
-        self.client = client
-        self.table = table
-        self._on_lost = on_lost
-        self._on_danger = on_danger
-        self._clock = clock
-        self._wall = wall_clock
-        self._sleep = sleep
-        self._heartbeats = Heartbeats(
-            self.heartbeat_period, f"ddbtx-{self._kind}-heartbeat-{self.owner}"
-        )
-        self._paces: dict[tuple[str, str], Pace] = {}  # how fast each lock changes hands
-        self._paces_guard = threading.Lock()
+        super().__init__(client, table, sleep=sleep, **options)
+
+    def _keeper(self, period: float, name: str) -> Keeper:
+        return Heartbeats(period, name)
+
+    def _run(self, step: Step[T]) -> T:
+        """Run one of this client's steps on its boto3 client and sleep."""
+        return drive(step, self.client, self._sleep or time.sleep)
 
     def held(self) -> list[HeldLock]:
         """The locks this client holds and heartbeats."""
-        return self._heartbeats.held()
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` has run: no more heartbeats, and no more acquires."""
-        return self._heartbeats.closed
+        return [cast(HeldLock, lock) for lock in self._heartbeats.held()]
 
     def close(self) -> None:
         """Stop heartbeating at once, then release every lock still held."""
         self._heartbeats.close()
-        for lock in self._heartbeats.held():
+        for lock in self.held():
             try:
                 lock.release()
             except Exception:  # keep releasing the others; the failed one lapses
@@ -502,15 +595,3 @@ class LockClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _check_open(self) -> None:
-        if self._heartbeats.closed:
-            raise RuntimeError(f"this {type(self).__name__} is closed")
-
-    def _pace(self, resource: str, row: str) -> Pace:
-        """This client's view of how fast ``resource``'s lock ``row`` changes hands."""
-        with self._paces_guard:
-            return self._paces.setdefault((resource, row), Pace())
-
-    def _keep(self, lock: HeldLock) -> None:
-        lock._attach(self._heartbeats, self._on_lost, self._on_danger)

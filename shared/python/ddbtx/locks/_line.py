@@ -22,9 +22,9 @@ import logging
 import math
 from dataclasses import dataclass
 
-from .._dynamo import call
+from .._effects import Step, pause, request
 from ..errors import ConditionFailed, LockError, LockNotGrantedError, ValidationFailed
-from ._held import HeldLock, LockClient, Watch, observe
+from ._held import HeldLockSteps, LockClientSteps, Watch, observe
 from ._pace import Polls
 from ._rows import (
     ENTRY,
@@ -112,10 +112,11 @@ class LineWaiter:
     """One acquire call's place in the line on one row: its ticket, its entry, and
     what it watches. Subclasses say what the first in line does
     (:meth:`at_front`) and which counter moves once per grant (:meth:`counter`).
+    Every method that sends a request is a step (:mod:`ddbtx._effects`).
     """
 
     def __init__(
-        self, lc: LockClient, resource: str, row_key: Item, pace_key: str, deadline: float
+        self, lc: LockClientSteps, resource: str, row_key: Item, pace_key: str, deadline: float
     ) -> None:
         self.lc = lc
         self.resource = resource
@@ -130,7 +131,7 @@ class LineWaiter:
 
     # -- what subclasses decide ----------------------------------------------------
 
-    def at_front(self, row: Item, now: float) -> HeldLock | Item | float:
+    def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
         """Nobody is ahead of us in line: the lock; or, after a failed write, the
         row to look at again; or how long we may sleep before looking again."""
         raise NotImplementedError
@@ -146,16 +147,19 @@ class LineWaiter:
     def not_granted(self) -> LockNotGrantedError:
         raise NotImplementedError
 
-    def handed(self, row: Item) -> HeldLock | None:
+    def handed(self, row: Item) -> Step[HeldLockSteps | None]:
         """Our entry is gone from ``row``: the lock if a release handed it to us."""
         return None
+        yield  # a step that sends nothing here
 
-    def left_too_late(self) -> None:
+    def left_too_late(self) -> Step[None]:
         """Leaving found our entry gone: undo a handoff to us, if that is why."""
+        return
+        yield  # a step that sends nothing here
 
     # -- waiting -------------------------------------------------------------------
 
-    def wait_in_line(self, row: Item) -> HeldLock:
+    def wait_in_line(self, row: Item) -> Step[HeldLockSteps]:
         """Wait from ``row`` (as our entering write returned it) until granted."""
         lc = self.lc
         polls = Polls(self.pace, *lc._polls)
@@ -166,17 +170,17 @@ class LineWaiter:
             line = entries(row, lc.lease_duration)
             mine = next((e for e in line if e.hold == self.hold), None)
             if mine is None:  # hold ids are unique: our entry is gone
-                handed = self.handed(row)
+                handed = yield from self.handed(row)
                 if handed is not None:
                     return handed
-                row = self.reenter()  # judged dead while alive (paused for a lease)
+                row = yield from self.reenter()  # judged dead while alive (paused for a lease)
                 watch = None
                 continue
             ahead = [e for e in line if e.ticket < self.ticket]
             stale = next((e for e in ahead if self.expired(e)), None)
             if stale is not None:
-                self.skip(stale)  # past its garbage-collection time: gone
-                row = self.read()
+                yield from self.skip(stale)  # past its garbage-collection time: gone
+                row = yield from self.read()
                 continue
             counter = self.counter(row, line)
             self.pace.observe(counter, now)
@@ -185,15 +189,15 @@ class LineWaiter:
                 target = ahead[-1]
                 fresh = observe(watch, ("entry", target.ticket), target.rvn, target.lease, now)
                 if fresh is watch and fresh.remaining(now) <= 0:
-                    self.skip(target)
+                    yield from self.skip(target)
                     watch = None
-                    row = self.read()
+                    row = yield from self.read()
                     continue
                 watch, limit = fresh, fresh.remaining(now)
             else:
                 watch = None
-                front = self.at_front(row, now)
-                if isinstance(front, HeldLock):
+                front = yield from self.at_front(row, now)
+                if isinstance(front, HeldLockSteps):
                     return front
                 if isinstance(front, dict):
                     row = front
@@ -207,18 +211,18 @@ class LineWaiter:
                 step = place
             renew_due = self.renewed_at + lc.heartbeat_period
             if now >= renew_due:
-                if not self.renew():
-                    row = self.reenter()
+                if not (yield from self.renew()):
+                    row = yield from self.reenter()
                     watch = None
                     continue
                 renew_due = self.renewed_at + lc.heartbeat_period
             left = self.deadline - now
             if left <= 0:
-                self.leave()
+                yield from self.leave()
                 raise self.not_granted()
             delay = polls.next(len(ahead) + self.holders(row), now)
-            lc._sleep(max(0.0, min(delay, limit, renew_due - now, left)))
-            row = self.read()
+            yield from pause(max(0.0, min(delay, limit, renew_due - now, left)))
+            row = yield from self.read()
 
     # -- requests --------------------------------------------------------------------
 
@@ -233,14 +237,13 @@ class LineWaiter:
 
     def enter(
         self, condition: str = LINE_ENTER, values: dict[str, object] | None = None
-    ) -> Item | None:
+    ) -> Step[Item | None]:
         """Take a ticket and enter the line in one write; ``None`` if ``condition``
         failed. The row as it is after our write."""
         lc = self.lc
         sent = lc._clock()
         try:
-            row: Item = call(
-                lc.client,
+            response = yield from request(
                 "update_item",
                 TableName=lc.table,
                 Key=self.row_key,
@@ -251,14 +254,15 @@ class LineWaiter:
                     ConditionExpression=condition,
                     UpdateExpression=_ENTER,
                 ),
-            )["Attributes"]
+            )
+            row: Item = response["Attributes"]
         except ConditionFailed as exc:
             if not was_retried(exc):
                 return None
             # The first attempt may have been applied behind a lost response: our
             # entry on the row says so (and carries our ticket), or, on a lease row,
             # the lock handed to us since, which removed that entry.
-            row = self.read()
+            row = yield from self.read()
             if get_int(row, self.names["#t"]) is None:
                 if get_str(row, HOLD) != self.hold:
                     return None
@@ -274,15 +278,15 @@ class LineWaiter:
         self.renewed_at = sent
         return row
 
-    def reenter(self) -> Item:
+    def reenter(self) -> Step[Item]:
         self.hold = new_id()
         self.names = entry_names(self.hold)
-        row = self.enter()
+        row = yield from self.enter()
         if row is None:  # a fresh id cannot meet an entry of its own
             raise LockError(f"could not queue for {self.resource!r}")
         return row
 
-    def renew(self) -> bool:
+    def renew(self) -> Step[bool]:
         lc = self.lc
         sent = lc._clock()
         values = {
@@ -291,34 +295,37 @@ class LineWaiter:
             ":exp": lc._wall() + lc.lease_duration,
         }
         try:
-            self.update(LINE_RENEW, RENEW, values, self.names)
+            yield from self.update(LINE_RENEW, RENEW, values, self.names)
         except ConditionFailed:
             self.entered = False
             return False
         self.renewed_at = sent
         return True
 
-    def leave(self) -> None:
+    def leave(self) -> Step[None]:
         if not self.entered:
             return
         self.entered = False
         try:
-            self.update(LINE_LEAVE, LEAVE, {":ticket": self.ticket, ":minus": -1}, self.names)
+            yield from self.update(
+                LINE_LEAVE, LEAVE, {":ticket": self.ticket, ":minus": -1}, self.names
+            )
         except ConditionFailed:  # removed meanwhile: judged dead, or handed the lock
-            self.left_too_late()
+            yield from self.left_too_late()
 
-    def leave_quietly(self) -> None:
+    def leave_quietly(self) -> Step[None]:
         """Remove our entry, if any, without masking what is under way."""
         try:
-            self.leave()
+            yield from self.leave()
         except Exception:  # the one behind skips it after a lease
             logger.warning("could not remove the entry of ticket %d", self.ticket, exc_info=True)
 
-    def skip(self, dead: Entry) -> bool:
+    def skip(self, dead: Entry) -> Step[bool]:
         """Remove ``dead`` if it is still as we watched it; whether it was removed."""
         # If it heartbeated after all, or left, the removal fails: look again either way.
+        values = {":seen": dead.rvn, ":minus": -1}
         try:
-            self.update(LINE_SKIP, LEAVE, {":seen": dead.rvn, ":minus": -1}, entry_names(dead.hold))
+            yield from self.update(LINE_SKIP, LEAVE, values, entry_names(dead.hold))
         except ConditionFailed:
             return False
         logger.info("removed the entry of ticket %d (%s): no heartbeat", dead.ticket, dead.owner)
@@ -326,9 +333,8 @@ class LineWaiter:
 
     def update(
         self, condition: str, update: str, values: dict[str, object], names: dict[str, str]
-    ) -> None:
-        call(
-            self.lc.client,
+    ) -> Step[None]:
+        yield from request(
             "update_item",
             TableName=self.lc.table,
             Key=self.row_key,
@@ -337,14 +343,11 @@ class LineWaiter:
             ),
         )
 
-    def read(self) -> Item:
-        item: Item = call(
-            self.lc.client,
-            "get_item",
-            TableName=self.lc.table,
-            Key=self.row_key,
-            ConsistentRead=True,
-        ).get("Item", {})
+    def read(self) -> Step[Item]:
+        response = yield from request(
+            "get_item", TableName=self.lc.table, Key=self.row_key, ConsistentRead=True
+        )
+        item: Item = response.get("Item", {})
         return item
 
     def expired(self, entry: Entry) -> bool:

@@ -30,8 +30,9 @@ import logging
 import math
 from typing import cast
 
+from .._effects import Step
 from ..errors import LockNotGrantedError
-from ._held import HeldLock, LockClient
+from ._held import HeldLock, HeldLockSteps, LockClient, LockClientSteps
 from ._line import (
     LEAVE,
     LINE_ENTER,
@@ -68,14 +69,37 @@ FIFO_LEAVE = LINE_LEAVE
 FIFO_SKIP = LINE_SKIP
 
 
-class FifoHeldLock(HeldLock):
-    """A granted FIFO lock; ``fencing_token`` is its ticket."""
+class FifoHeldSteps(HeldLockSteps):
+    """A granted FIFO lock's writes, for both drivers: its entry is the holder."""
 
     _renew_write = (FIFO_RENEW, RENEW)
     _release_write = (FIFO_LEAVE, LEAVE)
 
 
-class FifoLock(LockClient):
+class FifoHeldLock(FifoHeldSteps, HeldLock):
+    """A granted FIFO lock; ``fencing_token`` is its ticket."""
+
+
+class FifoSteps(LockClientSteps):
+    """A FIFO lock client's settings and steps, for both drivers; :class:`FifoLock`
+    documents them."""
+
+    _default_lease = 60.0
+    _default_heartbeat = 30.0
+    _kind = "fifo"
+    #: The held-lock class of this client's driver.
+    _lock_type: type[FifoHeldSteps]
+
+    def _acquire(self, resource: str, namespace: str, wait: float) -> Step[FifoHeldSteps]:
+        """The acquire step, its arguments checked now (before any driver runs it)."""
+        check_resource(resource)
+        check_namespace(namespace)
+        wait = check_wait(wait)
+        self._check_open()
+        return _Waiter(self, resource, namespace, self._clock() + wait).run(try_once=wait == 0)
+
+
+class FifoLock(FifoSteps, LockClient):
     """A fair lock: grants follow ticket order, and the holder is the lowest ticket
     on one head row, so two holders are impossible and a handoff needs no write.
 
@@ -97,9 +121,7 @@ class FifoLock(LockClient):
     ...     total = sum_orders(fence=lock.fencing_token)
     """
 
-    _default_lease = 60.0
-    _default_heartbeat = 30.0
-    _kind = "fifo"
+    _lock_type = FifoHeldLock
 
     def acquire(
         self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
@@ -111,41 +133,42 @@ class FifoLock(LockClient):
         whose ``wait`` runs out removes its entry and raises
         :class:`~ddbtx.errors.LockNotGrantedError`.
         """
-        check_resource(resource)
-        check_namespace(namespace)
-        wait = check_wait(wait)
-        self._check_open()
-        waiter = _Waiter(self, resource, namespace, self._clock() + wait)
-        try:
-            return waiter.run(try_once=wait == 0)
-        except BaseException:
-            waiter.leave_quietly()
-            raise
+        return cast(FifoHeldLock, self._run(self._acquire(resource, namespace, wait)))
 
 
 class _Waiter(LineWaiter):
     """One acquire call: its ticket and entry on the head; the lowest ticket holds."""
 
-    def __init__(self, fifo: FifoLock, resource: str, namespace: str, deadline: float) -> None:
+    lc: FifoSteps
+
+    def __init__(self, fifo: FifoSteps, resource: str, namespace: str, deadline: float) -> None:
         head_sk = fifo_head_sk(namespace)
         super().__init__(fifo, resource, key(resource, head_sk), head_sk, deadline)
         self.namespace = namespace
 
-    def run(self, *, try_once: bool) -> FifoHeldLock:
-        head = self.enter(FIFO_TRY if try_once else FIFO_ENTER)
+    def run(self, *, try_once: bool) -> Step[FifoHeldSteps]:
+        try:
+            return (yield from self._run(try_once))
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):  # a step closed unfinished sends nothing
+                yield from self.leave_quietly()
+            raise
+
+    def _run(self, try_once: bool) -> Step[FifoHeldSteps]:
+        head = yield from self.enter(FIFO_TRY if try_once else FIFO_ENTER)
         if head is None:
             raise self.not_granted()
         if try_once:
-            lock = self._granted() if self._lowest(head) else None
+            lock = (yield from self._granted()) if self._lowest(head) else None
             if lock is not None:
                 return lock
-            self.leave()  # a lost response let someone in between: not ours
+            yield from self.leave()  # a lost response let someone in between: not ours
             raise self.not_granted()
-        return cast(FifoHeldLock, self.wait_in_line(head))
+        return cast(FifoHeldSteps, (yield from self.wait_in_line(head)))
 
-    def at_front(self, row: Item, now: float) -> HeldLock | Item:
-        lock = self._granted()  # the lowest ticket holds the lock
-        return lock if lock is not None else self.read()
+    def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
+        lock = yield from self._granted()  # the lowest ticket holds the lock
+        return lock if lock is not None else (yield from self.read())
 
     def counter(self, row: Item, line: list[Entry]) -> int:
         return line[0].ticket
@@ -160,11 +183,11 @@ class _Waiter(LineWaiter):
             f"{self.lc.owner!r} in time (ticket {self.ticket or 'none'})"
         )
 
-    def _granted(self) -> FifoHeldLock | None:
+    def _granted(self) -> Step[FifoHeldSteps | None]:
         """Our entry is the lowest: the lock (``None`` if our entry was judged dead and
         removed before we noticed our turn)."""
         fifo = self.lc
-        lock = FifoHeldLock(
+        lock = fifo._lock_type(
             fifo,
             hold=self.hold,
             row_key=self.row_key,
@@ -177,7 +200,7 @@ class _Waiter(LineWaiter):
         )
         lock._extra_values = {":ticket": self.ticket, ":minus": -1}
         lock._extra_names = dict(self.names)
-        if not lock._confirm(fifo.heartbeat_period):
+        if not (yield from lock._confirm(fifo.heartbeat_period)):
             return None
         self.entered = False  # the entry is the lock's now: release removes it
         fifo._keep(lock)

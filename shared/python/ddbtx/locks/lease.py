@@ -18,9 +18,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .._dynamo import call
+from .._effects import Step, request
 from ..errors import ConditionFailed, LockError, LockNotGrantedError
-from ._held import HeldLock, LockClient, Watch, observe
+from ._held import HeldLock, HeldLockSteps, LockClient, LockClientSteps, Watch, observe
 from ._line import Entry, LineWaiter, entries, entry_names
 from ._rows import (
     DATA,
@@ -106,8 +106,9 @@ def _row(item: Item, default_lease: float) -> _Row:
     )
 
 
-class LeaseLock(HeldLock):
-    """A granted lease lock (see :class:`~ddbtx.locks.HeldLock`)."""
+class LeaseLockSteps(HeldLockSteps):
+    """A granted lease lock's steps, for both drivers: its heartbeat also learns the
+    first in line, whom its release hands the lock to."""
 
     _renew_write = (LEASE_RENEW, _RENEW)
     _release_write = (LEASE_RELEASE, _RELEASE)
@@ -115,15 +116,15 @@ class LeaseLock(HeldLock):
     #: it the lock.
     _next: Entry | None = None
 
-    def _renew(self) -> None:
+    def _renew(self) -> Step[None]:
         expires = self._lc._wall() + self.lease_duration
-        row = self._write(
+        row = yield from self._write(
             self._renew_write, {":rvn": new_id(), ":exp": expires}, ReturnValues="ALL_NEW"
         )
         line = entries(row, self.lease_duration)
         self._next = line[0] if line else None
 
-    def _end(self) -> None:
+    def _end(self) -> Step[None]:
         following = self._next
         if following is not None:
             values: dict[str, object] = {
@@ -137,28 +138,161 @@ class LeaseLock(HeldLock):
             }
             sent = self._clock()
             try:
-                self._write((LEASE_HANDOFF, _HANDOFF), values, entry_names(following.hold))
+                yield from self._write(
+                    (LEASE_HANDOFF, _HANDOFF), values, entry_names(following.hold)
+                )
             except ConditionFailed as exc:
                 # Within our lease nobody else can take the lock, so if a retried
                 # handoff finds it no longer ours, the first attempt was applied (the
                 # new holder may even have released it since).
                 ours = sent - self._confirmed < self.lease_duration
-                if was_retried(exc) and ours and get_str(self._row(), HOLD) != self._hold:
-                    return
+                if was_retried(exc) and ours:
+                    row = yield from self._row()
+                    if get_str(row, HOLD) != self._hold:
+                        return
                 # That waiter left the line (or this grant is gone: the release finds it).
             else:
                 return
-        super()._end()
+        yield from super()._end()
 
-    def _row(self) -> Item:
-        item: Item = call(
-            self._lc.client, "get_item", TableName=self._lc.table, Key=self._key,
-            ConsistentRead=True,
-        ).get("Item", {})  # fmt: skip
+    def _row(self) -> Step[Item]:
+        response = yield from request(
+            "get_item", TableName=self._lc.table, Key=self._key, ConsistentRead=True
+        )
+        item: Item = response.get("Item", {})
         return item
 
 
-class LeaseLockClient(LockClient):
+class LeaseLock(LeaseLockSteps, HeldLock):
+    """A granted lease lock (see :class:`~ddbtx.locks.HeldLock`)."""
+
+
+class LeaseClientSteps(LockClientSteps):
+    """A lease lock client's settings, its ``wait=0`` views and its steps, for both
+    drivers; :class:`LeaseLockClient` documents them."""
+
+    _default_lease = 10.0
+    _default_heartbeat = 3.0
+    _kind = "lease"
+    #: Resources whose ``wait=0`` view a client keeps (the oldest go first).
+    _seen_limit = 10_000
+    #: The held-lock class of this client's driver.
+    _lock_type: type[LeaseLockSteps]
+
+    def __init__(self, client: Any, table: str, **options: Any) -> None:
+        super().__init__(client, table, **options)
+        self._seen: dict[str, Watch] = {}
+        self._seen_guard = threading.Lock()
+
+    def _acquire(self, resource: str, wait: float, data: bytes | None) -> Step[LeaseLockSteps]:
+        """The acquire step, its arguments checked now (before any driver runs it)."""
+        check_resource(resource)
+        wait = check_wait(wait)
+        if data is not None and not isinstance(data, bytes):
+            raise ValueError(f"data must be bytes or None, not {type(data).__name__}")
+        self._check_open()
+        return _Acquire(self, resource, data, wait).run()
+
+    def _remember(self, resource: str, watch: Watch | None) -> Watch | None:
+        """Store (or with ``None`` forget) what a ``wait=0`` call saw; the previous view."""
+        with self._seen_guard:
+            previous = self._seen.pop(resource, None)
+            if watch is not None:
+                self._seen[resource] = watch
+                while len(self._seen) > self._seen_limit:  # oldest first
+                    self._seen.pop(next(iter(self._seen)))
+            return previous
+
+    # -- requests ----------------------------------------------------------------
+
+    def _read(self, resource: str) -> Step[Item]:
+        response = yield from request(
+            "get_item", TableName=self.table, Key=key(resource, LEASE_SK), ConsistentRead=True
+        )
+        item: Item = response.get("Item", {})
+        return item
+
+    def _grant(
+        self,
+        resource: str,
+        hold: str,
+        data: bytes | None,
+        condition: str,
+        values: dict[str, object],
+        entry: dict[str, str] | None = None,
+    ) -> Step[LeaseLockSteps | Item | None]:
+        """The lock; or when the condition failed the row as it was (where DynamoDB
+        returns it with the failure: AWS and moto, not dynalite), else ``None``.
+
+        ``entry``: the placeholders of the caller's line entry, which the grant
+        removes. Its conditions have no replay branch, so a grant whose answer
+        was lost fails its retry; one read then finds our own grant.
+        """
+        values = {
+            ":owner": self.owner,
+            ":hold": hold,
+            ":lease": self.lease_duration,
+            ":exp": self._wall() + self.lease_duration,
+            ":one": 1,
+            ":minus": -1,
+            **values,
+        }
+        if data is not None:
+            values[":data"] = data
+        update = _GRANT.format(
+            data="" if data is None else ", #data = :data",
+            no_data=", #data" if data is None else "",
+            count="" if entry is None else ", #n :minus",
+            entry="" if entry is None else ", #t, #w",
+        )
+        sent = self._clock()
+        try:
+            response = yield from request(
+                "update_item",
+                TableName=self.table,
+                Key=key(resource, LEASE_SK),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **expressions(
+                    values, names=entry, ConditionExpression=condition, UpdateExpression=update
+                ),
+            )
+            item = response["Attributes"]
+        except ConditionFailed as exc:
+            if was_retried(exc):  # the first attempt may have been applied
+                item = yield from self._read(resource)
+                if get_str(item, HOLD) != hold:
+                    return item
+            else:
+                response = getattr(exc.__cause__, "response", None)
+                old = response.get("Item") if isinstance(response, dict) else None
+                return old or None
+        return (yield from self._held(resource, hold, item, sent))
+
+    def _held(
+        self, resource: str, hold: str, item: Item, confirmed_at: float
+    ) -> Step[LeaseLockSteps | None]:
+        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it;
+        ``None`` if the grant was taken over before we even knew of it."""
+        line = entries(item, self.lease_duration)
+        self._pace(resource, LEASE_SK).crowded = bool(line)
+        lock = self._lock_type(
+            self,
+            hold=hold,
+            row_key=key(resource, LEASE_SK),
+            resource=resource,
+            fencing_token=get_int(item, FENCE) or 0,
+            confirmed_at=confirmed_at,
+            data=get_bytes(item, DATA),
+        )
+        lock._next = line[0] if line else None
+        if not (yield from lock._confirm(self.heartbeat_period)):
+            return None  # handed to us, then taken over while we slept past its lease
+        self._keep(lock)
+        return lock
+
+
+class LeaseLockClient(LeaseClientSteps, LockClient):
     """Lease locks with heartbeats and record version numbers, like AWS's Java lock
     client, but clock-free, fair under contention, with fencing tokens, and one
     request per uncontended acquire.
@@ -188,16 +322,7 @@ class LeaseLockClient(LockClient):
     >>> lc.close()                                                        # doctest: +SKIP
     """
 
-    _default_lease = 10.0
-    _default_heartbeat = 3.0
-    _kind = "lease"
-    #: Resources whose ``wait=0`` view a client keeps (the oldest go first).
-    _seen_limit = 10_000
-
-    def __init__(self, client: Any, table: str, **options: Any) -> None:
-        super().__init__(client, table, **options)
-        self._seen: dict[str, Watch] = {}
-        self._seen_guard = threading.Lock()
+    _lock_type = LeaseLock
 
     def acquire(
         self, resource: str, *, wait: float = math.inf, data: bytes | None = None
@@ -221,119 +346,17 @@ class LeaseLockClient(LockClient):
         sleeping through a lease. A new client (a cold start) has seen nothing,
         so its first call only looks.
         """
-        check_resource(resource)
-        wait = check_wait(wait)
-        if data is not None and not isinstance(data, bytes):
-            raise ValueError(f"data must be bytes or None, not {type(data).__name__}")
-        self._check_open()
-        return _Acquire(self, resource, data, wait).run()
-
-    def _remember(self, resource: str, watch: Watch | None) -> Watch | None:
-        """Store (or with ``None`` forget) what a ``wait=0`` call saw; the previous view."""
-        with self._seen_guard:
-            previous = self._seen.pop(resource, None)
-            if watch is not None:
-                self._seen[resource] = watch
-                while len(self._seen) > self._seen_limit:  # oldest first
-                    self._seen.pop(next(iter(self._seen)))
-            return previous
-
-    # -- requests ----------------------------------------------------------------
-
-    def _read(self, resource: str) -> Item:
-        item: Item = call(
-            self.client,
-            "get_item",
-            TableName=self.table,
-            Key=key(resource, LEASE_SK),
-            ConsistentRead=True,
-        ).get("Item", {})
-        return item
-
-    def _grant(
-        self,
-        resource: str,
-        hold: str,
-        data: bytes | None,
-        condition: str,
-        values: dict[str, object],
-        entry: dict[str, str] | None = None,
-    ) -> LeaseLock | Item | None:
-        """The lock; or when the condition failed the row as it was (where DynamoDB
-        returns it with the failure: AWS and moto, not dynalite), else ``None``.
-
-        ``entry``: the placeholders of the caller's line entry, which the grant
-        removes. Its conditions have no replay branch, so a grant whose answer
-        was lost fails its retry; one read then finds our own grant.
-        """
-        values = {
-            ":owner": self.owner,
-            ":hold": hold,
-            ":lease": self.lease_duration,
-            ":exp": self._wall() + self.lease_duration,
-            ":one": 1,
-            ":minus": -1,
-            **values,
-        }
-        if data is not None:
-            values[":data"] = data
-        update = _GRANT.format(
-            data="" if data is None else ", #data = :data",
-            no_data=", #data" if data is None else "",
-            count="" if entry is None else ", #n :minus",
-            entry="" if entry is None else ", #t, #w",
-        )
-        sent = self._clock()
-        try:
-            item = call(
-                self.client,
-                "update_item",
-                TableName=self.table,
-                Key=key(resource, LEASE_SK),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **expressions(
-                    values, names=entry, ConditionExpression=condition, UpdateExpression=update
-                ),
-            )["Attributes"]
-        except ConditionFailed as exc:
-            if was_retried(exc):  # the first attempt may have been applied
-                item = self._read(resource)
-                if get_str(item, HOLD) != hold:
-                    return item
-            else:
-                response = getattr(exc.__cause__, "response", None)
-                old = response.get("Item") if isinstance(response, dict) else None
-                return old or None
-        return self._held(resource, hold, item, sent)
-
-    def _held(self, resource: str, hold: str, item: Item, confirmed_at: float) -> LeaseLock | None:
-        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it;
-        ``None`` if the grant was taken over before we even knew of it."""
-        line = entries(item, self.lease_duration)
-        self._pace(resource, LEASE_SK).crowded = bool(line)
-        lock = LeaseLock(
-            self,
-            hold=hold,
-            row_key=key(resource, LEASE_SK),
-            resource=resource,
-            fencing_token=get_int(item, FENCE) or 0,
-            confirmed_at=confirmed_at,
-            data=get_bytes(item, DATA),
-        )
-        lock._next = line[0] if line else None
-        if not lock._confirm(self.heartbeat_period):
-            return None  # handed to us, then taken over while we slept past its lease
-        self._keep(lock)
-        return lock
+        return cast(LeaseLock, self._run(self._acquire(resource, wait, data)))
 
 
 class _Acquire(LineWaiter):
     """One acquire call: its hold id (its grant's, and its entry's in line)."""
 
-    lc: LeaseLockClient
+    lc: LeaseClientSteps
 
-    def __init__(self, lc: LeaseLockClient, resource: str, data: bytes | None, wait: float) -> None:
+    def __init__(
+        self, lc: LeaseClientSteps, resource: str, data: bytes | None, wait: float
+    ) -> None:
         self.started = lc._clock()
         super().__init__(lc, resource, key(resource, LEASE_SK), LEASE_SK, self.started + wait)
         self.data = data
@@ -342,8 +365,8 @@ class _Acquire(LineWaiter):
 
     def grant(
         self, condition: str, values: dict[str, object], *, in_line: bool = False
-    ) -> LeaseLock | Item | None:
-        lock = self.lc._grant(
+    ) -> Step[LeaseLockSteps | Item | None]:
+        lock = yield from self.lc._grant(
             self.resource,
             self.hold,
             self.data,
@@ -351,52 +374,53 @@ class _Acquire(LineWaiter):
             values,
             entry=self.names if in_line else None,
         )
-        if isinstance(lock, LeaseLock):
+        if isinstance(lock, LeaseLockSteps):
             self.entered = False  # the grant removed our entry
         return lock
 
-    def run(self) -> LeaseLock:
+    def run(self) -> Step[LeaseLockSteps]:
         # Others were in line when this client last got the lock: queue at once
         # (one write either way; the line's first takes a free lock with one more).
         if not (self.pace.crowded and self.wait > 0):
-            first = self.grant(LEASE_GRANT_FREE, {":zero": 0})
-            if isinstance(first, LeaseLock):
+            first = yield from self.grant(LEASE_GRANT_FREE, {":zero": 0})
+            if isinstance(first, LeaseLockSteps):
                 return first
             if self.wait == 0:
-                return self.try_once(first)
+                return (yield from self.try_once(first))
         try:
-            row = self.enter(LEASE_ENTER, {":hold": self.hold})
+            row = yield from self.enter(LEASE_ENTER, {":hold": self.hold})
             if row is None:  # a fresh id cannot meet an entry of its own
                 raise LockError(f"could not queue for {self.resource!r}")
-            return cast(LeaseLock, self.wait_in_line(row))
-        except BaseException:
-            self.leave_quietly()
+            return cast(LeaseLockSteps, (yield from self.wait_in_line(row)))
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):  # a step closed unfinished sends nothing
+                yield from self.leave_quietly()
             raise
 
     # -- in line ---------------------------------------------------------------------
 
-    def at_front(self, row: Item, now: float) -> HeldLock | Item | float:
+    def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
         """First in line: take the free lock, or take over a holder whose rvn we
         watched unchanged for its lease; else sleep at most until then."""
         held = _row(row, self.lc.lease_duration)
         if held.hold is None:
-            lock = self.grant(LEASE_GRANT_FIRST, {}, in_line=True)
-            return lock if lock is not None else self.read()
+            lock = yield from self.grant(LEASE_GRANT_FIRST, {}, in_line=True)
+            return lock if lock is not None else (yield from self.read())
         fresh = observe(self.holder, ("lease", 0), held.rvn, held.lease, now)
         if fresh is self.holder and fresh.remaining(now) <= 0:
-            lock = self.grant(LEASE_TAKEOVER_FIRST, {":seen": held.rvn}, in_line=True)
-            if isinstance(lock, LeaseLock):
+            lock = yield from self.grant(LEASE_TAKEOVER_FIRST, {":seen": held.rvn}, in_line=True)
+            if isinstance(lock, LeaseLockSteps):
                 logger.info("took over %r after %.3fs unchanged", lock, now - fresh.since)
                 return lock
             self.holder = None
-            return lock if lock is not None else self.read()
+            return lock if lock is not None else (yield from self.read())
         self.holder = fresh
         return fresh.remaining(now)
 
     def counter(self, row: Item, line: list[Entry]) -> int:
         return get_int(row, FENCE) or 0
 
-    def handed(self, row: Item) -> HeldLock | None:
+    def handed(self, row: Item) -> Step[HeldLockSteps | None]:
         """The holder's release handed us the lock (and removed our entry)."""
         if get_str(row, HOLD) != self.hold:
             return None
@@ -404,18 +428,17 @@ class _Acquire(LineWaiter):
         lc = self.lc
         if self.data is not None:  # the handoff could not know it
             try:
-                row = self._set_data()
+                row = yield from self._set_data()
             except ConditionFailed:  # taken over before we noticed: go on waiting
                 return None
         # Whoever watches the new holder started after the handoff, which came after
         # our last entry write: our lease counts from that write's send time.
-        return lc._held(self.resource, self.hold, row, self.renewed_at)
+        return (yield from lc._held(self.resource, self.hold, row, self.renewed_at))
 
-    def _set_data(self) -> Item:
+    def _set_data(self) -> Step[Item]:
         """Write our data into the grant handed to us; the row after it."""
         lc = self.lc
-        row: Item = call(
-            lc.client,
+        response = yield from request(
             "update_item",
             TableName=lc.table,
             Key=self.row_key,
@@ -425,15 +448,16 @@ class _Acquire(LineWaiter):
                 ConditionExpression=LEASE_DATA,
                 UpdateExpression="SET #data = :data",
             ),
-        )["Attributes"]
+        )
+        row: Item = response["Attributes"]
         return row
 
-    def left_too_late(self) -> None:
+    def left_too_late(self) -> Step[None]:
         """Our wait ran out while a release handed us the lock: release it."""
-        if get_str(self.read(), HOLD) != self.hold:
+        if get_str((yield from self.read()), HOLD) != self.hold:
             return
         with contextlib.suppress(ConditionFailed):
-            self.update(LEASE_RELEASE, _RELEASE, {":hold": self.hold}, {})
+            yield from self.update(LEASE_RELEASE, _RELEASE, {":hold": self.hold}, {})
         logger.info("released %r: handed over after the wait ran out", self.resource)
 
     def holders(self, row: Item) -> int:
@@ -446,13 +470,13 @@ class _Acquire(LineWaiter):
 
     # -- wait=0 ------------------------------------------------------------------------
 
-    def try_once(self, item: Item | None) -> LeaseLock:
+    def try_once(self, item: Item | None) -> Step[LeaseLockSteps]:
         """``wait=0``: take over what an earlier ``wait=0`` call of this client saw
         unchanged a lease ago (a dead holder, and dead entries in line, which it
         removes first); else remember what is there now and give up."""
         lc = self.lc
         if not item:
-            item = lc._read(self.resource)
+            item = yield from lc._read(self.resource)
         held = _row(item, lc.lease_duration)
         line = entries(item, lc.lease_duration)
         if held.hold is None and not line:
@@ -467,13 +491,14 @@ class _Acquire(LineWaiter):
         if fresh is not previous or fresh.remaining(now) > 0:
             lc._remember(self.resource, fresh)
             raise self.not_granted()
-        if not all(self.skip(dead) for dead in line):
-            raise self.not_granted()  # one came back to life: look afresh next time
+        for dead in line:
+            if not (yield from self.skip(dead)):
+                raise self.not_granted()  # one came back to life: look afresh next time
         if held.hold is None:
-            lock = self.grant(LEASE_GRANT_FREE, {":zero": 0})
+            lock = yield from self.grant(LEASE_GRANT_FREE, {":zero": 0})
         else:
-            lock = self.grant(LEASE_TAKEOVER, {":seen": held.rvn, ":zero": 0})
-        if not isinstance(lock, LeaseLock):
+            lock = yield from self.grant(LEASE_TAKEOVER, {":seen": held.rvn, ":zero": 0})
+        if not isinstance(lock, LeaseLockSteps):
             raise self.not_granted()  # it moved after all: look afresh next time
         logger.info("took over %r after %.3fs unchanged", lock, now - fresh.since)
         return lock

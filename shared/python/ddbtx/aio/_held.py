@@ -1,0 +1,187 @@
+"""What the asyncio lease and FIFO locks share: the held-lock handle, the heartbeat
+task, the client's plumbing, and the acquire that is both awaited and entered.
+
+Every decision is in :mod:`ddbtx.locks` (the ``...Steps`` classes); these classes
+only drive those steps on an aiobotocore client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Generator
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar, cast
+
+from .._effects import Step
+from ..locks._held import HeldLockSteps, Keeper, LockClientSteps
+from ._drive import drive
+
+logger = logging.getLogger(__name__)
+
+L = TypeVar("L", bound="HeldLock")
+T = TypeVar("T")
+
+
+class HeldLock(HeldLockSteps):
+    """A granted lease or FIFO lock, for asyncio: as :class:`ddbtx.locks.HeldLock`,
+    with :meth:`heartbeat` and :meth:`release` coroutines and ``async with``.
+
+    Examples
+    --------
+    >>> async with lc.acquire("Moe", wait=30.0) as lock:  # doctest: +SKIP
+    ...     await write(batch, fence=lock.fencing_token)
+    """
+
+    def __init__(self, lock_client: LockClientSteps, **grant: Any) -> None:
+        super().__init__(lock_client, **grant)
+        # One write of this lock at a time: a heartbeat never overtakes the release.
+        self._io = asyncio.Lock()
+
+    async def heartbeat(self) -> bool:
+        """Renew the lease now (the heartbeat task does this every period); ``False``
+        if the lock was released or has been taken over."""
+        async with self._io:
+            renewed = await drive(self._renewal(), self._lc.client)
+        return self._after_renewal(renewed)
+
+    async def release(self) -> bool:
+        """Release the lock: one conditional write; ``False`` if it was already
+        released or has been taken over."""
+        async with self._io:
+            return await drive(self._release(), self._lc.client)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state == "held":
+            await self.release()
+        self._raise_if_lost(exc)
+
+    async def _beat(self) -> None:
+        try:
+            await self.heartbeat()
+        except Exception:
+            self._beat_failed()
+
+
+class HeartbeatTask:
+    """One task per lock client, renewing every lock it holds each period; it ends
+    by itself while nothing is held, and :meth:`close` cancels it at once."""
+
+    def __init__(self, period: float, name: str) -> None:
+        self._period = period
+        self._name = name
+        self._locks: set[HeldLockSteps] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def add(self, lock: HeldLockSteps) -> None:
+        self._locks.add(lock)
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+
+    def discard(self, lock: HeldLockSteps) -> None:
+        self._locks.discard(lock)
+
+    def held(self) -> list[HeldLockSteps]:
+        return list(self._locks)
+
+    def close(self) -> None:
+        """Stop now; a heartbeat in flight is cancelled (its lock lapses or is released)."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        try:
+            while not self._closed:
+                await asyncio.sleep(self._period)
+                if not self._locks:
+                    return
+                for lock in list(self._locks):
+                    await cast(HeldLock, lock)._beat()  # an asyncio client keeps asyncio locks
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+
+
+class LockClient(LockClientSteps):
+    """The asyncio plumbing of :class:`~ddbtx.aio.locks.LeaseLockClient` and
+    :class:`~ddbtx.aio.locks.FifoLock`: the parameters of
+    :class:`ddbtx.locks.LockClient`, with an aiobotocore client and, if given, an
+    async ``sleep``; heartbeats run as a task on the running event loop.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        **options: Any,
+    ) -> None:
+        super().__init__(client, table, sleep=sleep, **options)
+
+    def _keeper(self, period: float, name: str) -> Keeper:
+        return HeartbeatTask(period, name)
+
+    async def _run(self, step: Step[T]) -> T:
+        """Run one of this client's steps on its aiobotocore client and sleep."""
+        return await drive(step, self.client, self._sleep or asyncio.sleep)
+
+    def held(self) -> list[HeldLock]:
+        """The locks this client holds and heartbeats."""
+        return [cast(HeldLock, lock) for lock in self._heartbeats.held()]
+
+    async def close(self) -> None:
+        """Stop heartbeating at once, then release every lock still held."""
+        self._heartbeats.close()
+        for lock in self.held():
+            try:
+                await lock.release()
+            except Exception:  # keep releasing the others; the failed one lapses
+                logger.warning("could not release %r on close", lock, exc_info=True)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class Acquiring(Generic[L]):
+    """What ``acquire`` returns: await it for the lock, or enter it with ``async with``
+    to hold the lock for the block (released on exit, as the lock's own ``async
+    with`` does), as aiohttp's ``session.get()`` is both."""
+
+    def __init__(self, acquired: Awaitable[L]) -> None:
+        self._acquired = acquired
+        self._lock: L | None = None
+
+    def __await__(self) -> Generator[Any, None, L]:
+        return self._acquired.__await__()
+
+    async def __aenter__(self) -> L:
+        self._lock = await self._acquired
+        return self._lock
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._lock is not None:
+            await self._lock.__aexit__(exc_type, exc, tb)
