@@ -72,6 +72,14 @@ def table_name(ddb: Any) -> Iterator[Callable[[str], str]]:
             ddb.delete_table(TableName=name)
 
 
+@pytest.fixture
+def data_table(ddb: Any, table_name: Callable[[str], str]) -> str:
+    """An empty data table (hash key ``pk``): the writes a lock protects, or a step's."""
+    name = table_name("data")
+    create_data_table(ddb, name)
+    return name
+
+
 @pytest.fixture(scope="session")
 def event_loop_thread() -> Iterator[EventLoopThread]:
     """One event loop for the asyncio driver's objects (``ddbtx.aio``) of this session

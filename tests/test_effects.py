@@ -20,7 +20,6 @@ from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import ConditionFailed, DynamoDBError, TableNotFound
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
-from ddbtx.tables import create_data_table
 from drivers import DRIVERS, EventLoopThread
 
 # --- Run, with no emulator ------------------------------------------------------------
@@ -169,11 +168,10 @@ def conditional_put(table: str) -> Step[str]:
 
 
 def test_given_each_driver_when_a_condition_fails_then_the_step_sees_the_same_error(
-    run_step: Callable[..., Any], ddb: Any, table_name: Callable[[str], str]
+    run_step: Callable[..., Any], ddb: Any, data_table: str
 ) -> None:
     # Given
-    table = table_name("data")
-    create_data_table(ddb, table)
+    table = data_table
     # When
     with count_requests(run_step.client) as counts:  # type: ignore[attr-defined]
         said = run_step(conditional_put(table))
@@ -197,11 +195,10 @@ def test_given_each_driver_when_a_table_is_missing_then_the_error_names_it(
 
 
 def test_given_each_driver_when_the_answer_is_lost_then_the_step_is_told_it_was_resent(
-    run_step: Callable[..., Any], ddb: Any, table_name: Callable[[str], str]
+    run_step: Callable[..., Any], data_table: str
 ) -> None:
     # Given: the put applies, its answer is lost, the SDK sends it again
-    table = table_name("data")
-    create_data_table(ddb, table)
+    table = data_table
     chaos = Chaos(run_step.client)  # type: ignore[attr-defined]
     chaos.arm("lost", at=0)
     resent: list[bool] = []
@@ -212,11 +209,10 @@ def test_given_each_driver_when_the_answer_is_lost_then_the_step_is_told_it_was_
 
 
 def test_given_each_driver_when_the_coordinator_dies_after_a_call_then_it_was_applied(
-    run_step: Callable[..., Any], ddb: Any, table_name: Callable[[str], str]
+    run_step: Callable[..., Any], ddb: Any, data_table: str
 ) -> None:
     # Given
-    table = table_name("data")
-    create_data_table(ddb, table)
+    table = data_table
     chaos = Chaos(run_step.client)  # type: ignore[attr-defined]
     chaos.arm("after", at=1)
     # When
@@ -228,11 +224,10 @@ def test_given_each_driver_when_the_coordinator_dies_after_a_call_then_it_was_ap
 
 
 def test_given_each_driver_when_a_request_is_invalid_then_dynamodb_refuses_it(
-    run_step: Callable[..., Any], ddb: Any, table_name: Callable[[str], str]
+    run_step: Callable[..., Any], ddb: Any, data_table: str
 ) -> None:
     # Given
-    table = table_name("data")
-    create_data_table(ddb, table)
+    table = data_table
     # When
     with pytest.raises(DynamoDBError) as raised:
         run_step(request("put_item", TableName=table, Item={"other": {"S": "no key"}}))

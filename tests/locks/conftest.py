@@ -15,7 +15,6 @@ from ddbtx.aio import locks as aio_locks
 from ddbtx.chaos import Crash
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import LockClient, Mutex, create_lock_table
-from ddbtx.tables import create_data_table
 from drivers import DRIVERS, EventLoopThread, Synced
 
 from .support import Log, Stall, VirtualTime
@@ -35,14 +34,6 @@ def locks(ddb: Any, table_name: Callable[[str], str]) -> str:
     """An empty locks table."""
     name = table_name("locks")
     create_lock_table(ddb, name)
-    return name
-
-
-@pytest.fixture
-def data_table(ddb: Any, table_name: Callable[[str], str]) -> str:
-    """A data table (hash ``pk``) for the writes a lock protects."""
-    name = table_name("data")
-    create_data_table(ddb, name)
     return name
 
 

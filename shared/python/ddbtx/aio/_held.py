@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Generator
-from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
 
 from .._effects import Step
@@ -54,12 +53,7 @@ class HeldLock(HeldLockSteps):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._state == "held":
             await self.release()
         self._raise_if_lost(exc)
@@ -178,10 +172,7 @@ class Acquiring(Generic[L]):
         return self._lock
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         if self._lock is not None:
             await self._lock.__aexit__(exc_type, exc, tb)

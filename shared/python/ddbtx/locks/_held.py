@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar, cast
 
 from .._drive import drive
@@ -324,12 +323,7 @@ class HeldLock(HeldLockSteps):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._state == "held":
             self.release()
         self._raise_if_lost(exc)
