@@ -160,6 +160,8 @@ class Protocol:
         #: Recorded requests skipped because no call can ever read or apply them (a
         #: janitor reports the count as a metric).
         self.skipped_requests = 0
+        #: Per table: did the last put of a transaction insert or replace? (lock's first guess)
+        self.put_paths: dict[str, str] = {}
 
     # -- helpers ---------------------------------------------------------------
 

@@ -9,18 +9,20 @@ is decide, then complete (the step table is at the top of :mod:`ddbtx._protocol`
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import schema as s
-from ._contention import Contender
+from ._contention import Contender, Patience
 from ._exactly import Replay, join, same_request
 from ._items import Item, is_locked_by, write_marker
-from ._protocol import user_view
+from ._protocol import Protocol, user_view
 from ._record import Header, new_lock_value, new_nonce
-from ._requests import Op, Request, build
-from ._steps import ItemSteps, _wrap
-from ._view import AddRefused, Local, RecordView, _Decided
+from ._requests import KeyTypes, Op, Request, build
+from ._responses import wrap
+from ._steps import ItemSteps
+from ._view import COMMIT_ROUNDS, AddRefused, Decided, Local, RecordView
 from .errors import (
     ConditionalCheckFailedError,
     DuplicateRequestError,
@@ -31,11 +33,8 @@ from .errors import (
     TransactionIdReusedError,
     TransactionRolledBackError,
 )
-from .reads import locked_batch_get, locked_read
+from .reads import HasReads, locked_batch_get, locked_read
 from .resource import Table
-
-if TYPE_CHECKING:
-    from .transaction import TransactionManager
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +56,14 @@ def parse_batch(requests: list[dict[str, Any]]) -> list[tuple[Op, dict[str, Any]
     return out
 
 
+class Manager(Patience, HasReads, typing.Protocol):
+    """What a transaction uses of its :class:`~ddbtx.TransactionManager`."""
+
+    @property
+    def protocol(self) -> Protocol: ...
+    def key_types(self, table: str) -> KeyTypes: ...
+
+
 class Transaction:
     """One multi-item transaction. Use :meth:`TransactionManager.begin` to make one.
 
@@ -70,9 +77,7 @@ class Transaction:
     committed (the transaction then takes no requests).
     """
 
-    def __init__(
-        self, manager: TransactionManager, tx_id: str, *, transaction_id: str | None = None
-    ) -> None:
+    def __init__(self, manager: Manager, tx_id: str, *, transaction_id: str | None = None) -> None:
         self.manager = manager
         self.id = tx_id
         self.p = manager.protocol
@@ -155,6 +160,35 @@ class Transaction:
     def batch_get_item(self, **params: Any) -> dict[str, Any]:
         """``BatchGetItem`` that read-locks every key; nothing is left unprocessed."""
         return locked_batch_get(self, params)
+
+    def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]:
+        """Read-lock every key of ``table`` (one add, then every lock at once); each item's
+        value under the lock, None where there is no item. Items this transaction already
+        holds read as it sees them (its own writes included). The reads of many items in a
+        transaction (:meth:`query`, :meth:`scan`, :meth:`batch_get_item`) are made of it."""
+        self._check_pending()
+        requests = [self._build("get", {"TableName": table, "Key": key}) for key in keys]
+        values: dict[str, Item | None] = {}
+        if self.replay is not None:
+            # Resumed by its transaction_id: each read is matched with the recorded ones (those
+            # first, as Transaction.write_all does), one at a time.
+            for req in sorted(requests, key=lambda r: r.rid not in self.record.requests):
+                values[req.rid] = self._request("get", dict(req.params)).get("Item")
+            return [values[req.rid] for req in requests]
+        fresh = []
+        for req in {r.rid: r for r in requests}.values():
+            known = self.record.requests.get(req.rid)
+            if known is not None and known.confirmed:
+                values[req.rid] = self.read_own(known).get("Item")
+            else:
+                fresh.append(self._plan(req))
+        if fresh:
+            # Another attempt with the same transaction_id may have added them.
+            fresh = self._add(fresh)
+            results = self._guarded(lambda: self.p.parallel(self.steps.lock_and_apply, fresh))
+            for local, result in zip(fresh, results, strict=True):
+                values[local.request.rid] = result.get("Item")
+        return [values[req.rid] for req in requests]
 
     def table(self, name: str) -> Table:
         """A boto3-``Table``-like view of a data table inside this transaction.
@@ -302,7 +336,7 @@ class Transaction:
             if refused.partial:
                 self._abort()
             raise refused.error from refused
-        except _Decided as decided:
+        except Decided as decided:
             self._raise_decided(decided.header)
         return locals_
 
@@ -315,7 +349,7 @@ class Transaction:
         """Run lock/apply steps; errors that doom the transaction roll it back first."""
         try:
             return step()
-        except _Decided as decided:
+        except Decided as decided:
             self._raise_decided(decided.header)
         except (
             ConditionalCheckFailedError,
@@ -341,7 +375,7 @@ class Transaction:
                 key=req.key,
                 other_tx_id=header.decided_by,
             )
-        return _wrap(user_view(item))
+        return wrap(user_view(item))
 
     # -- settling from the record ---------------------------------------------------------
 
@@ -541,7 +575,3 @@ class Transaction:
             self.p.complete(current, self._known())
         current.finished = True
         self.p.delete_record(current)
-
-
-#: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
-COMMIT_ROUNDS = 16

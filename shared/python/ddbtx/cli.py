@@ -22,25 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import schema as s
 from ._cli_errors import CliError, explain
+from ._cli_progress import report_table
 from ._items import applied, lock_owner
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-
-#: Counters of a sweep report, in the order they are shown.
-REPORT_ROWS = (
-    ("scanned", "rows examined"),
-    ("stuck", "stuck (pending past the rollback age)"),
-    ("rolled_back", "rolled back"),
-    ("rolled_forward", "rolled forward"),
-    ("finalised", "finalised"),
-    ("deleted", "TX records deleted"),
-    ("orphan_images_deleted", "orphan images deleted"),
-    ("locks_released", "stray item locks released (record gone or finished)"),
-    ("lock_rows_deleted", "expired lock rows deleted"),
-    ("errors", "errors"),
-)
 
 
 @dataclass
@@ -140,18 +126,6 @@ def _key_text(key: dict[str, Any]) -> str:
 
 
 # --- the commands -----------------------------------------------------------------------
-
-
-def report_table(report: dict[str, Any], title: str) -> Any:
-    from rich.table import Table
-
-    table = Table(title=title, show_header=False)
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for name, label in REPORT_ROWS:
-        table.add_row(label, str(report[name]))
-    table.add_row("complete", "yes" if report["complete"] else f"no ({report['stopped_by']})")
-    return table
 
 
 def cmd_sweep(

@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from . import schema as s
+from ._cli_progress import report_table
 from ._items import flag, strip
 from .chaos import Chaos, Crash, FaultKind
 from .errors import TransactionConflictError, TransactionRolledBackError
@@ -452,8 +453,6 @@ def run_demo(
     """
     from rich.console import Console
     from rich.panel import Panel
-
-    from .cli import report_table
 
     out = console or Console()
     plan = make_plan(seed=seed, workers=workers, transfers=transfers, accounts=accounts)

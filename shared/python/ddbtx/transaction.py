@@ -20,9 +20,9 @@ from typing import Any, TypeVar, overload
 from . import schema as s
 from ._contention import Contention
 from ._dynamo import call
-from ._exactly import begin_by_id, check_transaction_id
+from ._exactly import Replay, check_transaction_id
 from ._items import item_size
-from ._manager_reads import Isolation, ManagerReads
+from ._manager_reads import ManagerReads
 from ._oneshot import native_write
 from ._protocol import Protocol, SweepOutcome, new_tx_id
 from ._record import Header
@@ -36,11 +36,12 @@ from .errors import (
     TableNotFound,
     TransactionCommittedError,
     TransactionConflictError,
+    TransactionError,
     TransactionIdReusedError,
     TransactionNotFoundError,
     TransactionRolledBackError,
 )
-from .reads import Reads
+from .reads import Isolation, Reads
 
 __all__ = [
     "HEADER_SOFT_LIMIT",
@@ -57,6 +58,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Rounds of "claim, read, act" before giving up on an alias that keeps changing.
+RESOLVE_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,6 @@ class TransactionManager(ManagerReads):
             table: keys if isinstance(keys, Mapping) else dict.fromkeys(keys)
             for table, keys in (key_schemas or {}).items()
         }
-        self._put_paths: dict[str, str] = {}  # per table: did the last put insert or replace?
         self.protocol = self.p = Protocol(
             client,
             transactions_table,
@@ -261,8 +264,45 @@ class TransactionManager(ManagerReads):
         ...     tx.commit()
         """
         if transaction_id is not None:
-            return begin_by_id(self, check_transaction_id(transaction_id), priority)
+            return self._begin_by_id(check_transaction_id(transaction_id), priority)
         return Transaction(self, self._new_id(priority))
+
+    def _begin_by_id(self, caller_id: str, priority: str | None) -> Transaction:
+        """The transaction that carries ``caller_id``: new, resumed, or already committed."""
+        p = self.protocol
+        fresh = self._new_id(priority)
+        for _ in range(RESOLVE_ROUNDS):
+            if p.aliases.claim(caller_id, fresh):
+                return Transaction(self, fresh, transaction_id=caller_id)
+            named = p.aliases.read(caller_id)
+            if named is None:
+                continue  # deleted with its expired record since the claim failed: claim again
+            if named == fresh:  # our claim or move landed; its answer was lost
+                return Transaction(self, fresh, transaction_id=caller_id)
+            header = p.records.read_header(named)
+            if header is None:
+                # Never created (its coordinator died, or is about to create it) or removed
+                # by TTL: a rolled-back record in its place settles which, for everyone.
+                p.records.create_finished(named, caller_id, s.STATE_ROLLED_BACK)
+                header = p.records.read_header(named)
+                if header is None:
+                    continue
+            if header.state == s.STATE_ROLLED_BACK:
+                if not header.finished:
+                    p.complete(header)  # its locks would hold up the new attempt
+                if p.aliases.move(caller_id, named, fresh):
+                    return Transaction(self, fresh, transaction_id=caller_id)
+                continue  # another retry started over first: join that one
+            tx = self._adopt(header)
+            tx.transaction_id = caller_id
+            if header.state == s.STATE_COMMITTED:
+                tx.already_committed = True
+            else:
+                tx.replay = Replay(tx)
+            return tx
+        raise TransactionError(
+            f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
+        )
 
     def _new_id(self, priority: str | None) -> str:
         clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
