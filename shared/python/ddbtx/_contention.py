@@ -151,7 +151,7 @@ class ItemContention:
             if not waiter.decided:
                 raise self._waited_too_long(owner)
         header = self.p.records.read_header(owner)
-        if header is None or header.finished:
+        if header is None or header.completed:
             self._undo_stray(owner)
             return False
         if header.state != s.STATE_PENDING:
@@ -208,7 +208,7 @@ class ItemContention:
         (the caller reads the item next), False after rolling it back.
         """
         current: Header | None = header
-        while current is not None and current.state == s.STATE_PENDING and not current.finished:
+        while current is not None and current.state == s.STATE_PENDING and not current.completed:
             # wound: the older transaction rolls back a younger holder that is blocked,
             # or that kept it waiting past its patience.
             if current.waiting or self.waiter.impatient():

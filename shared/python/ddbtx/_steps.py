@@ -173,7 +173,7 @@ class ItemSteps:
         if any(resent) or local.maybe_landed:
             # An earlier attempt of this lock may have landed, been adopted by another
             # coordinator, decided and completed: this lock is then a late one on the
-            # settled item, and applying would write a second time. Only a pending
+            # completed item, and applying would write a second time. Only a pending
             # record proves it is not (completion follows the decision); a decided one
             # settles this lock as the record says (a late lock is undone: no image).
             self.tx.read_pending_header()

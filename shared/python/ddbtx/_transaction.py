@@ -380,7 +380,7 @@ class Transaction:
     # -- settling from the record ---------------------------------------------------------
 
     def read_pending_header(self) -> Header:
-        """The record as it is now, if still pending; otherwise settle and raise."""
+        """The record as it is now, if still pending; otherwise complete it and raise."""
         header = self.p.records.read_header(self.id)
         if header is None or header.state != s.STATE_PENDING:
             self._raise_decided(header)
@@ -394,11 +394,11 @@ class Transaction:
             raise self._gone()
         self.record.adopt(header)
         self.record.state = header.state
-        if header.finished:
+        if header.completed:
             self._undo_late_locks()
         else:
             self.p.complete(header, self._known())
-        self.record.finished = True
+        self.record.completed = True
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed", tx_id=self.id)
         raise TransactionRolledBackError(
@@ -418,7 +418,7 @@ class Transaction:
         and they never commit a pending one, so to this caller it was rolled back."""
         self._undo_late_locks()
         self.record.state = s.STATE_ROLLED_BACK
-        self.record.finished = True
+        self.record.completed = True
         return TransactionRolledBackError(
             "the TX record is gone: a janitor rolled the transaction back and deleted it",
             tx_id=self.id,
@@ -447,7 +447,7 @@ class Transaction:
                 self._commit_empty()
                 return
             self.record.state = s.STATE_COMMITTED
-            self.record.finished = True
+            self.record.completed = True
             return
         if self.replay is not None:
             self.replay.check_complete()
@@ -476,21 +476,21 @@ class Transaction:
         """An exactly-once transaction with no request is still recorded committed, so that
         a retry with its id does not run the work again (one write)."""
         assert self.transaction_id is not None
-        if not self.p.records.create_finished(self.id, self.transaction_id, s.STATE_COMMITTED):
+        if not self.p.records.create_completed(self.id, self.transaction_id, s.STATE_COMMITTED):
             header = self.p.records.read_header(self.id)
             if header is None or header.state == s.STATE_ROLLED_BACK:
                 self._raise_decided(header)  # fenced by a retry with the same id: rolled back
             if header is None or header.state != s.STATE_COMMITTED:  # only this object creates it
                 raise TransactionError("the record appeared pending", tx_id=self.id)
         self.record.state = s.STATE_COMMITTED
-        self.record.created = self.record.finished = True
+        self.record.created = self.record.completed = True
 
     def catch_up(self, pending: list[Local]) -> None:
         """Lock and apply recorded requests this coordinator has not seen applied."""
         self._guarded(lambda: self.p.parallel(self.steps.catch_up, pending))
 
     def _known(self) -> dict[str, Item]:
-        """This coordinator's view of each confirmed item, to settle it without a read."""
+        """This coordinator's view of each confirmed item, to complete it without a read."""
         known: dict[str, Item] = {}
         for rid, loc in list(self.record.requests.items()):
             if not loc.confirmed:
@@ -510,11 +510,11 @@ class Transaction:
 
     def _complete(self, header: Header | None = None) -> None:
         """complete with this coordinator's knowledge; only strays if others completed first."""
-        if self.record.finished:
+        if self.record.completed:
             return
-        if header is not None and header.finished:
+        if header is not None and header.completed:
             self._undo_late_locks()
-            self.record.finished = True
+            self.record.completed = True
             return
         if header is None:
             header = Header(self.id, self.record.state, self.record.version, 0, False)
@@ -523,7 +523,7 @@ class Transaction:
         external = any(loc.external_image for loc in locals_)
         all_known = all(loc.confirmed for loc in locals_)
         self.p.complete(header, self._known(), external_images=external or not all_known)
-        self.record.finished = True
+        self.record.completed = True
 
     def rollback(self) -> None:
         """Roll back: restore every item to its state before the transaction and unlock it."""
@@ -536,7 +536,7 @@ class Transaction:
             )
         if not self.record.created:
             self.record.state = s.STATE_ROLLED_BACK
-            self.record.finished = True
+            self.record.completed = True
             return
         header = self.record.decide(s.STATE_ROLLED_BACK)
         if header is None:
@@ -562,7 +562,7 @@ class Transaction:
             return
         if self.record.state == s.STATE_PENDING:
             raise TransactionError("commit or roll back before deleting", tx_id=self.id)
-        if self.record.finished:
+        if self.record.completed:
             header = Header(self.id, self.record.state, self.record.version, 0, True)
             header.entries = self.record.entries()
             header.caller_id = self.transaction_id
@@ -571,7 +571,7 @@ class Transaction:
         current = self.p.records.read_header(self.id)
         if current is None:
             return
-        if not current.finished:
+        if not current.completed:
             self.p.complete(current, self._known())
-        current.finished = True
+        current.completed = True
         self.p.delete_record(current)

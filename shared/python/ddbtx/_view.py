@@ -95,7 +95,7 @@ class RecordView:
         self.version = 0
         self.created = False
         self.caller_id: str | None = None  # written into the record it creates (exactly-once id)
-        self.finished = False
+        self.completed = False
         self.marked = False  # the record carries our wait mark until the next add
         self.requests: dict[str, Local] = {}
         self.spilled: set[str] = set()  # requests whose body has its own row
@@ -468,7 +468,7 @@ class RecordView:
 
 
 class Decided(Exception):
-    """Internal: the record is decided or gone (``header`` None); the façade settles it."""
+    """Internal: the record is decided or gone (``header`` None); the façade completes it."""
 
     def __init__(self, header: Header | None) -> None:
         super().__init__("decided")

@@ -270,7 +270,7 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
                 owner = lock_owner(item) or ""
                 header = tm.protocol.records.read_header(owner)
                 state = "record gone" if header is None else STATE_NAMES[header.state]
-                if header is not None and header.finished:
+                if header is not None and header.completed:
                     state += " (finished)"
                 rows.append(
                     {
@@ -469,7 +469,7 @@ def _app(state: dict[str, Options]) -> Any:
     def sweep(
         ctx: typer.Context,
         rollback_after: int = typer.Option(60, min=0, help="seconds before pending is stale"),
-        delete_after: int = typer.Option(86_400, min=0, help="seconds finished records stay"),
+        delete_after: int = typer.Option(86_400, min=0, help="seconds completed records stay"),
         page_budget: int | None = typer.Option(None, min=1, help="most scan pages (default all)"),
         full: bool = typer.Option(False, "--full", help="scan the whole transactions table"),
     ) -> None:

@@ -50,7 +50,7 @@ DEMO_TABLES: Final = {
 OPENING_BALANCE: Final = 100
 MAX_AMOUNT: Final = 20
 #: DynamoDB calls of one uncontended transfer (record, two locks and writes, decision,
-#: two unlocks, finish, delete): a killed coordinator dies before or after one of them.
+#: two unlocks, complete, delete): a killed coordinator dies before or after one of them.
 TRANSFER_CALLS: Final = 11
 #: Attempts of a live transfer (``tm.run``) before it gives up on contention.
 ATTEMPTS: Final = 20
@@ -268,7 +268,7 @@ class Health:
     locked_items: int
     images: int
     lock_rows: int
-    #: Ids of every TX record, finished or not.
+    #: Ids of every TX record, completed or not.
     records: frozenset[str] = frozenset()
 
     def clean(self, expected: int) -> bool:
@@ -365,7 +365,7 @@ class DemoResult:
     before: Health
     after: Health
     report: SweepReport
-    #: Finished TX records of live transfers' aborted attempts (a wounded attempt's
+    #: Completed TX records of live transfers' aborted attempts (a wounded attempt's
     #: record the sweeper deletes): like ``outcome.retries``, it varies with interleaving.
     aborted_records: int
 

@@ -111,7 +111,7 @@ class TransactionManager(ManagerReads):
     max_workers
         Bound on concurrent per-item steps (completion, catch-up); 1 is serial.
     finished_ttl
-        How long a finished TX record is kept before DynamoDB TTL may delete it.
+        How long a completed TX record is kept before DynamoDB TTL may delete it.
     key_schemas
         Key attributes per data table, hash first, to skip ``DescribeTable``:
         names (``("pk",)``), or names mapped to types (``{"pk": "S"}``) so that
@@ -189,7 +189,7 @@ class TransactionManager(ManagerReads):
             images_table,
             clock=clock,
             max_workers=max_workers,
-            finished_ttl_seconds=int(finished_ttl.total_seconds()),
+            completed_ttl_seconds=int(finished_ttl.total_seconds()),
             sleep=sleep,
         )
         self.reads = Reads(self)
@@ -283,12 +283,12 @@ class TransactionManager(ManagerReads):
             if header is None:
                 # Never created (its coordinator died, or is about to create it) or removed
                 # by TTL: a rolled-back record in its place settles which, for everyone.
-                p.records.create_finished(named, caller_id, s.STATE_ROLLED_BACK)
+                p.records.create_completed(named, caller_id, s.STATE_ROLLED_BACK)
                 header = p.records.read_header(named)
                 if header is None:
                     continue
             if header.state == s.STATE_ROLLED_BACK:
-                if not header.finished:
+                if not header.completed:
                     p.complete(header)  # its locks would hold up the new attempt
                 if p.aliases.move(caller_id, named, fresh):
                     return Transaction(self, fresh, transaction_id=caller_id)
@@ -318,7 +318,7 @@ class TransactionManager(ManagerReads):
     ) -> Iterator[Transaction]:
         """Commit on normal exit; roll back and re-raise on an exception.
 
-        With ``delete`` (the default without a ``transaction_id``) the finished
+        With ``delete`` (the default without a ``transaction_id``) the completed
         TX record is deleted on exit, since the caller has seen the outcome.
         With a ``transaction_id`` (see :meth:`begin`) the record is kept, since
         it is what remembers the id; check ``tx.already_committed`` in the block.
@@ -344,7 +344,7 @@ class TransactionManager(ManagerReads):
                     tx.rollback()
                 if delete:
                     tx.delete()
-            except Exception:  # the caller's exception matters more; the sweeper finishes
+            except Exception:  # the caller's exception matters more; the sweeper completes it
                 logger.exception("rollback of %s on exception did not complete", tx.id)
             raise
         tx.commit()
@@ -434,7 +434,7 @@ class TransactionManager(ManagerReads):
             self.key_names(table)  # further requests on these tables are validated without a call
         if header.state != s.STATE_PENDING:
             self.protocol.complete(header)
-            tx.record.finished = True
+            tx.record.completed = True
         return tx
 
     def sweep(
@@ -444,7 +444,7 @@ class TransactionManager(ManagerReads):
         rollback_after: timedelta,
         delete_after: timedelta,
     ) -> SweepOutcome:
-        """Move one TX record along: roll back if stale, finish if decided, delete if old.
+        """Move one TX record along: roll back if stale, complete if decided, delete if old.
 
         Ages are measured from the record's last change (``ts``) by this
         manager's clock; a pending record is rolled back only if it has not
@@ -456,7 +456,7 @@ class TransactionManager(ManagerReads):
         if header is None:
             return SweepOutcome.MISSING
         age_ms = p.now_ms() - header.updated_ms
-        if not header.finished:
+        if not header.completed:
             if header.state == s.STATE_PENDING and age_ms < rollback_after.total_seconds() * 1000:
                 return SweepOutcome.ACTIVE
             return p.settle(tx_id, header, expect_version=header.version)
