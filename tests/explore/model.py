@@ -160,7 +160,7 @@ def check(
         state = s.STATE_ROLLED_BACK  # never recorded: nothing may have changed
     else:
         state = record.state
-        if state == s.STATE_PENDING or not record.completed:
+        if state == s.STATE_PENDING or not record.finished:
             problems.append(f"record left unfinished in state {state}")
     listed = record.listed if record is not None and state == s.STATE_COMMITTED else {}
     chains = {pk: chain_of(entry, seen) for pk, entry in listed.items()}

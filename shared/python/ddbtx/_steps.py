@@ -15,15 +15,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError
 
 from . import schema as s
-from ._contention import Contender
+from ._contention import Contender, Contending
 from ._dynamo import call, was_resent
 from ._items import MAX_ITEM_BYTES, Item, flag, item_size, lock_owner, strip
-from ._protocol import Protocol
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large, with_user_condition
 from ._responses import attributes, return_values, wrap
 from ._rewrite import Rewrites
-from ._view import Local, RecordView, rejected
+from ._view import Local, rejected
 from .errors import (
     ConditionalCheckFailedError,
     ConditionFailed,
@@ -49,15 +48,10 @@ HELD_BY_REQUEST = "#ddbtxl = :ddbtxl"
 INLINE_IMAGE_LIMIT = 64 * 1024
 
 
-class Coordinator(typing.Protocol):
-    """What the item steps use of their transaction (:class:`ddbtx.Transaction`)."""
+class Coordinator(Contending, typing.Protocol):
+    """What the item steps use of their transaction (:class:`ddbtx.Transaction`), beyond
+    what its contention uses."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def p(self) -> Protocol: ...
-    @property
-    def record(self) -> RecordView: ...
     @property
     def contender(self) -> Contender: ...
     def read_pending_header(self) -> Header: ...
