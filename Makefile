@@ -80,6 +80,10 @@ lint: setup
 	$(RUN) mypy
 	@# Each handler alone: both are modules named `handler`, which one mypy run refuses.
 	for handler in functions/*/handler.py; do $(RUN) mypy "$$handler" || exit 1; done
+	@# The core's layers and no import cycle ([tool.importlinter] in pyproject.toml), then
+	@# no module reaching into another's private names (tests/lint/private_names.py).
+	PYTHONPATH=shared/python $(RUN) lint-imports --no-cache
+	$(RUN) python -m tests.lint.private_names
 
 bench: setup
 	$(RUN) python -m benchmarks.requests

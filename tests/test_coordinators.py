@@ -85,7 +85,7 @@ def settle_and_check(
     else:
         sweeper.sweep(tx_id, rollback_after=timedelta(0), delete_after=timedelta(days=1))
     header = sweeper.protocol.records.read_header(tx_id)
-    assert header is not None and header.finished
+    assert header is not None and header.completed
     balances = {pk: item["balance"] for pk, item in data_state(ddb, tables.data).items()}
     assert balances == (committed if header.state == s.STATE_COMMITTED else before)
     assert_clean(ddb, tables)

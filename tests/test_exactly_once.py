@@ -403,7 +403,7 @@ def test_given_a_coordinator_that_claimed_the_id_and_died_when_retried_then_it_i
     assert make_tm().run(work, transaction_id=ORDER) == "paid"
     # Then the claimed transaction is fenced (rolled back, finished) and a new one commits
     fence = make_tm().protocol.records.read_header(claimed)
-    assert fence is not None and fence.state == s.STATE_ROLLED_BACK and fence.finished
+    assert fence is not None and fence.state == s.STATE_ROLLED_BACK and fence.completed
     assert named(make_tm()) != claimed
     assert balances(ddb, tables) == ONCE
     assert_clean(ddb, tables)

@@ -175,3 +175,155 @@ def test_given_ci_then_it_builds_the_docs_checks_the_template_after_synth_and_te
     assert "make docs" in steps
     assert steps.index("make check-template") > steps.index('make synth 2>&1 | tee "$synth_log"')
     assert steps[-1] == "make test"
+
+
+# --- the core's layers and private names (make lint) ---------------------------------------
+
+PACKAGE = ROOT / "shared" / "python" / "ddbtx"
+
+
+def package_copy(tmp_path: Path, plant: dict[str, tuple[str, str]] | None = None) -> Path:
+    """A copy of the core under ``tmp_path``; ``plant`` maps a module's file to (text to put
+    after its ``from __future__`` line, text to append)."""
+    copy = tmp_path / "ddbtx"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, (head, tail) in (plant or {}).items():
+        path = copy / name
+        text = path.read_text().replace(
+            "from __future__ import annotations\n", f"from __future__ import annotations\n{head}", 1
+        )
+        path.write_text(text + tail)
+    return copy
+
+
+def lint_imports(package: Path) -> subprocess.CompletedProcess[str]:
+    """lint-imports with the project's contracts, run on the ``ddbtx`` under ``package``."""
+    env = {**os.environ, "PYTHONPATH": str(package.parent), "COLUMNS": "200"}
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "lint-imports"),
+            "--no-cache",
+            "--config",
+            str(ROOT / "pyproject.toml"),
+        ],
+        cwd=package.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_given_the_lint_job_then_it_checks_the_layers_and_private_names() -> None:
+    # Given the lint job's plan
+    plan = make_plan("lint")
+
+    # Then lint-imports runs the project's contracts on the core, and the private-name check
+    assert "PYTHONPATH=shared/python .tools/bin/uv run --frozen lint-imports --no-cache" in plan
+    assert ".tools/bin/uv run --frozen python -m tests.lint.private_names" in plan
+    # And the contracts cover every module (exhaustive) and forbid any cycle
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    kinds = {c["type"]: c for c in config["contracts"]}
+    assert kinds["layers"]["exhaustive"] is True
+    assert kinds["acyclic_siblings"]["ancestors"] == ["ddbtx"]
+    assert "exclude_type_checking_imports" not in config
+
+
+def test_given_the_core_as_it_is_then_its_layers_hold(tmp_path: Path) -> None:
+    # Given an unchanged copy of the core
+    # When lint-imports checks it
+    result = lint_imports(package_copy(tmp_path))
+
+    # Then both contracts are kept
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 2 kept, 0 broken." in result.stdout
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        ("", "\n\ndef _planted() -> None:\n    from . import transaction  # noqa: F401\n"),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import transaction\n",
+            "",
+        ),
+    ],
+    ids=["inside-a-function", "under-type-checking"],
+)
+def test_given_a_lower_module_importing_a_higher_one_then_lint_imports_fails_naming_it(
+    tmp_path: Path, plant: tuple[str, str]
+) -> None:
+    # Given a copy of the core whose item steps import the public transaction module again
+    package = package_copy(tmp_path, {"_steps.py": plant})
+
+    # When lint-imports checks it
+    result = lint_imports(package)
+
+    # Then it fails: the layers are broken, and so is the no-cycle contract, each naming it
+    assert result.returncode != 0
+    assert "Contracts: 0 kept, 2 broken." in result.stdout
+    assert "ddbtx._steps -> ddbtx.transaction" in result.stdout
+    assert "._steps -> .transaction" in result.stdout
+
+
+def test_given_a_cycle_inside_one_layer_then_lint_imports_fails(tmp_path: Path) -> None:
+    # Given a copy where the two CLI modules of the apps layer import each other again
+    tail = "\n\ndef _planted() -> None:\n    from . import cli  # noqa: F401\n"
+    package = package_copy(tmp_path, {"_cli_progress.py": ("", tail)})
+
+    # When lint-imports checks it
+    result = lint_imports(package)
+
+    # Then the layers allow it (one layer) but the no-cycle contract does not
+    assert result.returncode != 0
+    assert "Contracts: 1 kept, 1 broken." in result.stdout
+    assert "._cli_progress -> .cli" in result.stdout
+
+
+def private_names(package: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.lint.private_names", str(package)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_given_the_core_as_it_is_then_no_module_reaches_into_private_names(
+    tmp_path: Path,
+) -> None:
+    result = private_names(package_copy(tmp_path))
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize(
+    ("plant", "named"),
+    [
+        (
+            ("from ._steps import _probe_value  # noqa: F401\n", ""),
+            "_transaction.py:10: imports the private name _probe_value from ddbtx._steps",
+        ),
+        (
+            ("", "\n\ndef _planted(tx: Any) -> Any:\n    return tx._check_pending\n"),
+            "reaches into a private name: tx._check_pending",
+        ),
+        (
+            ("", "\n\ndef _planted(self: Any) -> Any:\n    return self.tx._abort\n"),
+            "reaches into a private name: self.tx._abort (1 found, 0 allowed",
+        ),
+    ],
+    ids=["import", "attribute", "attribute-allowed-elsewhere"],
+)
+def test_given_a_planted_reach_in_then_the_private_name_check_fails_naming_it(
+    tmp_path: Path, plant: tuple[str, str], named: str
+) -> None:
+    # Given a copy of the core with one more reach-in into a private name
+    package = package_copy(tmp_path, {"_transaction.py": plant})
+
+    # When the check runs on it
+    result = private_names(package)
+
+    # Then it fails, naming the file, the line and the name
+    assert result.returncode == 1
+    assert named in result.stdout

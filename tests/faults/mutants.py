@@ -116,7 +116,7 @@ def delete_record_first() -> Iterator[None]:
     original = Protocol.complete
 
     def complete(self: Protocol, header: Header, *args: Any, **kwargs: Any) -> int:
-        if not header.finished:
+        if not header.completed:
             real_call(
                 self.client,
                 "delete_item",

@@ -22,7 +22,7 @@ from ._dynamo import call, put_new
 from ._items import Item
 from .errors import ConditionFailed
 
-#: An alias outlives the longest a finished record is kept (``finished_ttl``) by this
+#: An alias outlives the longest a completed record is kept (``finished_ttl``) by this
 #: much, counted from its creation: room for the transaction to run, be rolled back by
 #: the sweeper and completed before its record's own TTL starts.
 ALIAS_TTL_MARGIN = timedelta(days=7)

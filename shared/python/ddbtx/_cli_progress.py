@@ -1,4 +1,5 @@
-"""``ddbtx sweep``'s live display: one line per pass of the sweep, and the library's logs.
+"""``ddbtx sweep``'s live display: one line per pass of the sweep, the library's logs, and
+the sweep report's table (the demo prints it too).
 
 The sweeper reports progress per page as ``(task, rows)``: ``"index <state>#<shard>"``
 for the index pass's partitions, a table name for every scan. The index pass has a
@@ -84,3 +85,31 @@ def library_logs(verbose: bool) -> Iterator[None]:
     finally:
         log.handlers, log.propagate = saved[0], saved[1]
         log.setLevel(saved[2])
+
+
+#: Counters of a sweep report, in the order they are shown.
+REPORT_ROWS = (
+    ("scanned", "rows examined"),
+    ("stuck", "stuck (pending past the rollback age)"),
+    ("rolled_back", "rolled back"),
+    ("rolled_forward", "rolled forward"),
+    ("finalised", "finalised"),
+    ("deleted", "TX records deleted"),
+    ("orphan_images_deleted", "orphan images deleted"),
+    ("locks_released", "stray item locks released (record gone or finished)"),
+    ("lock_rows_deleted", "expired lock rows deleted"),
+    ("errors", "errors"),
+)
+
+
+def report_table(report: dict[str, Any], title: str) -> Any:
+    """A sweep report (``SweepReport.to_dict()``) as a rich table."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for name, label in REPORT_ROWS:
+        table.add_row(label, str(report[name]))
+    table.add_row("complete", "yes" if report["complete"] else f"no ({report['stopped_by']})")
+    return table

@@ -10,16 +10,17 @@ is rolled back whatever its age.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+import random
+import typing
+from collections.abc import Callable
 
 from . import schema as s
 from ._items import lock_owner
+from ._protocol import Protocol
 from ._record import Header
 from ._requests import Request
+from ._view import RecordView
 from .errors import TransactionConflictError
-
-if TYPE_CHECKING:
-    from .transaction import Transaction, TransactionManager
 
 
 class Contention(enum.Enum):
@@ -31,13 +32,45 @@ class Contention(enum.Enum):
     ROLLBACK_HOLDER = "rollback-holder"
 
 
+class Patience(typing.Protocol):
+    """The settings a wait reads from its :class:`~ddbtx.TransactionManager`."""
+
+    @property
+    def contention(self) -> Contention: ...
+    @property
+    def lock_wait(self) -> float: ...
+    @property
+    def stale_after(self) -> float: ...
+    @property
+    def wound_patience(self) -> float: ...
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def monotonic(self) -> Callable[[], float]: ...
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+
+
+class Contending(typing.Protocol):
+    """What contention uses of its transaction (:class:`ddbtx.Transaction`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def p(self) -> Protocol: ...
+    @property
+    def record(self) -> RecordView: ...
+    @property
+    def manager(self) -> Patience: ...
+
+
 class Waiter:
     """Backoff and staleness judgement for one contended lock, on the monotonic clock."""
 
     #: Seconds a decided holder gets to release its items before a waiter completes it.
     DECIDED_GRACE = 0.25
 
-    def __init__(self, manager: TransactionManager) -> None:
+    def __init__(self, manager: Patience) -> None:
         self.m = manager
         self.start = manager.monotonic()
         self.delay = 0.01
@@ -86,7 +119,7 @@ class Waiter:
 class Contender:
     """Contention decisions of one transaction; one :class:`ItemContention` per locked item."""
 
-    def __init__(self, tx: Transaction) -> None:
+    def __init__(self, tx: Contending) -> None:
         self.tx = tx
 
     def for_item(self, req: Request) -> ItemContention:
@@ -96,7 +129,7 @@ class Contender:
 class ItemContention:
     """One request's wait for an item another transaction holds."""
 
-    def __init__(self, tx: Transaction, req: Request) -> None:
+    def __init__(self, tx: Contending, req: Request) -> None:
         self.tx = tx
         self.req = req
         self.p = tx.p
@@ -118,7 +151,7 @@ class ItemContention:
             if not waiter.decided:
                 raise self._waited_too_long(owner)
         header = self.p.records.read_header(owner)
-        if header is None or header.finished:
+        if header is None or header.completed:
             self._undo_stray(owner)
             return False
         if header.state != s.STATE_PENDING:
@@ -175,7 +208,7 @@ class ItemContention:
         (the caller reads the item next), False after rolling it back.
         """
         current: Header | None = header
-        while current is not None and current.state == s.STATE_PENDING and not current.finished:
+        while current is not None and current.state == s.STATE_PENDING and not current.completed:
             # wound: the older transaction rolls back a younger holder that is blocked,
             # or that kept it waiting past its patience.
             if current.waiting or self.waiter.impatient():

@@ -21,12 +21,15 @@ none               fences the named id with a rolled-back record (its
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing
+from typing import Any
 
-from . import schema as s
 from ._items import canonical_number, strip
+from ._protocol import Protocol
+from ._record import Header
 from ._requests import Request
-from ._steps import _return_values, _wrap
+from ._responses import return_values, wrap
+from ._view import COMMIT_ROUNDS, Local, RecordView
 from .errors import (
     InvalidTransactionIdError,
     TransactionError,
@@ -34,16 +37,9 @@ from .errors import (
     TransactionRolledBackError,
 )
 
-if TYPE_CHECKING:
-    from ._view import Local
-    from .transaction import Transaction, TransactionManager
-
 #: Longest caller's id, in UTF-8 bytes: with the alias prefix it stays far within
 #: DynamoDB's 2,048-byte partition key, and the record that repeats it stays small.
 MAX_TRANSACTION_ID_BYTES = 1024
-
-#: Rounds of "claim, read, act" before giving up on an alias that keeps changing.
-RESOLVE_ROUNDS = 8
 
 
 def check_transaction_id(value: object) -> str:
@@ -66,44 +62,21 @@ def check_transaction_id(value: object) -> str:
     return value
 
 
-def begin_by_id(tm: TransactionManager, caller_id: str, priority: str | None) -> Transaction:
-    """The transaction that carries ``caller_id``: new, resumed, or already committed."""
-    from .transaction import Transaction
+class Resumed(typing.Protocol):
+    """What a replay and a join use of their transaction (:class:`ddbtx.Transaction`)."""
 
-    p = tm.protocol
-    fresh = tm._new_id(priority)
-    for _ in range(RESOLVE_ROUNDS):
-        if p.aliases.claim(caller_id, fresh):
-            return Transaction(tm, fresh, transaction_id=caller_id)
-        named = p.aliases.read(caller_id)
-        if named is None:
-            continue  # deleted with its expired record since the claim failed: claim again
-        if named == fresh:  # our claim or move landed; its answer was lost
-            return Transaction(tm, fresh, transaction_id=caller_id)
-        header = p.records.read_header(named)
-        if header is None:
-            # Never created (its coordinator died, or is about to create it) or removed
-            # by TTL: a rolled-back record in its place settles which, for everyone.
-            p.records.create_finished(named, caller_id, s.STATE_ROLLED_BACK)
-            header = p.records.read_header(named)
-            if header is None:
-                continue
-        if header.state == s.STATE_ROLLED_BACK:
-            if not header.finished:
-                p.complete(header)  # its locks would hold up the new attempt
-            if p.aliases.move(caller_id, named, fresh):
-                return Transaction(tm, fresh, transaction_id=caller_id)
-            continue  # another retry started over first: join that one
-        tx = tm._adopt(header)
-        tx.transaction_id = caller_id
-        if header.state == s.STATE_COMMITTED:
-            tx.already_committed = True
-        else:
-            tx.replay = Replay(tx)
-        return tx
-    raise TransactionError(
-        f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
-    )
+    @property
+    def id(self) -> str: ...
+    @property
+    def transaction_id(self) -> str | None: ...
+    @property
+    def p(self) -> Protocol: ...
+    @property
+    def record(self) -> RecordView: ...
+    def read_own(self, local: Local) -> dict[str, Any]: ...
+    def read_pending_header(self) -> Header: ...
+    def catch_up(self, pending: list[Local]) -> None: ...
+    def _abort(self) -> None: ...
 
 
 # --- matching a run's requests with the recorded ones --------------------------------
@@ -172,7 +145,7 @@ class Replay:
     retries), and the work starts over in a new transaction.
     """
 
-    def __init__(self, tx: Transaction) -> None:
+    def __init__(self, tx: Resumed) -> None:
         self.tx = tx
         #: Items whose recorded request this run made again, or made first.
         self.issued: set[str] = set()
@@ -221,14 +194,12 @@ class Replay:
         req = local.request
         if req.op == "get" or req.return_values in ("ALL_NEW", "UPDATED_NEW"):
             item = self.tx.read_own(local).get("Item", {})
-            return _wrap(item) if req.op == "get" else _return_values(local, item)
-        return _return_values(local, {})
+            return wrap(item) if req.op == "get" else return_values(local, item)
+        return return_values(local, {})
 
     def _read_before_write(self, local: Local) -> dict[str, Any]:
         """A read the earlier attempt made of an item it then wrote: the item before the
         transaction, as that read saw it (the write is caught up first, which saves it)."""
-        from ._transaction import COMMIT_ROUNDS
-
         tx = self.tx
         for _ in range(COMMIT_ROUNDS):
             if local.confirmed:
@@ -244,7 +215,7 @@ class Replay:
             item = tx.p.read_item(req.table, req.key) or {}
             image = tx.p.image_of(tx.id, req.rid, item)
             local.pre = strip(image if image is not None else item)
-        return _wrap(local.pre)
+        return wrap(local.pre)
 
     def check_complete(self) -> None:
         """Before a commit: every recorded request was made again by this run."""
@@ -280,7 +251,7 @@ class Replay:
         )
 
 
-def join(tx: Transaction, locals_: list[Local]) -> list[Local] | None:
+def join(tx: Resumed, locals_: list[Local]) -> list[Local] | None:
     """Two attempts of one id at once: requests another recorded first are ours to join.
 
     Returns the requests to go on with, or None when the refusal was not

@@ -6,30 +6,12 @@ Each delegates to :mod:`ddbtx.reads` at an :class:`Isolation` level (docs/transa
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._items import Item
+from .reads import Isolation, Reads
 from .resource import Table
-
-if TYPE_CHECKING:
-    from .reads import Reads
-
-
-class Isolation(enum.Enum):
-    """Read isolation levels of :meth:`TransactionManager.get_item` and the reads of many
-    items (``query``, ``scan``, ``batch_get_item``; docs/transactions.md: "Reads of many items").
-
-    ``UNCOMMITTED`` reads the item as it is, uncommitted writes included.
-    ``COMMITTED`` never returns uncommitted data: a locked item that has a write
-    applied is read from its saved image. ``SERIALIZABLE`` takes a read lock in a
-    short transaction of its own.
-    """
-
-    UNCOMMITTED = "uncommitted"
-    COMMITTED = "committed"
-    SERIALIZABLE = "serializable"
 
 
 class ManagerReads:

@@ -42,7 +42,7 @@ complete       ``_record.MARK_COMPLETED``: decided, once    ``RecordStore.mark_c
 delete         ``_record.DELETE_COMPLETED``                 ``RecordStore.delete``
 alias claim    ``_alias.CLAIM``: the caller's id is free    ``AliasStore.claim``
 alias move     ``_alias.MOVE``: names the rolled-back one   ``AliasStore.move``
-fence          ``_record.CREATE``: no record yet            ``RecordStore.create_finished``
+fence          ``_record.CREATE``: no record yet            ``RecordStore.create_completed``
 alias delete   ``_alias.FORGET``: names this record         ``AliasStore.forget``
 =============  ==========================================  =================================
 """
@@ -140,7 +140,7 @@ class Protocol:
         *,
         clock: Callable[[], float],
         max_workers: int,
-        finished_ttl_seconds: int,
+        completed_ttl_seconds: int,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
@@ -150,16 +150,18 @@ class Protocol:
         self.sleep = sleep
         self.max_workers = max_workers
         self.records = RecordStore(
-            client, transactions_table, clock=clock, completed_ttl_seconds=finished_ttl_seconds
+            client, transactions_table, clock=clock, completed_ttl_seconds=completed_ttl_seconds
         )
         self.aliases = AliasStore(
-            client, transactions_table, clock=clock, ttl_seconds=finished_ttl_seconds
+            client, transactions_table, clock=clock, ttl_seconds=completed_ttl_seconds
         )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         #: Recorded requests skipped because no call can ever read or apply them (a
         #: janitor reports the count as a metric).
         self.skipped_requests = 0
+        #: Per table: did the last put of a transaction insert or replace? (lock's first guess)
+        self.put_paths: dict[str, str] = {}
 
     # -- helpers ---------------------------------------------------------------
 
@@ -348,7 +350,7 @@ class Protocol:
         raise RuntimeError(f"undo of tx {tx_id} in {table} did not settle")
 
     def complete_item(self, header: Header, entry: Entry, known: Item | None = None) -> None:
-        """complete: settle one recorded request of a decided transaction.
+        """complete: complete one recorded request of a decided transaction.
 
         ``known`` is the coordinator's own view of the item (saves a read); it
         is trusted only while it carries the lock the record names.
@@ -452,13 +454,13 @@ class Protocol:
         *,
         external_images: bool | None = None,
     ) -> int:
-        """complete: settle every item of a decided transaction, then mark the record completed.
+        """complete: complete every item of a decided transaction, then mark the record completed.
 
         ``known`` maps request ids to the coordinator's own view of each item
         (saving a read per item); ``external_images`` False skips the images
         query. Returns how many recorded requests were skipped as unappliable.
         """
-        if header.finished:
+        if header.completed:
             return 0
         known = known or {}
         done = self.parallel(
@@ -499,7 +501,7 @@ class Protocol:
                 return SweepOutcome.MISSING
             if header.state == s.STATE_PENDING:
                 return SweepOutcome.ACTIVE
-            rolled_back_here = header.state == s.STATE_ROLLED_BACK and not header.finished
+            rolled_back_here = header.state == s.STATE_ROLLED_BACK and not header.completed
             self.complete(header)
             if header.state == s.STATE_COMMITTED:
                 return SweepOutcome.ROLLED_FORWARD

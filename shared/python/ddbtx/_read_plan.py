@@ -19,7 +19,7 @@ from typing import Any, Literal
 from . import schema as s
 from ._conditions import Condition, ExpressionError, Path, parse_projection, project
 from ._items import Item, strip
-from ._requests import _check_names, _check_placeholders, _check_values
+from ._requests import check_names, check_placeholders, check_values
 from .errors import InvalidRequestError
 
 ReadOp = Literal["query", "scan", "get"]
@@ -110,13 +110,13 @@ def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> st
     unknown = sorted(set(params) - _ALLOWED[op])
     if unknown:
         raise _fail(f"{op} does not support {unknown}", table)
-    _check_names(params.get("ExpressionAttributeNames"), table)
-    _check_values(params.get("ExpressionAttributeValues"), table)
+    check_names(params.get("ExpressionAttributeNames"), table)
+    check_values(params.get("ExpressionAttributeValues"), table)
     for name in _EXPRESSIONS:
         value = params.get(name)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise _fail(f"{name} must be a non-empty string", table)
-    _check_placeholders(dict(params), table, _EXPRESSIONS)
+    check_placeholders(dict(params), table, _EXPRESSIONS)
     if params.get("Select") == "COUNT" and params.get("ProjectionExpression"):
         raise _fail("ProjectionExpression cannot be given with Select=COUNT", table)
     if op == "query" and not params.get("KeyConditionExpression"):

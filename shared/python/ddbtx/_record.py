@@ -90,7 +90,7 @@ class Header:
     state: str
     version: int
     updated_ms: int
-    finished: bool
+    completed: bool
     entries: dict[str, Entry] = field(default_factory=dict)
     raw_size: int = 0
     waiting: bool = False  # its coordinator is blocked on an older transaction's lock
@@ -170,7 +170,7 @@ def header_from_item(item: Item) -> Header:
         state=item[s.TX_STATE]["S"],
         version=int(item[s.TX_VERSION]["N"]),
         updated_ms=int(item[s.TX_UPDATED]["N"]),
-        finished=flag(item, s.TX_FINISHED),
+        completed=flag(item, s.TX_FINISHED),
         entries=entries,
         raw_size=item_size(item),
         waiting=s.TX_WAITING in item,
@@ -324,7 +324,7 @@ class RecordStore:
             ExpressionAttributeNames={"#id": s.TX_PK},
         )
 
-    def create_finished(self, tx_id: str, caller_id: str, state: str) -> bool:
+    def create_completed(self, tx_id: str, caller_id: str, state: str) -> bool:
         """create, decided and completed at once: a record with no requests (False: it exists).
 
         Rolled back, it fences an id whose alias names a transaction with no
@@ -501,7 +501,7 @@ class RecordStore:
             return self.read_header(tx_id)
 
     def mark_completed(self, header: Header) -> None:
-        """complete (last step): every item is settled; TTL may delete the record later."""
+        """complete (last step): every item is completed; TTL may delete the record later."""
         ttl = int(self.clock()) + self.completed_ttl_seconds
         # Failing means another coordinator completed (or deleted) the record first.
         with contextlib.suppress(ConditionFailed):
@@ -530,7 +530,7 @@ class RecordStore:
                     ":one": {"N": "1"},
                 },
             )
-        header.finished = True
+        header.completed = True
 
     def delete(self, header: Header, batch_write: Callable[[str, list[Any]], None]) -> None:
         """delete: remove a completed record and its body rows."""

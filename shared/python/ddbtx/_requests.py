@@ -90,7 +90,8 @@ def _check_av(name: str, value: Any, table: str) -> None:
         raise _fail(f"attribute {name!r} is not a low-level AttributeValue: {value!r:.80}", table)
 
 
-def _check_names(names: Any, table: str) -> None:
+def check_names(names: Any, table: str) -> None:
+    """``ExpressionAttributeNames`` well formed, none reserved by ddbtx."""
     if names is None:
         return
     if not isinstance(names, dict):
@@ -110,7 +111,8 @@ def _check_names(names: Any, table: str) -> None:
             )
 
 
-def _check_values(values: Any, table: str) -> None:
+def check_values(values: Any, table: str) -> None:
+    """``ExpressionAttributeValues`` well formed low-level values, none reserved by ddbtx."""
     if values is None:
         return
     if not isinstance(values, dict):
@@ -125,7 +127,7 @@ def _check_values(values: Any, table: str) -> None:
         _check_av(placeholder, value, table)
 
 
-def _check_placeholders(
+def check_placeholders(
     params: dict[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
     """Every placeholder defined is used, and every one used is defined, as DynamoDB demands.
@@ -207,8 +209,8 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
     if unknown:
         raise _fail(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
     key_types = _key_types(key_names)
-    _check_names(params.get("ExpressionAttributeNames"), table)
-    _check_values(params.get("ExpressionAttributeValues"), table)
+    check_names(params.get("ExpressionAttributeNames"), table)
+    check_values(params.get("ExpressionAttributeValues"), table)
     if op in _RETURN_VALUES:
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:
@@ -217,7 +219,7 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
         value = params.get(text_param)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise _fail(f"{text_param} must be a non-empty string", table)
-    _check_placeholders(params, table)
+    check_placeholders(params, table)
     params = dict(params)
     if op == "put":
         item = params.get("Item")
@@ -271,3 +273,8 @@ def merge_set(update_expression: str, assignments: str) -> str:
     end = following[0] if following else len(update_expression)
     clause = update_expression[start:end].rstrip()
     return f"{update_expression[:start]}{clause}, {assignments} {update_expression[end:]}".strip()
+
+
+def with_user_condition(req: Request, protocol_condition: str) -> str:
+    """A protocol condition with the request's own condition ANDed in, if it has one."""
+    return f"({req.condition}) AND {protocol_condition}" if req.condition else protocol_condition

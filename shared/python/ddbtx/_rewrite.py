@@ -20,17 +20,22 @@ from there) and then updates it, as DynamoDB's update of a missing item does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing
+from typing import Any
 
 from . import schema as s
 from ._items import Item, flag, strip, write_marker
+from ._protocol import Protocol
 from ._record import new_lock_value
-from ._steps import _attributes, _with_user_condition
+from ._requests import Request, with_user_condition
+from ._responses import attributes
 from ._view import Local
-from .errors import ConditionFailed, ValidationFailed
-
-if TYPE_CHECKING:
-    from ._steps import ItemSteps
+from .errors import (
+    ConditionalCheckFailedError,
+    ConditionFailed,
+    InvalidRequestError,
+    ValidationFailed,
+)
 
 #: rewrite: under this request's lock, and only over exactly what the earlier writes left
 #: (``{prior}`` is one of the two below), so it is applied once, and never over a
@@ -47,10 +52,57 @@ def _cleared(seq: int) -> dict[str, Any]:
     return {"S": f"{seq}-"}
 
 
+class Identified(typing.Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class Steps(typing.Protocol):
+    """What a rewrite uses of the first write's steps (:class:`ddbtx._steps.ItemSteps`,
+    which builds on this module)."""
+
+    @property
+    def tx(self) -> Identified: ...
+    @property
+    def p(self) -> Protocol: ...
+    def rejected_write(self, req: Request, exc: ValidationFailed) -> InvalidRequestError: ...
+    def lost_lock(self, local: Local) -> dict[str, Any]: ...
+    def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]: ...
+    def image_attrs(self, local: Local, values: dict[str, Any]) -> dict[str, Any]: ...
+    def check_on_absent(self, local: Local) -> None: ...
+    def guarded_put(
+        self,
+        req: Request,
+        item: Item,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> None: ...
+    def update(
+        self,
+        req: Request,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        **extra: Any,
+    ) -> dict[str, Any]: ...
+    def user_update(
+        self,
+        req: Request,
+        protocol_sets: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        condition: str,
+        return_values: str,
+    ) -> dict[str, Any]: ...
+    def condition_false(self, req: Request) -> ConditionalCheckFailedError: ...
+
+
 class Rewrites:
     """apply for writes 2, 3, ... to one item of one transaction."""
 
-    def __init__(self, steps: ItemSteps) -> None:
+    def __init__(self, steps: Steps) -> None:
         self.steps = steps
         self.tx = steps.tx
         self.p = steps.p
@@ -69,18 +121,18 @@ class Rewrites:
                 local.applied = local.confirmed = True
                 rv = req.return_values
                 after = strip(item) if not flag(item, s.ATTR_DELETED) else {}
-                return _attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
+                return attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
         assert local.prior is not None
         marker, absent, _ = local.prior
         before = self._before(local, absent or marker == _cleared(local.seq))
         try:
             result = self._write(local)
         except ValidationFailed as exc:
-            raise self.steps._rejected(req, exc) from exc
+            raise self.steps.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
             return self._settle(local, before, exc)
         local.applied = local.confirmed = True
-        return _attributes(before) if req.return_values == "ALL_OLD" else result
+        return attributes(before) if req.return_values == "ALL_OLD" else result
 
     # -- what the earlier writes left ---------------------------------------------------
 
@@ -117,7 +169,7 @@ class Rewrites:
         """Placeholders of the user's request and ours, and the REWRITE guard."""
         assert local.prior is not None
         marker = local.prior[0]
-        names, values = self.steps._lock_names(local)
+        names, values = self.steps.lock_names(local)
         names.update({"#ddbtxp": s.ATTR_APPLIED, "#ddbtxd": s.ATTR_DELETED})
         values.update({":ddbtxs": {"N": str(local.seq)}, ":ddbtxt": {"BOOL": True}})
         if marker is None:
@@ -132,7 +184,7 @@ class Rewrites:
             return {}
         if local.external_image:
             return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
-        return self.steps._image_attrs(local, values)
+        return self.steps.image_attrs(local, values)
 
     def _write(self, local: Local) -> dict[str, Any]:
         req = local.request
@@ -140,34 +192,34 @@ class Rewrites:
         marker, absent, imaged = local.prior
         cleared = marker == _cleared(local.seq)
         if (absent or cleared) and req.condition:
-            self.steps._check_on_absent(local)
+            self.steps.check_on_absent(local)
         names, values, guard = self._names(local)
-        condition = guard if absent or cleared else _with_user_condition(req, guard)
+        condition = guard if absent or cleared else with_user_condition(req, guard)
         rv = req.return_values
         protocol: Item = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_APPLIED: values[":ddbtxs"]}
         if local.transient:
             protocol[s.ATTR_TRANSIENT] = {"BOOL": True}
         if req.op == "put":  # (ALL_OLD: the caller returns what it read before)
             item = {**req.params["Item"], **protocol, **self._image(local, values)}
-            self.steps._guarded_put(req, item, condition, names, values)
+            self.steps.guarded_put(req, item, condition, names, values)
             return {}
         if req.op == "delete":
             sets = "#ddbtxd = :ddbtxt, #ddbtxp = :ddbtxs"
             sets += self._set_image(local, values, names, imaged)
-            self.steps._update(req, f"SET {sets}", condition, names, values)
+            self.steps.update(req, f"SET {sets}", condition, names, values)
             return {}
         if absent and not cleared:
             # update of an absent item: clear it to its key first, as DynamoDB would see it
             clear = {**req.key, **protocol, **self._image(local, values)}
             clear[s.ATTR_APPLIED] = _cleared(local.seq)
-            self.steps._guarded_put(req, clear, condition, names, values)
+            self.steps.guarded_put(req, clear, condition, names, values)
             local.prior = (_cleared(local.seq), absent, True)
             names, values, condition = self._names(local)
         sets = "#ddbtxp = :ddbtxs"
         if absent or cleared or rv == "ALL_OLD":
             rv = rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE"
-        resp = self.steps._user_update(req, sets, names, values, condition, rv)
-        return _attributes(strip(resp.get("Attributes")))
+        resp = self.steps.user_update(req, sets, names, values, condition, rv)
+        return attributes(strip(resp.get("Attributes")))
 
     def _set_image(
         self, local: Local, values: dict[str, Any], names: dict[str, str], imaged: bool
@@ -176,7 +228,7 @@ class Rewrites:
         if imaged or local.transient:
             return ""
         clauses = ""
-        for i, (attr, value) in enumerate(self.steps._image_attrs(local, values).items()):
+        for i, (attr, value) in enumerate(self.steps.image_attrs(local, values).items()):
             names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
             clauses += f", #ddbtxi{i} = :ddbtxi{i}"
         return clauses
@@ -197,10 +249,10 @@ class Rewrites:
             after = {} if flag(item, s.ATTR_DELETED) else strip(item)
             rv, old = req.return_values, before or {}
             if rv == "ALL_OLD":
-                return _attributes(old)
+                return attributes(old)
             if rv == "UPDATED_OLD":  # the attributes the write changed, as they were
-                return _attributes({k: v for k, v in old.items() if after.get(k) != v})
-            return _attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
+                return attributes({k: v for k, v in old.items() if after.get(k) != v})
+            return attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
         if absent and local.prior != seen:
             return self.apply(local, item)  # our clear landed, its answer lost: go on from it
-        raise self.steps._condition_false(req) from exc
+        raise self.steps.condition_false(req) from exc

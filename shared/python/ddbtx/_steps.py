@@ -8,16 +8,20 @@ alone cannot tell, the TX record.
 from __future__ import annotations
 
 import re
+import typing
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import BotoCoreError
 
 from . import schema as s
+from ._contention import Contender, Contending
 from ._dynamo import call, was_resent
 from ._items import MAX_ITEM_BYTES, Item, flag, item_size, lock_owner, strip
-from ._record import new_lock_value, new_nonce
-from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large
+from ._record import Header, new_lock_value, new_nonce
+from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large, with_user_condition
+from ._responses import attributes, return_values, wrap
+from ._rewrite import Rewrites
 from ._view import Local, rejected
 from .errors import (
     ConditionalCheckFailedError,
@@ -27,9 +31,6 @@ from .errors import (
     TransactionRolledBackError,
     ValidationFailed,
 )
-
-if TYPE_CHECKING:
-    from .transaction import Transaction
 
 #: lock: the item exists and nobody holds it (the request's own condition is ANDed in).
 LOCK_EXISTING = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl)"
@@ -47,14 +48,22 @@ HELD_BY_REQUEST = "#ddbtxl = :ddbtxl"
 INLINE_IMAGE_LIMIT = 64 * 1024
 
 
+class Coordinator(Contending, typing.Protocol):
+    """What the item steps use of their transaction (:class:`ddbtx.Transaction`), beyond
+    what its contention uses."""
+
+    @property
+    def contender(self) -> Contender: ...
+    def read_pending_header(self) -> Header: ...
+    def read_own(self, local: Local) -> dict[str, Any]: ...
+
+
 class ItemSteps:
     """The per-item steps of one transaction (any of its coordinators)."""
 
-    def __init__(self, tx: Transaction) -> None:
+    def __init__(self, tx: Coordinator) -> None:
         self.tx = tx
         self.p = tx.p
-        from ._rewrite import Rewrites  # it builds on this module's steps
-
         self.rewrites = Rewrites(self)
 
     # -- lock (+apply) ----------------------------------------------------------------
@@ -64,11 +73,10 @@ class ItemSteps:
         req = local.request
         if local.locked:  # upgrade of our own read lock, or the retry of an interrupted write
             return self._apply_locked(local)
-        manager = self.tx.manager
         # Other requests usually find their item; a put creates one, or replaces
         # one, as the last put on that table did. A wrong guess costs one failed
         # conditional write; after a missed insert the item most likely exists.
-        path = manager._put_paths.get(req.table, "insert") if req.op == "put" else "existing"
+        path = self.p.put_paths.get(req.table, "insert") if req.op == "put" else "existing"
         guessing = True
         contender = self.tx.contender.for_item(req)
         polling = False  # waiting on a holder: read the item, write only once it is free
@@ -80,7 +88,7 @@ class ItemSteps:
                         self.lock_existing(local) if path == "existing" else self.lock_insert(local)
                     )
                     if req.op == "put":
-                        manager._put_paths[req.table] = path
+                        self.p.put_paths[req.table] = path
                     return result
                 except ConditionFailed as exc:
                     local.maybe_landed |= was_resent(exc)
@@ -89,7 +97,7 @@ class ItemSteps:
                         continue
                     guessing = False
                 except ValidationFailed as exc:
-                    raise self._rejected(req, exc) from exc
+                    raise self.rejected_write(req, exc) from exc
                 except (DynamoDBError, BotoCoreError):
                     local.maybe_landed = True  # no answer: it may have been applied
                     raise
@@ -131,7 +139,7 @@ class ItemSteps:
         self.p.undo(self.tx.id, req.table, req.key, item, only=lock)
         return None
 
-    def _lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]:
+    def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]:
         req = local.request
         names = dict(req.params.get("ExpressionAttributeNames") or {})
         values = dict(req.params.get("ExpressionAttributeValues") or {})
@@ -142,15 +150,15 @@ class ItemSteps:
     def lock_existing(self, local: Local) -> dict[str, Any]:
         """lock: an existing, unlocked item; the user's condition is checked in the same write."""
         req = local.request
-        names, values = self._lock_names(local)
+        names, values = self.lock_names(local)
         sets = "#ddbtxl = :ddbtxl"
         if req.op == "delete":
             names["#ddbtxd"] = s.ATTR_DELETED
             values[":ddbtxt"] = {"BOOL": True}
             sets += ", #ddbtxd = :ddbtxt"
-        condition = _with_user_condition(req, LOCK_EXISTING)
+        condition = with_user_condition(req, LOCK_EXISTING)
         resent: list[bool] = []
-        resp = self._update(
+        resp = self.update(
             req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD", resent=resent
         )
         local.pre = strip(resp.get("Attributes"))
@@ -159,7 +167,7 @@ class ItemSteps:
         if any(resent) or local.maybe_landed:
             # An earlier attempt of this lock may have landed, been adopted by another
             # coordinator, decided and completed: this lock is then a late one on the
-            # settled item, and applying would write a second time. Only a pending
+            # completed item, and applying would write a second time. Only a pending
             # record proves it is not (completion follows the decision); a decided one
             # settles this lock as the record says (a late lock is undone: no image).
             self.tx.read_pending_header()
@@ -167,22 +175,22 @@ class ItemSteps:
             return self.apply(local, check_condition=False)
         local.confirmed = True
         if req.op == "get":
-            return _wrap(local.pre)
-        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+            return wrap(local.pre)
+        return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
     def lock_insert(self, local: Local) -> dict[str, Any]:
         """lock (+apply): the item does not exist; insert it locked, with the write if any."""
         req = local.request
-        names, values = self._lock_names(local)
+        names, values = self.lock_names(local)
         true = {"BOOL": True}
-        condition = _with_user_condition(req, LOCK_INSERT)
+        condition = with_user_condition(req, LOCK_INSERT)
         local.pre, local.transient = None, True
         protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_TRANSIENT: true}
         if req.op == "update":
             names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
             values[":ddbtxt"] = true
             rv = req.return_values
-            resp = self._user_update(
+            resp = self.user_update(
                 req,
                 "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
                 names,
@@ -191,7 +199,7 @@ class ItemSteps:
                 rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
             )
             local.applied = local.locked = local.confirmed = True
-            return _attributes(strip(resp.get("Attributes")))
+            return attributes(strip(resp.get("Attributes")))
         if req.op == "put":
             item = {**req.params["Item"], **protocol, s.ATTR_APPLIED: true}
             local.applied = True
@@ -199,7 +207,7 @@ class ItemSteps:
             item = {**req.key, **protocol}
             if req.op == "delete":
                 item[s.ATTR_DELETED] = true
-        self._guarded_put(req, item, condition, names, values)
+        self.guarded_put(req, item, condition, names, values)
         local.locked = local.confirmed = True
         return {}
 
@@ -218,14 +226,14 @@ class ItemSteps:
             image = self.p.image_of(self.tx.id, local.request.rid, item)
             local.pre = None if local.transient else strip(image)
             local.confirmed = True
-            return _return_values(local, item)
+            return return_values(local, item)
         local.pre = None if local.transient else strip(item)
         if op in ("put", "update"):
             return self.apply(local, check_condition=True)
         if op == "delete" and not flag(item, s.ATTR_DELETED):
             return self.mark_deleted(local)
         local.confirmed = True
-        return _wrap(local.pre or {}) if op == "get" else {}
+        return wrap(local.pre or {}) if op == "get" else {}
 
     def _apply_locked(self, local: Local) -> dict[str, Any]:
         """A write on an item this transaction already read-locked (upgrade) or wrote."""
@@ -247,18 +255,18 @@ class ItemSteps:
         """
         req = local.request
         if absent:
-            self._check_on_absent(local)
+            self.check_on_absent(local)
             return
-        names, values = self._lock_names(local)
+        names, values = self.lock_names(local)
         names["#ddbtxv"] = s.ATTR_VERDICT
         condition = VERDICT.format(condition=req.condition)
         try:
-            self._update(req, "REMOVE #ddbtxv", condition, names, values)
+            self.update(req, "REMOVE #ddbtxv", condition, names, values)
         except ConditionFailed:
             return
-        raise self._condition_false(req)
+        raise self.condition_false(req)
 
-    def _check_on_absent(self, local: Local) -> None:
+    def check_on_absent(self, local: Local) -> None:
         """Evaluate the user's condition as DynamoDB would on an absent item."""
         req = local.request
         probe = {name: _probe_value(value) for name, value in req.key.items()}
@@ -273,17 +281,17 @@ class ItemSteps:
                 **_expr_params(req.params),
             )
         except ConditionFailed as exc:
-            raise self._condition_false(req) from exc
+            raise self.condition_false(req) from exc
         except ValidationFailed as exc:
             raise rejected(self.tx.id, [req], exc) from exc
 
-    def _rejected(self, req: Request, exc: ValidationFailed) -> InvalidRequestError:
+    def rejected_write(self, req: Request, exc: ValidationFailed) -> InvalidRequestError:
         """DynamoDB refused a write; an item too large for its lock is said so exactly."""
         if "size" in str(exc).lower():
             return InvalidRequestError(too_large(), tx_id=self.tx.id, table=req.table, key=req.key)
         return rejected(self.tx.id, [req], exc)
 
-    def _condition_false(self, req: Request) -> ConditionalCheckFailedError:
+    def condition_false(self, req: Request) -> ConditionalCheckFailedError:
         return ConditionalCheckFailedError(
             "the request's condition is false", tx_id=self.tx.id, table=req.table, key=req.key
         )
@@ -299,32 +307,32 @@ class ItemSteps:
         """
         req = local.request
         if req.condition and local.transient:
-            self._check_on_absent(local)
-        names, values = self._lock_names(local)
+            self.check_on_absent(local)
+        names, values = self.lock_names(local)
         names["#ddbtxd"] = s.ATTR_DELETED
         values[":ddbtxt"] = {"BOOL": True}
         condition = HELD_BY_REQUEST
         if not local.transient:
-            condition = _with_user_condition(req, condition)
+            condition = with_user_condition(req, condition)
         try:
-            self._update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
+            self.update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
         except ValidationFailed as exc:
-            raise self._rejected(req, exc) from exc
+            raise self.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
             item = self.p.read_item(req.table, req.key)
             lock = (item or {}).get(s.ATTR_LOCK, {}).get("S")
             if lock != new_lock_value(self.tx.id, local.nonce):
                 return self.lost_lock(local)
             if not flag(item, s.ATTR_DELETED):
-                raise self._condition_false(req) from exc
+                raise self.condition_false(req) from exc
         local.confirmed = True
-        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+        return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
     def apply(self, local: Local, *, check_condition: bool) -> dict[str, Any]:
         """save image + apply: the write, with the pre-write image, under our lock."""
         req = local.request
         if check_condition and req.condition and local.transient:
-            self._check_on_absent(local)
+            self.check_on_absent(local)
         names = dict(req.params.get("ExpressionAttributeNames") or {})
         values = dict(req.params.get("ExpressionAttributeValues") or {})
         names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
@@ -333,9 +341,9 @@ class ItemSteps:
         )
         condition = APPLY
         if check_condition and not local.transient:
-            condition = _with_user_condition(req, condition)
+            condition = with_user_condition(req, condition)
         try:
-            image_attrs = self._image_attrs(local, values)
+            image_attrs = self.image_attrs(local, values)
             if req.op == "put":
                 return self._apply_put(local, image_attrs, condition, names, values)
             return self._apply_update(local, image_attrs, condition, names, values)
@@ -349,7 +357,7 @@ class ItemSteps:
         except ConditionFailed as exc:
             return self._settle_apply(local, values[":ddbtxl"]["S"], exc)
 
-    def _image_attrs(self, local: Local, values: dict[str, Any]) -> dict[str, Any]:
+    def image_attrs(self, local: Local, values: dict[str, Any]) -> dict[str, Any]:
         """save image: in the item while both copies fit, else in the images table."""
         image = local.pre
         if image is None:
@@ -379,9 +387,9 @@ class ItemSteps:
         }
         if local.transient:
             item[s.ATTR_TRANSIENT] = {"BOOL": True}
-        self._guarded_put(req, item, condition, names, values)
+        self.guarded_put(req, item, condition, names, values)
         local.applied = local.confirmed = True
-        return _attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+        return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
     def _apply_update(
         self,
@@ -398,13 +406,13 @@ class ItemSteps:
             names[f"#ddbtxi{i}"] = attr
             values[f":ddbtxi{i}"] = value
             sets += f", #ddbtxi{i} = :ddbtxi{i}"
-        resp = self._user_update(
+        resp = self.user_update(
             req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
         )
         local.applied = local.confirmed = True
         if rv == "ALL_OLD":
-            return _attributes(local.pre)
-        return _attributes(strip(resp.get("Attributes")))
+            return attributes(local.pre)
+        return attributes(strip(resp.get("Attributes")))
 
     def _settle_apply(self, local: Local, lock: str, exc: ConditionFailed) -> dict[str, Any]:
         """The apply's condition failed: our write (response lost), a false condition, or
@@ -415,12 +423,12 @@ class ItemSteps:
         if held and flag(item, s.ATTR_APPLIED):
             local.applied = local.confirmed = True  # our own write, its response lost
             assert item is not None
-            return _return_values(local, item)
+            return return_values(local, item)
         if held:
-            raise self._condition_false(req) from exc
+            raise self.condition_false(req) from exc
         return self.lost_lock(local)
 
-    def _guarded_put(
+    def guarded_put(
         self,
         req: Request,
         item: Item,
@@ -440,7 +448,7 @@ class ItemSteps:
             **({"ExpressionAttributeValues": used_values} if used_values else {}),
         )
 
-    def _user_update(
+    def user_update(
         self,
         req: Request,
         protocol_sets: str,
@@ -451,9 +459,9 @@ class ItemSteps:
     ) -> dict[str, Any]:
         """The user's UpdateExpression with protocol assignments joined to its SET clause."""
         update = merge_set(req.params.get("UpdateExpression") or "", protocol_sets)
-        return self._update(req, update, condition, names, values, ReturnValues=return_values)
+        return self.update(req, update, condition, names, values, ReturnValues=return_values)
 
-    def _update(
+    def update(
         self,
         req: Request,
         update: str,
@@ -532,10 +540,6 @@ class ItemSteps:
             self.lock_and_apply(taken)
 
 
-def _with_user_condition(req: Request, protocol_condition: str) -> str:
-    return f"({req.condition}) AND {protocol_condition}" if req.condition else protocol_condition
-
-
 def _used(mapping: dict[str, Any], *expressions: str) -> dict[str, Any]:
     """Only the placeholders an expression uses (DynamoDB rejects unused ones)."""
     text = " ".join(expressions)
@@ -563,23 +567,3 @@ def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
     if kind == "B":
         return {"B": b"ddbtx-probe-" + token.bytes}
     return {"S": f"ddbtx-probe-{token.hex}"}
-
-
-def _wrap(item: Item) -> dict[str, Any]:
-    """A read's response shape: ``{"Item": ...}``, or ``{}`` when there is no item."""
-    return {"Item": item} if item else {}
-
-
-def _attributes(item: Item | None) -> dict[str, Any]:
-    """A write's response shape: ``{"Attributes": ...}``, or ``{}``."""
-    return {"Attributes": item} if item else {}
-
-
-def _return_values(local: Local, item: Item) -> dict[str, Any]:
-    """ReturnValues for a write whose response was lost, rebuilt from the item."""
-    rv = local.request.return_values
-    if rv in ("ALL_OLD", "UPDATED_OLD"):
-        return _attributes(local.pre)
-    if rv in ("ALL_NEW", "UPDATED_NEW"):
-        return _attributes(strip(item))
-    return {}

@@ -146,7 +146,7 @@ class ScanPass:
                 run.check_time()
                 tx_id, rid = row[s.IMAGE_PK]["S"], row[s.IMAGE_SK]["S"]
                 found = header(tx_id)
-                if found is None or found.finished:
+                if found is None or found.completed:
                     try:
                         self._delete_orphan_image(run, tx_id, rid)
                     except Exception:
@@ -156,7 +156,7 @@ class ScanPass:
             here(after)
 
     def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> None:
-        """Delete an image whose transaction is gone or finished, after undoing any lock
+        """Delete an image whose transaction is gone or completed, after undoing any lock
         that still depends on it (an image is the only copy of the item it saved).
 
         A near-400 KB image spans rows ``rid``, ``rid#1``, ...: its first row goes
@@ -202,7 +202,7 @@ class ScanPass:
             return
 
     def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> None:
-        """Release the locks in ``table`` whose TX record is gone or finished."""
+        """Release the locks in ``table`` whose TX record is gone or completed."""
         if self._lock_index_active(table):
             if key is not None and s.ATTR_LOCK not in key:
                 key = None  # a table-scan cursor from before the index existed
@@ -231,7 +231,7 @@ class ScanPass:
 
         The index is eventually consistent and keys only, so an entry is a
         lead, not a fact: the item is read (consistently) and released only if
-        the record of the transaction locking it now is gone or finished. A
+        the record of the transaction locking it now is gone or completed. A
         lock the index does not show yet is found by a later run.
         """
         names = self.tm.key_names(table)
@@ -242,7 +242,7 @@ class ScanPass:
                 run.check_time()
                 owner = lock_owner(entry) or ""
                 found = header(owner)
-                if found is None or found.finished:
+                if found is None or found.completed:
                     item_key = key_of(entry, names)
                     item = self.tm.protocol.read_item(table, item_key)
                     if item is not None and is_locked_by(item, owner):
@@ -267,8 +267,8 @@ class ScanPass:
                 item_key = key_of(item, names)
                 found = header(owner)
                 # A lock outlives its record only when stray (records are deleted after
-                # every recorded item settled); a finished record's lock is stray too.
-                if found is None or found.finished:
+                # every recorded item completed); a completed record's lock is stray too.
+                if found is None or found.completed:
                     self._release(run, owner, table, item_key, item)
                 here(item_key)
             here(after)

@@ -168,9 +168,9 @@ class SweepReport:
     rolled_back, rolled_forward, finalised, deleted
         TX records moved along, by :class:`SweepOutcome`.
     orphan_images_deleted
-        Image rows whose TX record was gone or finished.
+        Image rows whose TX record was gone or completed.
     locks_released
-        Data-table item locks whose TX record was gone or finished.
+        Data-table item locks whose TX record was gone or completed.
     lock_rows_deleted
         Expired mutex and queue rows of the locks table.
     errors

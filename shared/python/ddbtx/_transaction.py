@@ -9,18 +9,20 @@ is decide, then complete (the step table is at the top of :mod:`ddbtx._protocol`
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import schema as s
-from ._contention import Contender
+from ._contention import Contender, Patience
 from ._exactly import Replay, join, same_request
 from ._items import Item, is_locked_by, write_marker
-from ._protocol import user_view
+from ._protocol import Protocol, user_view
 from ._record import Header, new_lock_value, new_nonce
-from ._requests import Op, Request, build
-from ._steps import ItemSteps, _wrap
-from ._view import AddRefused, Local, RecordView, _Decided
+from ._requests import KeyTypes, Op, Request, build
+from ._responses import wrap
+from ._steps import ItemSteps
+from ._view import COMMIT_ROUNDS, AddRefused, Decided, Local, RecordView
 from .errors import (
     ConditionalCheckFailedError,
     DuplicateRequestError,
@@ -31,11 +33,8 @@ from .errors import (
     TransactionIdReusedError,
     TransactionRolledBackError,
 )
-from .reads import locked_batch_get, locked_read
+from .reads import HasReads, locked_batch_get, locked_read
 from .resource import Table
-
-if TYPE_CHECKING:
-    from .transaction import TransactionManager
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +56,14 @@ def parse_batch(requests: list[dict[str, Any]]) -> list[tuple[Op, dict[str, Any]
     return out
 
 
+class Manager(Patience, HasReads, typing.Protocol):
+    """What a transaction uses of its :class:`~ddbtx.TransactionManager`."""
+
+    @property
+    def protocol(self) -> Protocol: ...
+    def key_types(self, table: str) -> KeyTypes: ...
+
+
 class Transaction:
     """One multi-item transaction. Use :meth:`TransactionManager.begin` to make one.
 
@@ -70,9 +77,7 @@ class Transaction:
     committed (the transaction then takes no requests).
     """
 
-    def __init__(
-        self, manager: TransactionManager, tx_id: str, *, transaction_id: str | None = None
-    ) -> None:
+    def __init__(self, manager: Manager, tx_id: str, *, transaction_id: str | None = None) -> None:
         self.manager = manager
         self.id = tx_id
         self.p = manager.protocol
@@ -155,6 +160,35 @@ class Transaction:
     def batch_get_item(self, **params: Any) -> dict[str, Any]:
         """``BatchGetItem`` that read-locks every key; nothing is left unprocessed."""
         return locked_batch_get(self, params)
+
+    def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]:
+        """Read-lock every key of ``table`` (one add, then every lock at once); each item's
+        value under the lock, None where there is no item. Items this transaction already
+        holds read as it sees them (its own writes included). The reads of many items in a
+        transaction (:meth:`query`, :meth:`scan`, :meth:`batch_get_item`) are made of it."""
+        self._check_pending()
+        requests = [self._build("get", {"TableName": table, "Key": key}) for key in keys]
+        values: dict[str, Item | None] = {}
+        if self.replay is not None:
+            # Resumed by its transaction_id: each read is matched with the recorded ones (those
+            # first, as Transaction.write_all does), one at a time.
+            for req in sorted(requests, key=lambda r: r.rid not in self.record.requests):
+                values[req.rid] = self._request("get", dict(req.params)).get("Item")
+            return [values[req.rid] for req in requests]
+        fresh = []
+        for req in {r.rid: r for r in requests}.values():
+            known = self.record.requests.get(req.rid)
+            if known is not None and known.confirmed:
+                values[req.rid] = self.read_own(known).get("Item")
+            else:
+                fresh.append(self._plan(req))
+        if fresh:
+            # Another attempt with the same transaction_id may have added them.
+            fresh = self._add(fresh)
+            results = self._guarded(lambda: self.p.parallel(self.steps.lock_and_apply, fresh))
+            for local, result in zip(fresh, results, strict=True):
+                values[local.request.rid] = result.get("Item")
+        return [values[req.rid] for req in requests]
 
     def table(self, name: str) -> Table:
         """A boto3-``Table``-like view of a data table inside this transaction.
@@ -302,7 +336,7 @@ class Transaction:
             if refused.partial:
                 self._abort()
             raise refused.error from refused
-        except _Decided as decided:
+        except Decided as decided:
             self._raise_decided(decided.header)
         return locals_
 
@@ -315,7 +349,7 @@ class Transaction:
         """Run lock/apply steps; errors that doom the transaction roll it back first."""
         try:
             return step()
-        except _Decided as decided:
+        except Decided as decided:
             self._raise_decided(decided.header)
         except (
             ConditionalCheckFailedError,
@@ -341,12 +375,12 @@ class Transaction:
                 key=req.key,
                 other_tx_id=header.decided_by,
             )
-        return _wrap(user_view(item))
+        return wrap(user_view(item))
 
     # -- settling from the record ---------------------------------------------------------
 
     def read_pending_header(self) -> Header:
-        """The record as it is now, if still pending; otherwise settle and raise."""
+        """The record as it is now, if still pending; otherwise complete it and raise."""
         header = self.p.records.read_header(self.id)
         if header is None or header.state != s.STATE_PENDING:
             self._raise_decided(header)
@@ -360,11 +394,11 @@ class Transaction:
             raise self._gone()
         self.record.adopt(header)
         self.record.state = header.state
-        if header.finished:
+        if header.completed:
             self._undo_late_locks()
         else:
             self.p.complete(header, self._known())
-        self.record.finished = True
+        self.record.completed = True
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed", tx_id=self.id)
         raise TransactionRolledBackError(
@@ -384,7 +418,7 @@ class Transaction:
         and they never commit a pending one, so to this caller it was rolled back."""
         self._undo_late_locks()
         self.record.state = s.STATE_ROLLED_BACK
-        self.record.finished = True
+        self.record.completed = True
         return TransactionRolledBackError(
             "the TX record is gone: a janitor rolled the transaction back and deleted it",
             tx_id=self.id,
@@ -413,7 +447,7 @@ class Transaction:
                 self._commit_empty()
                 return
             self.record.state = s.STATE_COMMITTED
-            self.record.finished = True
+            self.record.completed = True
             return
         if self.replay is not None:
             self.replay.check_complete()
@@ -442,21 +476,21 @@ class Transaction:
         """An exactly-once transaction with no request is still recorded committed, so that
         a retry with its id does not run the work again (one write)."""
         assert self.transaction_id is not None
-        if not self.p.records.create_finished(self.id, self.transaction_id, s.STATE_COMMITTED):
+        if not self.p.records.create_completed(self.id, self.transaction_id, s.STATE_COMMITTED):
             header = self.p.records.read_header(self.id)
             if header is None or header.state == s.STATE_ROLLED_BACK:
                 self._raise_decided(header)  # fenced by a retry with the same id: rolled back
             if header is None or header.state != s.STATE_COMMITTED:  # only this object creates it
                 raise TransactionError("the record appeared pending", tx_id=self.id)
         self.record.state = s.STATE_COMMITTED
-        self.record.created = self.record.finished = True
+        self.record.created = self.record.completed = True
 
     def catch_up(self, pending: list[Local]) -> None:
         """Lock and apply recorded requests this coordinator has not seen applied."""
         self._guarded(lambda: self.p.parallel(self.steps.catch_up, pending))
 
     def _known(self) -> dict[str, Item]:
-        """This coordinator's view of each confirmed item, to settle it without a read."""
+        """This coordinator's view of each confirmed item, to complete it without a read."""
         known: dict[str, Item] = {}
         for rid, loc in list(self.record.requests.items()):
             if not loc.confirmed:
@@ -476,11 +510,11 @@ class Transaction:
 
     def _complete(self, header: Header | None = None) -> None:
         """complete with this coordinator's knowledge; only strays if others completed first."""
-        if self.record.finished:
+        if self.record.completed:
             return
-        if header is not None and header.finished:
+        if header is not None and header.completed:
             self._undo_late_locks()
-            self.record.finished = True
+            self.record.completed = True
             return
         if header is None:
             header = Header(self.id, self.record.state, self.record.version, 0, False)
@@ -489,7 +523,7 @@ class Transaction:
         external = any(loc.external_image for loc in locals_)
         all_known = all(loc.confirmed for loc in locals_)
         self.p.complete(header, self._known(), external_images=external or not all_known)
-        self.record.finished = True
+        self.record.completed = True
 
     def rollback(self) -> None:
         """Roll back: restore every item to its state before the transaction and unlock it."""
@@ -502,7 +536,7 @@ class Transaction:
             )
         if not self.record.created:
             self.record.state = s.STATE_ROLLED_BACK
-            self.record.finished = True
+            self.record.completed = True
             return
         header = self.record.decide(s.STATE_ROLLED_BACK)
         if header is None:
@@ -528,7 +562,7 @@ class Transaction:
             return
         if self.record.state == s.STATE_PENDING:
             raise TransactionError("commit or roll back before deleting", tx_id=self.id)
-        if self.record.finished:
+        if self.record.completed:
             header = Header(self.id, self.record.state, self.record.version, 0, True)
             header.entries = self.record.entries()
             header.caller_id = self.transaction_id
@@ -537,11 +571,7 @@ class Transaction:
         current = self.p.records.read_header(self.id)
         if current is None:
             return
-        if not current.finished:
+        if not current.completed:
             self.p.complete(current, self._known())
-        current.finished = True
+        current.completed = True
         self.p.delete_record(current)
-
-
-#: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
-COMMIT_ROUNDS = 16

@@ -35,6 +35,8 @@ SPILL_BYTES = 16 * 1024
 HEADER_SOFT_LIMIT = 32 * 1024
 #: Requests per header write when adding a batch (keeps expressions under 4 KB).
 ADD_BATCH = 20
+#: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
+COMMIT_ROUNDS = 16
 
 
 @dataclass
@@ -93,7 +95,7 @@ class RecordView:
         self.version = 0
         self.created = False
         self.caller_id: str | None = None  # written into the record it creates (exactly-once id)
-        self.finished = False
+        self.completed = False
         self.marked = False  # the record carries our wait mark until the next add
         self.requests: dict[str, Local] = {}
         self.spilled: set[str] = set()  # requests whose body has its own row
@@ -234,7 +236,7 @@ class RecordView:
                 self.parts = parts | {rid: self.parts[rid] for rid in named if rid in self.parts}
             self._drop_rows([e for e in rows if e.rid not in named], spilled)
             raise
-        except _Decided:
+        except Decided:
             raise
         except Exception:
             with self._lock:  # outcome unknown: a retry re-adds under the same nonces
@@ -262,7 +264,7 @@ class RecordView:
             if header is not None and header.state != s.STATE_PENDING:
                 # A retry with the same transaction_id fenced this id before its record
                 # existed (a rolled-back tombstone): this coordinator must not go on.
-                raise _Decided(header) from exc
+                raise Decided(header) from exc
             # Our own create, its response lost, if it names our nonces; else an id collision.
             if header is None or any(
                 (mine := header.entries.get(loc.request.rid)) is None or mine.nonce != loc.nonce
@@ -314,7 +316,7 @@ class RecordView:
         """The add's condition failed: ours (response lost), a duplicate, or a decision."""
         header = self.store.read_header(self.tx_id)
         if header is None or header.state != s.STATE_PENDING:
-            raise _Decided(header)
+            raise Decided(header)
         for local in chunk:
             req = local.request
             mine = header.entries.get(req.rid)
@@ -427,7 +429,7 @@ class RecordView:
         except ConditionFailed as exc:
             now = self.store.read_header(self.tx_id)
             if now is None or now.state != s.STATE_PENDING:
-                raise _Decided(now) from exc
+                raise Decided(now) from exc
             recorded = now.entries.get(req.rid)
             if recorded is None or recorded.nonce != new_nonce:
                 if moved:  # another nonce won: our new row is unnamed
@@ -450,7 +452,7 @@ class RecordView:
         except ConditionFailed as exc:
             header = self.store.read_header(self.tx_id)
             if header is None or header.state != s.STATE_PENDING:
-                raise _Decided(header) from exc
+                raise Decided(header) from exc
 
     def decide(self, to_state: str) -> Header | None:
         """decide: commit at the view's version (all caught up), or roll back at any."""
@@ -465,8 +467,8 @@ class RecordView:
         return header
 
 
-class _Decided(Exception):
-    """Internal: the record is decided or gone (``header`` None); the façade settles it."""
+class Decided(Exception):
+    """Internal: the record is decided or gone (``header`` None); the façade completes it."""
 
     def __init__(self, header: Header | None) -> None:
         super().__init__("decided")

@@ -22,25 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import schema as s
 from ._cli_errors import CliError, explain
+from ._cli_progress import report_table
 from ._items import applied, lock_owner
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-
-#: Counters of a sweep report, in the order they are shown.
-REPORT_ROWS = (
-    ("scanned", "rows examined"),
-    ("stuck", "stuck (pending past the rollback age)"),
-    ("rolled_back", "rolled back"),
-    ("rolled_forward", "rolled forward"),
-    ("finalised", "finalised"),
-    ("deleted", "TX records deleted"),
-    ("orphan_images_deleted", "orphan images deleted"),
-    ("locks_released", "stray item locks released (record gone or finished)"),
-    ("lock_rows_deleted", "expired lock rows deleted"),
-    ("errors", "errors"),
-)
 
 
 @dataclass
@@ -140,18 +126,6 @@ def _key_text(key: dict[str, Any]) -> str:
 
 
 # --- the commands -----------------------------------------------------------------------
-
-
-def report_table(report: dict[str, Any], title: str) -> Any:
-    from rich.table import Table
-
-    table = Table(title=title, show_header=False)
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for name, label in REPORT_ROWS:
-        table.add_row(label, str(report[name]))
-    table.add_row("complete", "yes" if report["complete"] else f"no ({report['stopped_by']})")
-    return table
 
 
 def cmd_sweep(
@@ -296,7 +270,7 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
                 owner = lock_owner(item) or ""
                 header = tm.protocol.records.read_header(owner)
                 state = "record gone" if header is None else STATE_NAMES[header.state]
-                if header is not None and header.finished:
+                if header is not None and header.completed:
                     state += " (finished)"
                 rows.append(
                     {
@@ -495,7 +469,7 @@ def _app(state: dict[str, Options]) -> Any:
     def sweep(
         ctx: typer.Context,
         rollback_after: int = typer.Option(60, min=0, help="seconds before pending is stale"),
-        delete_after: int = typer.Option(86_400, min=0, help="seconds finished records stay"),
+        delete_after: int = typer.Option(86_400, min=0, help="seconds completed records stay"),
         page_budget: int | None = typer.Option(None, min=1, help="most scan pages (default all)"),
         full: bool = typer.Option(False, "--full", help="scan the whole transactions table"),
     ) -> None:

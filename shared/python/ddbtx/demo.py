@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from . import schema as s
+from ._cli_progress import report_table
 from ._items import flag, strip
 from .chaos import Chaos, Crash, FaultKind
 from .errors import TransactionConflictError, TransactionRolledBackError
@@ -49,7 +50,7 @@ DEMO_TABLES: Final = {
 OPENING_BALANCE: Final = 100
 MAX_AMOUNT: Final = 20
 #: DynamoDB calls of one uncontended transfer (record, two locks and writes, decision,
-#: two unlocks, finish, delete): a killed coordinator dies before or after one of them.
+#: two unlocks, complete, delete): a killed coordinator dies before or after one of them.
 TRANSFER_CALLS: Final = 11
 #: Attempts of a live transfer (``tm.run``) before it gives up on contention.
 ATTEMPTS: Final = 20
@@ -267,7 +268,7 @@ class Health:
     locked_items: int
     images: int
     lock_rows: int
-    #: Ids of every TX record, finished or not.
+    #: Ids of every TX record, completed or not.
     records: frozenset[str] = frozenset()
 
     def clean(self, expected: int) -> bool:
@@ -364,7 +365,7 @@ class DemoResult:
     before: Health
     after: Health
     report: SweepReport
-    #: Finished TX records of live transfers' aborted attempts (a wounded attempt's
+    #: Completed TX records of live transfers' aborted attempts (a wounded attempt's
     #: record the sweeper deletes): like ``outcome.retries``, it varies with interleaving.
     aborted_records: int
 
@@ -452,8 +453,6 @@ def run_demo(
     """
     from rich.console import Console
     from rich.panel import Panel
-
-    from .cli import report_table
 
     out = console or Console()
     plan = make_plan(seed=seed, workers=workers, transfers=transfers, accounts=accounts)

@@ -1,7 +1,7 @@
 """Keep plain writers off items a ddbtx transaction has locked.
 
 A transaction locks an item by writing its id into the item (``schema.ATTR_LOCK``)
-and, until it finishes, keeps the item's previous state beside it. A write that
+and, until it completes, keeps the item's previous state beside it. A write that
 does not go through ddbtx (plain ``PutItem``/``UpdateItem``/``DeleteItem``, a
 native ``TransactWriteItems``, another service) would overwrite both, and the
 transaction could then neither roll back nor commit as one unit.

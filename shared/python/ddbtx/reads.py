@@ -21,16 +21,18 @@ returned is read-locked, and judged again on the value read under the lock.
 
 from __future__ import annotations
 
+import enum
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import schema as s
 from ._dynamo import call
 from ._items import Item, applied, flag, key_of, lock_owner, request_id, strip
-from ._protocol import user_view
+from ._protocol import Protocol, user_view
 from ._read_plan import IndexInfo, Level, ReadOp, ReadPlan, plan, validate
-from ._requests import build
+from ._requests import KeyTypes, build
 from .errors import (
     DynamoDBError,
     InvalidRequestError,
@@ -40,13 +42,60 @@ from .errors import (
     ValidationFailed,
 )
 
-if TYPE_CHECKING:
-    from .transaction import Transaction, TransactionManager
-
 #: Keys per BatchGetItem (DynamoDB's limit).
 BATCH_KEYS = 100
 #: Times unprocessed keys are asked for again, and an item re-read whose image went away.
 ATTEMPTS = 8
+
+
+class Isolation(enum.Enum):
+    """Read isolation levels of :meth:`TransactionManager.get_item` and the reads of many
+    items (``query``, ``scan``, ``batch_get_item``; docs/transactions.md: "Reads of many items").
+
+    ``UNCOMMITTED`` reads the item as it is, uncommitted writes included.
+    ``COMMITTED`` never returns uncommitted data: a locked item that has a write
+    applied is read from its saved image. ``SERIALIZABLE`` takes a read lock in a
+    short transaction of its own.
+    """
+
+    UNCOMMITTED = "uncommitted"
+    COMMITTED = "committed"
+    SERIALIZABLE = "serializable"
+
+
+class HasReads(typing.Protocol):
+    @property
+    def reads(self) -> Reads: ...
+
+
+class InTransaction(typing.Protocol):
+    """What the reads use of a transaction (:class:`ddbtx.Transaction`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def manager(self) -> HasReads: ...
+    def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+    def delete(self) -> None: ...
+
+
+class Reader(typing.Protocol):
+    """What the reads use of their :class:`~ddbtx.TransactionManager`."""
+
+    @property
+    def client(self) -> Any: ...
+    @property
+    def images_table(self) -> str: ...
+    @property
+    def protocol(self) -> Protocol: ...
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+    def key_types(self, table: str) -> KeyTypes: ...
+    def begin(self, *, priority: str | None = None) -> InTransaction: ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +131,7 @@ def classify(item: Item, level: str, table: str, key_names: Sequence[str]) -> _S
 class Reads:
     """The isolated reads of one :class:`~ddbtx.TransactionManager` (``tm.reads``)."""
 
-    def __init__(self, manager: TransactionManager) -> None:
+    def __init__(self, manager: Reader) -> None:
         self.tm = manager
         self.client = manager.client
         self._indexes: dict[str, dict[str, IndexInfo]] = {}
@@ -138,7 +187,7 @@ class Reads:
                 return
             current["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
-    def serializable(self, work: Callable[[Transaction], dict[str, Any]]) -> dict[str, Any]:
+    def serializable(self, work: Callable[[InTransaction], dict[str, Any]]) -> dict[str, Any]:
         """Run ``work`` in a short transaction that read-locks, commit it, release every lock.
 
         The commit is what makes the answer a snapshot: an older transaction that
@@ -371,36 +420,8 @@ def _without(params: Mapping[str, Any], *names: str) -> dict[str, Any]:
 # --- inside a transaction -------------------------------------------------------------
 
 
-def lock_for_read(tx: Transaction, table: str, keys: list[Item]) -> list[Item | None]:
-    """Read-lock every key in ``tx`` (one add, then every lock at once); each item's value
-    under the lock, None where there is no item. Items ``tx`` already holds read as it
-    sees them (its own writes included)."""
-    tx._check_pending()
-    requests = [tx._build("get", {"TableName": table, "Key": key}) for key in keys]
-    values: dict[str, Item | None] = {}
-    if tx.replay is not None:
-        # Resumed by its transaction_id: each read is matched with the recorded ones (those
-        # first, as Transaction.write_all does), one at a time.
-        for req in sorted(requests, key=lambda r: r.rid not in tx.record.requests):
-            values[req.rid] = tx._request("get", dict(req.params)).get("Item")
-        return [values[req.rid] for req in requests]
-    fresh = []
-    for req in {r.rid: r for r in requests}.values():
-        known = tx.record.requests.get(req.rid)
-        if known is not None and known.confirmed:
-            values[req.rid] = tx.read_own(known).get("Item")
-        else:
-            fresh.append(tx._plan(req))
-    if fresh:
-        fresh = tx._add(fresh)  # another attempt with the same transaction_id may have added them
-        results = tx._guarded(lambda: tx.p.parallel(tx.steps.lock_and_apply, fresh))
-        for local, result in zip(fresh, results, strict=True):
-            values[local.request.rid] = result.get("Item")
-    return [values[req.rid] for req in requests]
-
-
 def locked_read(
-    tx: Transaction, op: ReadOp, params: Mapping[str, Any], *, snapshot: bool = False
+    tx: InTransaction, op: ReadOp, params: Mapping[str, Any], *, snapshot: bool = False
 ) -> dict[str, Any]:
     """A Query, Scan or GetItem in ``tx``: every item returned is read-locked, and judged on
     the value read under its lock.
@@ -411,7 +432,7 @@ def locked_read(
     reads = tx.manager.reads
     read = reads.plan(op, params, "locking")
     if op == "get":
-        (value,) = lock_for_read(tx, read.table, [read.params["Key"]])
+        (value,) = tx.lock_for_read(read.table, [read.params["Key"]])
         one = read.judge(value) if value is not None else None
         return {"Item": one} if one is not None else {}
     if snapshot:
@@ -419,12 +440,12 @@ def locked_read(
     else:
         response = reads.send(read)
         keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
-        values = lock_for_read(tx, read.table, keys)
+        values = tx.lock_for_read(read.table, keys)
     judged = (read.judge(value) for value in values if value is not None)
     return page(read, response, [item for item in judged if item is not None])
 
 
-def _settled_page(tx: Transaction, read: ReadPlan) -> tuple[dict[str, Any], list[Item | None]]:
+def _settled_page(tx: InTransaction, read: ReadPlan) -> tuple[dict[str, Any], list[Item | None]]:
     """A page whose every item ``tx`` holds, read at a moment it holds them all.
 
     The items of a page are locked after DynamoDB listed them, so a transaction
@@ -445,7 +466,7 @@ def _settled_page(tx: Transaction, read: ReadPlan) -> tuple[dict[str, Any], list
         new = [k for k in keys if request_id(read.table, k) not in held]
         if not new and held:
             return response, [held[request_id(read.table, k)] for k in keys]
-        for k, value in zip(new, lock_for_read(tx, read.table, new), strict=True):
+        for k, value in zip(new, tx.lock_for_read(read.table, new), strict=True):
             held[request_id(read.table, k)] = value
         if not held:
             return response, []  # an empty page: nothing listed, nothing to hold
@@ -457,12 +478,12 @@ def _settled_page(tx: Transaction, read: ReadPlan) -> tuple[dict[str, Any], list
     )
 
 
-def locked_batch_get(tx: Transaction, params: Mapping[str, Any]) -> dict[str, Any]:
+def locked_batch_get(tx: InTransaction, params: Mapping[str, Any]) -> dict[str, Any]:
     """A BatchGetItem in ``tx``: every key read-locked (nothing is left unprocessed)."""
     read_plans, keys = tx.manager.reads.batch_plans(params, "locking")
     responses: dict[str, list[Item]] = {}
     for table, read in read_plans.items():
-        values = lock_for_read(tx, table, keys[table])
+        values = tx.lock_for_read(table, keys[table])
         judged_items = (read.judge(value) for value in values if value is not None)
         responses[table] = [item for item in judged_items if item is not None]
     return {"Responses": responses, "UnprocessedKeys": {}}

@@ -3,7 +3,7 @@
 Shared by the recovery Lambda and the ``ddbtx`` CLI. A transaction is named by
 its internal id or by the caller's id it was begun with (``transaction_id=``):
 on-call knows the business id, the logs the internal one. Every action is safe to
-repeat: ``recover`` on a finished transaction reports that it is finished,
+repeat: ``recover`` on a completed transaction reports that it is completed,
 ``break_lock`` on an unlocked item reports that it is not locked.
 
 Results are plain JSON data. Keys are DynamoDB ``AttributeValue`` maps, with
@@ -72,7 +72,7 @@ def _describe(header: Header, now_ms: int) -> dict[str, Any]:
     return {
         "caller_id": header.caller_id,
         "state": STATE_NAMES.get(header.state, header.state),
-        "finished": header.finished,
+        "finished": header.completed,
         "version": header.version,
         "updated_ms": header.updated_ms,
         "age_seconds": round((now_ms - header.updated_ms) / 1000, 3),
@@ -131,7 +131,7 @@ def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     """Drive one transaction to completion: forward if committed, back if pending.
 
     A pending transaction is rolled back whatever its age: the operator asked.
-    The record is kept (finished), so a repeat reports ``already_finished``.
+    The record is kept (completed), so a repeat reports ``already_finished``.
     ``tx_id`` is the internal id or the caller's id (else
     :class:`InvalidTransactionIdError`, as for :func:`inspect`).
 
@@ -143,7 +143,7 @@ def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     tx_id, before = _find(tm, tx_id)
     if before is None:
         return {"transaction_id": tx_id, "outcome": "missing", "state_before": None}
-    outcome = "already_finished" if before.finished else _settle(tm, before)
+    outcome = "already_finished" if before.completed else _settle(tm, before)
     logger.info("recover %s: %s", tx_id, outcome)
     return {
         "transaction_id": tx_id,
@@ -171,7 +171,7 @@ def _settle(tm: TransactionManager, header: Header) -> str:
 
 
 def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
-    """Release one item's lock whose transaction record is gone (or finished).
+    """Release one item's lock whose transaction record is gone (or completed).
 
     A lock of a live transaction is refused: recover that transaction instead.
 
@@ -187,14 +187,14 @@ def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
     if item is None or owner is None:
         return {**result, "outcome": "not_locked"}
     header = tm.protocol.records.read_header(owner)
-    if header is not None and not header.finished:
+    if header is not None and not header.completed:
         return {
             **result,
             "outcome": "refused",
             "reason": f"transaction {owner} is {STATE_NAMES.get(header.state, header.state)} "
             "and unfinished: recover it instead",
         }
-    # The record is gone or finished, so the lock is stray: undo restores the
+    # The record is gone or completed, so the lock is stray: undo restores the
     # item's image (or deletes an inserted item) under the lock's own condition.
     tm.protocol.undo(owner, table, key, item)
     logger.info("broke lock of %s on %s %s", owner, table, key)

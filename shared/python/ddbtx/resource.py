@@ -14,8 +14,9 @@ anything is sent: a value boto3 cannot convert (a ``float``) is an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -24,7 +25,7 @@ from boto3.exceptions import Boto3Error
 from . import schema as s
 from ._conditions import Condition
 from ._dynamo import call
-from ._requests import build
+from ._requests import KeyTypes, build
 from .errors import (
     ConditionalCheckFailedError,
     ConditionFailed,
@@ -33,9 +34,7 @@ from .errors import (
     ValidationFailed,
 )
 from .guard import guard
-
-if TYPE_CHECKING:
-    from .transaction import Isolation, Transaction, TransactionManager
+from .reads import InTransaction, Isolation, locked_read
 
 #: Times a write outside a transaction is tried while its item keeps changing.
 ATTEMPTS = 8
@@ -48,6 +47,28 @@ _ITEMS = ("Item", "Key", "ExclusiveStartKey")
 _CONDITIONS = ("ConditionExpression", "FilterExpression", "KeyConditionExpression")
 #: Response parts holding items in low-level form.
 _ITEM_OUT = ("Item", "Attributes", "LastEvaluatedKey")
+
+
+class Outside(typing.Protocol):
+    """What a table outside any transaction uses of its :class:`~ddbtx.TransactionManager`
+    (its reads are the manager's own: ``get_item``, ``query``, ``scan``)."""
+
+    @property
+    def client(self) -> Any: ...
+    def key_types(self, table: str) -> KeyTypes: ...
+    def run(self, work: Callable[[Any], Any]) -> Any: ...
+
+
+@typing.runtime_checkable
+class Inside(InTransaction, typing.Protocol):
+    """What a table inside a transaction uses of it (:class:`ddbtx.Transaction`)."""
+
+    def put_item(self, **params: Any) -> dict[str, Any]: ...
+    def update_item(self, **params: Any) -> dict[str, Any]: ...
+    def delete_item(self, **params: Any) -> dict[str, Any]: ...
+    def get_item(self, **params: Any) -> dict[str, Any]: ...
+    def query(self, **params: Any) -> dict[str, Any]: ...
+    def scan(self, **params: Any) -> dict[str, Any]: ...
 
 
 class Table:
@@ -69,7 +90,7 @@ class Table:
     ...                          ExpressionAttributeValues={":n": Decimal(10)})
     """
 
-    def __init__(self, owner: TransactionManager | Transaction, name: str) -> None:
+    def __init__(self, owner: Outside | Inside, name: str) -> None:
         self.name = self.table_name = name
         self._owner = owner
 
@@ -77,10 +98,8 @@ class Table:
         return f"Table(name={self.name!r})"
 
     @property
-    def _tx(self) -> Transaction | None:
-        from .transaction import Transaction
-
-        return self._owner if isinstance(self._owner, Transaction) else None
+    def _tx(self) -> Inside | None:
+        return self._owner if isinstance(self._owner, Inside) else None
 
     # -- writes ------------------------------------------------------------------------
 
@@ -101,7 +120,7 @@ class Table:
         tx = self._tx
         if tx is not None:
             return _python(getattr(tx, f"{op}_item")(**params))
-        manager: TransactionManager = self._owner  # type: ignore[assignment]
+        manager: Outside = self._owner  # type: ignore[assignment]
         return _python(write_outside(manager, op, params))
 
     # -- reads -------------------------------------------------------------------------
@@ -109,8 +128,6 @@ class Table:
     def get_item(self, *, isolation: Isolation | None = None, **kwargs: Any) -> dict[str, Any]:
         """``GetItem`` (``Key``, ``ProjectionExpression``, ...); outside a transaction at
         ``isolation`` (default ``COMMITTED``), inside one under a read lock."""
-        from .reads import locked_read
-
         params = self._low(kwargs)
         tx = self._tx
         if tx is None:
@@ -147,7 +164,7 @@ class Table:
     def _manager_read(
         self, op: str, params: dict[str, Any], isolation: Isolation | None
     ) -> dict[str, Any]:
-        manager: TransactionManager = self._owner  # type: ignore[assignment]
+        manager: Outside = self._owner  # type: ignore[assignment]
         extra = {"isolation": isolation} if isolation is not None else {}
         result: dict[str, Any] = getattr(manager, op)(**params, **extra)
         return result
@@ -197,7 +214,7 @@ class Table:
         return params
 
 
-def write_outside(manager: TransactionManager, op: str, params: dict[str, Any]) -> dict[str, Any]:
+def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> dict[str, Any]:
     """One write outside any transaction, isolated from them: a native request that fails on
     an item a transaction holds (:func:`ddbtx.guard`); such an item is written by a
     one-request transaction instead, which waits for or wounds the holder. A false

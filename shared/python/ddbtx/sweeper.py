@@ -1,11 +1,11 @@
-"""The janitor's sweep: finish or roll back abandoned transactions and clear what they left.
+"""The janitor's sweep: complete or roll back abandoned transactions and clear what they left.
 
 One :meth:`Sweeper.run` does two passes:
 
 *index pass*
     Queries the sparse index ``schema.SWEEP_INDEX`` per state and shard for
     exactly the records that need work (pending ones older than the rollback
-    age, decided but unfinished ones older than a short grace, finished ones
+    age, decided but not completed ones older than a short grace, completed ones
     older than the delete age) and moves each along with
     :meth:`TransactionManager.sweep`. A stale pending record is rolled back
     by a decision conditioned on the age the index showed, which returns the
@@ -15,7 +15,7 @@ One :meth:`Sweeper.run` does two passes:
 *scan pass*
     Pages through the images table (orphaned images), every data table's
     sparse lock index ``schema.LOCK_INDEX`` (locks whose TX record is gone or
-    finished; only locked items are in it, so this reads the locked items, not
+    completed; only locked items are in it, so this reads the locked items, not
     the table) and the locks table (expired mutex and queue rows TTL has not
     removed yet). A data table without an active lock index is scanned whole
     instead, with a warning naming the command that adds the index. Only this
@@ -210,15 +210,15 @@ class Sweeper:
     rollback_after
         A pending record unchanged for this long is rolled back.
     delete_after
-        A finished record is deleted this long after it finished.
+        A completed record is deleted this long after it completed.
     decided_grace
-        A committed or rolled-back record still unfinished this long after its
+        A committed or rolled-back record still not completed this long after its
         decision is completed by the sweeper (capped at ``rollback_after``): its
-        own coordinator normally finishes it within moments.
+        own coordinator normally completes it within moments.
     locks_table
         The :mod:`ddbtx.locks` table whose expired rows are removed (None: skip).
     data_tables
-        Tables scanned for locks whose TX record is gone or finished.
+        Tables scanned for locks whose TX record is gone or completed.
     lock_grace
         Seconds past a lock row's TTL before the sweeper deletes it.
     page_size
@@ -348,7 +348,7 @@ class Sweeper:
 
         For recovery and ``ddbtx sweep --full``: costs a read of the whole table,
         ignores and keeps the stored cursor, and has no page budget. Records the
-        scan shows need no work (pending and young, finished and not yet old
+        scan shows need no work (pending and young, completed and not yet old
         enough to delete) are not read again; every other one is moved along.
         """
         _check_positive("segments", segments)
@@ -506,7 +506,7 @@ class Sweeper:
                         continue  # active: reading it again would change nothing
                     self._sweep_record(run, record[s.TX_PK]["S"], stale_since=updated)
                 else:
-                    # Decided but unfinished: a full sweep finishes it whatever its age.
+                    # Decided but not completed: a full sweep completes it whatever its age.
                     self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
 
 

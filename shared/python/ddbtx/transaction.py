@@ -20,9 +20,9 @@ from typing import Any, TypeVar, overload
 from . import schema as s
 from ._contention import Contention
 from ._dynamo import call
-from ._exactly import begin_by_id, check_transaction_id
+from ._exactly import Replay, check_transaction_id
 from ._items import item_size
-from ._manager_reads import Isolation, ManagerReads
+from ._manager_reads import ManagerReads
 from ._oneshot import native_write
 from ._protocol import Protocol, SweepOutcome, new_tx_id
 from ._record import Header
@@ -36,11 +36,12 @@ from .errors import (
     TableNotFound,
     TransactionCommittedError,
     TransactionConflictError,
+    TransactionError,
     TransactionIdReusedError,
     TransactionNotFoundError,
     TransactionRolledBackError,
 )
-from .reads import Reads
+from .reads import Isolation, Reads
 
 __all__ = [
     "HEADER_SOFT_LIMIT",
@@ -57,6 +58,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Rounds of "claim, read, act" before giving up on an alias that keeps changing.
+RESOLVE_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class TransactionManager(ManagerReads):
     max_workers
         Bound on concurrent per-item steps (completion, catch-up); 1 is serial.
     finished_ttl
-        How long a finished TX record is kept before DynamoDB TTL may delete it.
+        How long a completed TX record is kept before DynamoDB TTL may delete it.
     key_schemas
         Key attributes per data table, hash first, to skip ``DescribeTable``:
         names (``("pk",)``), or names mapped to types (``{"pk": "S"}``) so that
@@ -179,14 +183,13 @@ class TransactionManager(ManagerReads):
             table: keys if isinstance(keys, Mapping) else dict.fromkeys(keys)
             for table, keys in (key_schemas or {}).items()
         }
-        self._put_paths: dict[str, str] = {}  # per table: did the last put insert or replace?
         self.protocol = self.p = Protocol(
             client,
             transactions_table,
             images_table,
             clock=clock,
             max_workers=max_workers,
-            finished_ttl_seconds=int(finished_ttl.total_seconds()),
+            completed_ttl_seconds=int(finished_ttl.total_seconds()),
             sleep=sleep,
         )
         self.reads = Reads(self)
@@ -261,8 +264,45 @@ class TransactionManager(ManagerReads):
         ...     tx.commit()
         """
         if transaction_id is not None:
-            return begin_by_id(self, check_transaction_id(transaction_id), priority)
+            return self._begin_by_id(check_transaction_id(transaction_id), priority)
         return Transaction(self, self._new_id(priority))
+
+    def _begin_by_id(self, caller_id: str, priority: str | None) -> Transaction:
+        """The transaction that carries ``caller_id``: new, resumed, or already committed."""
+        p = self.protocol
+        fresh = self._new_id(priority)
+        for _ in range(RESOLVE_ROUNDS):
+            if p.aliases.claim(caller_id, fresh):
+                return Transaction(self, fresh, transaction_id=caller_id)
+            named = p.aliases.read(caller_id)
+            if named is None:
+                continue  # deleted with its expired record since the claim failed: claim again
+            if named == fresh:  # our claim or move landed; its answer was lost
+                return Transaction(self, fresh, transaction_id=caller_id)
+            header = p.records.read_header(named)
+            if header is None:
+                # Never created (its coordinator died, or is about to create it) or removed
+                # by TTL: a rolled-back record in its place settles which, for everyone.
+                p.records.create_completed(named, caller_id, s.STATE_ROLLED_BACK)
+                header = p.records.read_header(named)
+                if header is None:
+                    continue
+            if header.state == s.STATE_ROLLED_BACK:
+                if not header.completed:
+                    p.complete(header)  # its locks would hold up the new attempt
+                if p.aliases.move(caller_id, named, fresh):
+                    return Transaction(self, fresh, transaction_id=caller_id)
+                continue  # another retry started over first: join that one
+            tx = self._adopt(header)
+            tx.transaction_id = caller_id
+            if header.state == s.STATE_COMMITTED:
+                tx.already_committed = True
+            else:
+                tx.replay = Replay(tx)
+            return tx
+        raise TransactionError(
+            f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
+        )
 
     def _new_id(self, priority: str | None) -> str:
         clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
@@ -278,7 +318,7 @@ class TransactionManager(ManagerReads):
     ) -> Iterator[Transaction]:
         """Commit on normal exit; roll back and re-raise on an exception.
 
-        With ``delete`` (the default without a ``transaction_id``) the finished
+        With ``delete`` (the default without a ``transaction_id``) the completed
         TX record is deleted on exit, since the caller has seen the outcome.
         With a ``transaction_id`` (see :meth:`begin`) the record is kept, since
         it is what remembers the id; check ``tx.already_committed`` in the block.
@@ -304,7 +344,7 @@ class TransactionManager(ManagerReads):
                     tx.rollback()
                 if delete:
                     tx.delete()
-            except Exception:  # the caller's exception matters more; the sweeper finishes
+            except Exception:  # the caller's exception matters more; the sweeper completes it
                 logger.exception("rollback of %s on exception did not complete", tx.id)
             raise
         tx.commit()
@@ -394,7 +434,7 @@ class TransactionManager(ManagerReads):
             self.key_names(table)  # further requests on these tables are validated without a call
         if header.state != s.STATE_PENDING:
             self.protocol.complete(header)
-            tx.record.finished = True
+            tx.record.completed = True
         return tx
 
     def sweep(
@@ -404,7 +444,7 @@ class TransactionManager(ManagerReads):
         rollback_after: timedelta,
         delete_after: timedelta,
     ) -> SweepOutcome:
-        """Move one TX record along: roll back if stale, finish if decided, delete if old.
+        """Move one TX record along: roll back if stale, complete if decided, delete if old.
 
         Ages are measured from the record's last change (``ts``) by this
         manager's clock; a pending record is rolled back only if it has not
@@ -416,7 +456,7 @@ class TransactionManager(ManagerReads):
         if header is None:
             return SweepOutcome.MISSING
         age_ms = p.now_ms() - header.updated_ms
-        if not header.finished:
+        if not header.completed:
             if header.state == s.STATE_PENDING and age_ms < rollback_after.total_seconds() * 1000:
                 return SweepOutcome.ACTIVE
             return p.settle(tx_id, header, expect_version=header.version)

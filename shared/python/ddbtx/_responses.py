@@ -1,0 +1,28 @@
+"""The response shapes of a transaction's requests, as boto3 returns them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._items import Item, strip
+from ._view import Local
+
+
+def wrap(item: Item) -> dict[str, Any]:
+    """A read's response shape: ``{"Item": ...}``, or ``{}`` when there is no item."""
+    return {"Item": item} if item else {}
+
+
+def attributes(item: Item | None) -> dict[str, Any]:
+    """A write's response shape: ``{"Attributes": ...}``, or ``{}``."""
+    return {"Attributes": item} if item else {}
+
+
+def return_values(local: Local, item: Item) -> dict[str, Any]:
+    """ReturnValues for a write whose response was lost, rebuilt from the item."""
+    rv = local.request.return_values
+    if rv in ("ALL_OLD", "UPDATED_OLD"):
+        return attributes(local.pre)
+    if rv in ("ALL_NEW", "UPDATED_NEW"):
+        return attributes(strip(item))
+    return {}
