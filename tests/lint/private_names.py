@@ -36,13 +36,11 @@ ALLOWED: dict[tuple[str, str], int] = {
     ("stream_reader.py", "client._request_signer._credentials"): 1,
     # ddbtx.locks: the lock client's clock, pacing and memory, shared by its lock kinds.
     ("locks/_held.py", "lock._attach"): 1,
-    ("locks/_held.py", "lock._beat"): 1,
     ("locks/_held.py", "lock_client._clock"): 1,
     ("locks/_held.py", "self._lc._wall"): 1,
     ("locks/_line.py", "lc._clock"): 3,
     ("locks/_line.py", "lc._pace"): 1,
     ("locks/_line.py", "lc._polls"): 1,
-    ("locks/_line.py", "lc._sleep"): 1,
     ("locks/_line.py", "lc._wall"): 2,
     ("locks/_line.py", "self.lc._wall"): 1,
     ("locks/fifo.py", "fifo._keep"): 1,

@@ -72,7 +72,7 @@ class HeartbeatTask:
     def __init__(self, period: float, name: str) -> None:
         self._period = period
         self._name = name
-        self._locks: set[HeldLockSteps] = set()
+        self._locks: dict[HeldLockSteps, Callable[[], Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -80,13 +80,13 @@ class HeartbeatTask:
     def closed(self) -> bool:
         return self._closed
 
-    def add(self, lock: HeldLockSteps) -> None:
-        self._locks.add(lock)
+    def add(self, lock: HeldLockSteps, beat: Callable[[], Any]) -> None:
+        self._locks[lock] = beat
         if self._task is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     def discard(self, lock: HeldLockSteps) -> None:
-        self._locks.discard(lock)
+        self._locks.pop(lock, None)
 
     def held(self) -> list[HeldLockSteps]:
         return list(self._locks)
@@ -104,8 +104,8 @@ class HeartbeatTask:
                 await asyncio.sleep(self._period)
                 if not self._locks:
                     return
-                for lock in list(self._locks):
-                    await cast(HeldLock, lock)._beat()  # an asyncio client keeps asyncio locks
+                for beat in list(self._locks.values()):
+                    await beat()
         finally:
             if self._task is asyncio.current_task():
                 self._task = None

@@ -236,7 +236,7 @@ class HeldLockSteps:
         self._keeper = keeper
         self._on_lost = on_lost
         self._on_danger = on_danger
-        keeper.add(self)
+        keeper.add(self, self._beat)
 
     def _forget(self) -> None:
         if self._keeper is not None:
@@ -253,6 +253,10 @@ class HeldLockSteps:
             callback(self)
         except Exception:  # a failing callback must not stop other heartbeats
             logger.exception("%s callback failed for %r", name, self)
+
+    def _beat(self) -> Any:
+        """One heartbeat, its failure logged (the driver's: a call, or a coroutine)."""
+        raise NotImplementedError
 
     def _beat_failed(self) -> None:
         """A heartbeat failed on a request error (transient: the next period tries
@@ -342,7 +346,8 @@ class Keeper(Protocol):
     @property
     def closed(self) -> bool: ...
 
-    def add(self, lock: HeldLockSteps) -> None: ...
+    def add(self, lock: HeldLockSteps, beat: Callable[[], Any]) -> None:
+        """Renew ``lock`` every period by calling ``beat`` (awaiting it, under asyncio)."""
 
     def discard(self, lock: HeldLockSteps) -> None: ...
 
@@ -361,7 +366,7 @@ class Heartbeats:
     def __init__(self, period: float, name: str) -> None:
         self._period = period
         self._name = name
-        self._locks: set[HeldLockSteps] = set()
+        self._locks: dict[HeldLockSteps, Callable[[], Any]] = {}
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -370,16 +375,16 @@ class Heartbeats:
     def closed(self) -> bool:
         return self._stop.is_set()
 
-    def add(self, lock: HeldLockSteps) -> None:
+    def add(self, lock: HeldLockSteps, beat: Callable[[], Any]) -> None:
         with self._mutex:
-            self._locks.add(lock)
+            self._locks[lock] = beat
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
 
     def discard(self, lock: HeldLockSteps) -> None:
         with self._mutex:
-            self._locks.discard(lock)
+            self._locks.pop(lock, None)
 
     def held(self) -> list[HeldLockSteps]:
         with self._mutex:
@@ -396,14 +401,14 @@ class Heartbeats:
     def _run(self) -> None:
         while not self._stop.wait(self._period):
             with self._mutex:
-                batch = list(self._locks)
+                batch = list(self._locks.values())
                 if not batch:
                     self._thread = None
                     return
-            for lock in batch:
+            for beat in batch:
                 if self._stop.is_set():
                     break
-                cast(HeldLock, lock)._beat()  # a sync client keeps sync locks
+                beat()
         with self._mutex:
             self._thread = None
 

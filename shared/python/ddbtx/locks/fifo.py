@@ -96,7 +96,8 @@ class FifoSteps(LockClientSteps):
         check_namespace(namespace)
         wait = check_wait(wait)
         self._check_open()
-        return _Waiter(self, resource, namespace, self._clock() + wait).run(try_once=wait == 0)
+        waiter = _Waiter(self, resource, namespace, self._clock() + wait, self._lock_type)
+        return waiter.run(try_once=wait == 0)
 
 
 class FifoLock(FifoSteps, LockClient):
@@ -141,10 +142,18 @@ class _Waiter(LineWaiter):
 
     lc: FifoSteps
 
-    def __init__(self, fifo: FifoSteps, resource: str, namespace: str, deadline: float) -> None:
+    def __init__(
+        self,
+        fifo: FifoSteps,
+        resource: str,
+        namespace: str,
+        deadline: float,
+        lock_type: type[FifoHeldSteps],
+    ) -> None:
         head_sk = fifo_head_sk(namespace)
         super().__init__(fifo, resource, key(resource, head_sk), head_sk, deadline)
         self.namespace = namespace
+        self.lock_type = lock_type  # the driver's held-lock class
 
     def run(self, *, try_once: bool) -> Step[FifoHeldSteps]:
         try:
@@ -187,7 +196,7 @@ class _Waiter(LineWaiter):
         """Our entry is the lowest: the lock (``None`` if our entry was judged dead and
         removed before we noticed our turn)."""
         fifo = self.lc
-        lock = fifo._lock_type(
+        lock = self.lock_type(
             fifo,
             hold=self.hold,
             row_key=self.row_key,
