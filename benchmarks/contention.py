@@ -196,7 +196,7 @@ def check(db: LocalDynamo, tables: Tables, accounts: Sequence[str]) -> Invariant
         lock = raw["Item"].get(s.ATTR_LOCK, {}).get("S")
         if lock is None:
             continue
-        header = tm.protocol.records.read_header(lock.rsplit("/", 1)[0])
+        header = tm.protocol.run(tm.protocol.records.read_header(lock.rsplit("/", 1)[0]))
         if header is None:
             locks["holder record gone"] += 1
         else:

@@ -98,7 +98,9 @@ def test_given_a_committed_but_unfinished_holder_when_its_item_is_needed_then_it
     seed(x=0)
     dead = make_tm().begin()
     bump(dead, tables.data, "x", 7)
-    dead.p.records.decide(dead.id, s.STATE_COMMITTED)  # committed, then its coordinator died
+    dead.p.run(
+        dead.p.records.decide(dead.id, s.STATE_COMMITTED)
+    )  # committed, then its coordinator died
     tx = make_tm().begin()
     bump(tx, tables.data, "x", 1)
     tx.commit()
@@ -223,7 +225,7 @@ def test_given_a_decided_holder_still_releasing_when_its_item_is_needed_then_it_
     seed(x=0)
     holder = make_tm().begin()
     bump(holder, tables.data, "x", 7)
-    holder.p.records.decide(holder.id, s.STATE_COMMITTED)
+    holder.p.run(holder.p.records.decide(holder.id, s.STATE_COMMITTED))
     sleeps: list[float] = []
 
     def sleep(seconds: float) -> None:

@@ -77,14 +77,14 @@ def settle_and_check(
 ) -> str:
     """Sweep the record to its end; its outcome must match the balances exactly."""
     sweeper = make_tm()
-    header = sweeper.protocol.records.read_header(tx_id)
+    header = sweeper.protocol.run(sweeper.protocol.records.read_header(tx_id))
     assert header is not None
     if header.state == s.STATE_PENDING:
         outcome = sweeper.sweep(tx_id, rollback_after=timedelta(0), delete_after=timedelta(days=1))
         assert outcome in (SweepOutcome.ROLLED_BACK, SweepOutcome.ROLLED_FORWARD)
     else:
         sweeper.sweep(tx_id, rollback_after=timedelta(0), delete_after=timedelta(days=1))
-    header = sweeper.protocol.records.read_header(tx_id)
+    header = sweeper.protocol.run(sweeper.protocol.records.read_header(tx_id))
     assert header is not None and header.completed
     balances = {pk: item["balance"] for pk, item in data_state(ddb, tables.data).items()}
     assert balances == (committed if header.state == s.STATE_COMMITTED else before)

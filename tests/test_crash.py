@@ -63,7 +63,7 @@ def run_requests(tx: Any, table: str) -> None:
 
 
 def expected_for(tm: TransactionManager, tx_id: str) -> dict[str, int]:
-    header = tm.protocol.records.read_header(tx_id)
+    header = tm.protocol.run(tm.protocol.records.read_header(tx_id))
     committed = header is not None and header.state == s.STATE_COMMITTED
     return AFTER_COMMIT if committed else SEED
 

@@ -87,7 +87,7 @@ def records(ddb: Any, tables: Tables) -> list[dict[str, Any]]:
 
 def named(tm: TransactionManager, caller_id: str = ORDER) -> str | None:
     """The internal transaction the caller's id names now."""
-    return tm.protocol.aliases.read(caller_id)
+    return tm.protocol.run(tm.protocol.aliases.read(caller_id))
 
 
 # --- the normal path and the second attempt ----------------------------------------------
@@ -402,7 +402,8 @@ def test_given_a_coordinator_that_claimed_the_id_and_died_when_retried_then_it_i
     # When the work is retried
     assert make_tm().run(work, transaction_id=ORDER) == "paid"
     # Then the claimed transaction is fenced (rolled back, finished) and a new one commits
-    fence = make_tm().protocol.records.read_header(claimed)
+    reader = make_tm().protocol
+    fence = reader.run(reader.records.read_header(claimed))
     assert fence is not None and fence.state == s.STATE_ROLLED_BACK and fence.completed
     assert named(make_tm()) != claimed
     assert balances(ddb, tables) == ONCE
@@ -496,7 +497,7 @@ def test_given_an_alias_whose_record_ttl_removed_when_retried_then_it_is_fenced_
     ddb.delete_item(TableName=tables.tx, Key=tm.protocol.records.header_key(tx_id))
     # When it is retried, the id has expired: fenced, then the work starts over
     assert tm.run(work, transaction_id=ORDER) == "paid"
-    fence = tm.protocol.records.read_header(tx_id)
+    fence = tm.protocol.run(tm.protocol.records.read_header(tx_id))
     assert fence is not None and fence.state == s.STATE_ROLLED_BACK
     assert named(tm) != tx_id
     assert balances(ddb, tables) == {"a": 80, "b": 25, "o": 1}
@@ -536,7 +537,7 @@ def fresh_start(ddb: Any, tables: Tables) -> Work:
 def committed(tm: TransactionManager) -> bool:
     """Whether the transaction the id names is committed."""
     tx_id = named(tm)
-    header = tm.protocol.records.read_header(tx_id) if tx_id else None
+    header = tm.protocol.run(tm.protocol.records.read_header(tx_id)) if tx_id else None
     return header is not None and header.state == s.STATE_COMMITTED
 
 

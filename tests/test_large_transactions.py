@@ -298,7 +298,7 @@ def sort_key(row: dict[str, Any]) -> str:
 
 def named_rows(tm: TransactionManager, tx_id: str) -> set[str]:
     """Sort keys of the rows a transaction's record names: the header and its spilled bodies."""
-    header = tm.protocol.records.read_header(tx_id)
+    header = tm.protocol.run(tm.protocol.records.read_header(tx_id))
     assert header is not None
     records = tm.protocol.records
     spilled = [

@@ -158,7 +158,7 @@ def expected(ddb: Any, tables: Tables, original: dict[str, Any], tx_id: str) -> 
     """The balances the record's decision stands for: its requests applied if committed
     (a request it never recorded is not part of the transaction), none otherwise."""
     tm = TransactionManager(ddb, tables.tx, tables.images)
-    header = tm.protocol.records.read_header(tx_id)
+    header = tm.protocol.run(tm.protocol.records.read_header(tx_id))
     if header is None or header.state != s.STATE_COMMITTED:
         return original
     named = {e.key["pk"]["S"] for e in header.entries.values()}

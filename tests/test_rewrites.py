@@ -249,7 +249,7 @@ def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_recor
         # When another coordinator resumes and commits, and a sweeper settles the rest
         rescuer = rescue(make_tm, tx.id)
         # Then each item is as the recorded writes left it if committed, else as before
-        header = rescuer.protocol.records.read_header(tx.id)
+        header = rescuer.protocol.run(rescuer.protocol.records.read_header(tx.id))
         committed = header is not None and header.state == s.STATE_COMMITTED
         if kind == "lost":
             assert committed, f"a lost answer at call {index} must not stop the commit"

@@ -570,7 +570,9 @@ def test_given_a_committed_but_unfinished_record_when_swept_then_it_rolls_forwar
     seed(a=100)
     tx = tm.begin()
     add_to(tx, tables.data, "a", -10)
-    tm.protocol.records.decide(tx.id, s.STATE_COMMITTED)  # the coordinator died right after commit
+    tm.protocol.run(
+        tm.protocol.records.decide(tx.id, s.STATE_COMMITTED)
+    )  # the coordinator died right after commit
     outcome = tm.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
     assert outcome is SweepOutcome.ROLLED_FORWARD
     assert data_state(ddb, tables.data)["a"] == {"pk": S("a"), "balance": N(90)}

@@ -124,7 +124,7 @@ def test_given_every_kind_of_leftover_when_swept_then_each_call_is_granted(
         UpdateExpression="SET n = :n",
         ExpressionAttributeValues={":n": {"N": "1"}},
     )
-    other.protocol.records.decide(committed.id, s.STATE_COMMITTED)
+    other.protocol.run(other.protocol.records.decide(committed.id, s.STATE_COMMITTED))
     # And a lock whose record is gone, and an image whose transaction never existed
     lost = other.begin()
     lost.update_item(

@@ -115,9 +115,9 @@ def abandon(
     """
     tx = transfer(tm, table, pair[0], pair[1], 10, caller_id)
     if stage == "committed":
-        tm.protocol.records.decide(tx.id, schema.STATE_COMMITTED)
+        tm.protocol.run(tm.protocol.records.decide(tx.id, schema.STATE_COMMITTED))
     elif stage == "rolled_back":
-        tm.protocol.records.decide(tx.id, schema.STATE_ROLLED_BACK)
+        tm.protocol.run(tm.protocol.records.decide(tx.id, schema.STATE_ROLLED_BACK))
     elif stage == "finished":
         tx.commit()
     else:

@@ -142,11 +142,10 @@ def test_given_locks_whose_record_is_gone_or_finished_when_swept_then_items_are_
     gone = abandon(young_tm, t.data, "pending", ("a", "b"))
     drop_record(ddb, t, gone)
     stray = abandon(young_tm, t.data, "pending", ("c", "d"))
-    record = young_tm.protocol.records.read_header(stray)
+    record = young_tm.protocol.run(young_tm.protocol.records.read_header(stray))
     assert record is not None
-    young_tm.protocol.records.mark_completed(
-        young_tm.protocol.records.decide(stray, s.STATE_ROLLED_BACK) or record
-    )
+    p = young_tm.protocol
+    p.run(p.records.mark_completed(p.run(p.records.decide(stray, s.STATE_ROLLED_BACK)) or record))
 
     # When the sweeper runs
     report = sweeper().handler(scheduled_event(), LambdaContext())

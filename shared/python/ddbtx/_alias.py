@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from . import schema as s
-from ._dynamo import call, put_new
+from ._effects import Step, insert_new, request
 from ._items import Item
 from .errors import ConditionFailed
 
@@ -37,12 +36,10 @@ FORGET = "#tx = :tx"
 
 
 class AliasStore:
-    """Every read and write of alias rows; stateless apart from client and table."""
+    """Every read and write of alias rows; stateless apart from its table. Each method
+    that reads or writes is a step (:mod:`ddbtx._effects`)."""
 
-    def __init__(
-        self, client: Any, table: str, *, clock: Callable[[], float], ttl_seconds: int
-    ) -> None:
-        self.client = client
+    def __init__(self, table: str, *, clock: Callable[[], float], ttl_seconds: int) -> None:
         self.table = table
         self.clock = clock
         self.ttl_seconds = ttl_seconds + int(ALIAS_TTL_MARGIN.total_seconds())
@@ -51,19 +48,18 @@ class AliasStore:
     def key(caller_id: str) -> Item:
         return {s.TX_PK: {"S": s.ALIAS_PREFIX + caller_id}, s.TX_SK: {"S": s.ALIAS_SK}}
 
-    def claim(self, caller_id: str, tx_id: str) -> bool:
+    def claim(self, caller_id: str, tx_id: str) -> Step[bool]:
         """Name ``tx_id`` under a free caller's id; False when the id is taken."""
         item = {
             **self.key(caller_id),
             s.ALIAS_TX: {"S": tx_id},
             s.TX_TTL: {"N": str(int(self.clock()) + self.ttl_seconds)},
         }
-        return put_new(self.client, self.table, item, CLAIM, s.TX_PK)
+        return (yield from insert_new(self.table, item, CLAIM, s.TX_PK))
 
-    def read(self, caller_id: str) -> str | None:
+    def read(self, caller_id: str) -> Step[str | None]:
         """The transaction the caller's id names now, or None."""
-        resp = call(
-            self.client,
+        resp = yield from request(
             "get_item",
             TableName=self.table,
             Key=self.key(caller_id),
@@ -72,11 +68,10 @@ class AliasStore:
         item = resp.get("Item")
         return item[s.ALIAS_TX]["S"] if item else None
 
-    def move(self, caller_id: str, old: str, new: str) -> bool:
+    def move(self, caller_id: str, old: str, new: str) -> Step[bool]:
         """Name ``new`` instead of the rolled-back ``old``; False when it names another now."""
         try:
-            call(
-                self.client,
+            yield from request(
                 "update_item",
                 TableName=self.table,
                 Key=self.key(caller_id),
@@ -93,12 +88,11 @@ class AliasStore:
             return False
         return True
 
-    def forget(self, caller_id: str, tx_id: str) -> None:
+    def forget(self, caller_id: str, tx_id: str) -> Step[None]:
         """Delete the alias if it still names ``tx_id`` (a record being deleted)."""
         # Failing means it is gone already, or a retry moved it on to a newer attempt.
         with contextlib.suppress(ConditionFailed):
-            call(
-                self.client,
+            yield from request(
                 "delete_item",
                 TableName=self.table,
                 Key=self.key(caller_id),

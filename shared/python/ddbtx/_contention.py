@@ -150,7 +150,7 @@ class ItemContention:
                 return True
             if not waiter.decided:
                 raise self._waited_too_long(owner)
-        header = self.p.records.read_header(owner)
+        header = self.p.run(self.p.records.read_header(owner))
         if header is None or header.completed:
             self._undo_stray(owner)
             return False
@@ -215,7 +215,7 @@ class ItemContention:
                 self.p.settle(owner, by=self.tx.id)
                 return False
             self.waiter.pause()
-            current = self.p.records.read_header(owner)
+            current = self.p.run(self.p.records.read_header(owner))
         return True
 
     def _waited_too_long(self, owner: str) -> TransactionConflictError:

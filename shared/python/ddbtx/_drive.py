@@ -7,23 +7,50 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from ._effects import Call, Effect, Run, Step
+from ._effects import Call, Gather, Run, Step, first_failure
 
 T = TypeVar("T")
+#: How a gather's steps run: ``parallel(run_one, steps)``, results (or exceptions) in order.
+Parallel = Callable[[Callable[[Step[Any]], Any], list[Step[Any]]], list[Any]]
 
 
-def perform(client: Any, sleep: Callable[[float], Any], effect: Effect) -> Any:
-    """Send ``effect`` through ``client``, or sleep: the answer, or for an asyncio
+class Runner(Protocol):
+    """What runs a step to its end for a caller that blocks (a manager's :meth:`run`)."""
+
+    def __call__(self, step: Step[T], /) -> T: ...
+
+
+def one_by_one(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:
+    """Run a gather's steps in turn (no pool): each to its end, whatever the others did."""
+    outcomes: list[Any] = []
+    for step in steps:
+        try:
+            outcomes.append(run_one(step))
+        except Exception as exc:  # every step runs; the first failure is raised after
+            outcomes.append(exc)
+    return outcomes
+
+
+def perform(client: Any, sleep: Callable[[float], Any], effect: Call | Any) -> Any:
+    """Send a :class:`Call` through ``client``, or sleep: the answer, or for an asyncio
     client and sleep, the awaitable of it (so both drivers perform effects alike)."""
     if isinstance(effect, Call):
         return getattr(client, effect.operation)(**effect.params)
     return sleep(effect.seconds)
 
 
-def drive(step: Step[T], client: Any, sleep: Callable[[float], None] = time.sleep) -> T:
+def drive(
+    step: Step[T],
+    client: Any,
+    sleep: Callable[[float], None] = time.sleep,
+    parallel: Parallel = one_by_one,
+) -> T:
     """Run ``step`` to its end on ``client`` (a boto3 DynamoDB client); its result.
+
+    A :class:`Gather`'s steps run through ``parallel`` (the manager's bounded pool),
+    each driven here too; the first failure, in order, is thrown in after all ended.
 
     Examples
     --------
@@ -33,5 +60,16 @@ def drive(step: Step[T], client: Any, sleep: Callable[[float], None] = time.slee
     """
     for effect in (run := Run(step)):
         with run.outcome() as out:
-            out.value = perform(client, sleep, effect)
+            out.value = (
+                gathered(effect, lambda sub: drive(sub, client, sleep, parallel), parallel)
+                if isinstance(effect, Gather)
+                else perform(client, sleep, effect)
+            )
     return run.result
+
+
+def gathered(effect: Gather, run_one: Callable[[Step[Any]], Any], parallel: Parallel) -> Any:
+    """A gather's results in order, or its first failure raised."""
+    outcomes = parallel(run_one, list(effect.steps))
+    first_failure(outcomes)
+    return outcomes

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._drive import drive
-from ._effects import request
-from .errors import ConditionFailed
+from ._effects import insert_new, request
 
 #: HTTP connections a client keeps: at least the manager's default pool of
 #: concurrent per-item steps (32), so no step waits for or reopens a connection.
@@ -50,20 +49,5 @@ def was_resent(exc: BaseException) -> bool:
 
 
 def put_new(client: Any, table: str, item: dict[str, Any], condition: str, key: str) -> bool:
-    """PutItem of a row that must not exist yet (``condition`` names ``key`` as ``#id``).
-
-    Returns False when the condition failed: the row exists (possibly our own
-    put, its response lost and the SDK's retry refused).
-    """
-    try:
-        call(
-            client,
-            "put_item",
-            TableName=table,
-            Item=item,
-            ConditionExpression=condition,
-            ExpressionAttributeNames={"#id": key},
-        )
-    except ConditionFailed:
-        return False
-    return True
+    """The blocking form of :func:`ddbtx._effects.insert_new`."""
+    return drive(insert_new(table, item, condition, key), client)

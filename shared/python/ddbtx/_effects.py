@@ -30,14 +30,14 @@ Call(operation='get_item', params={'TableName': 'Accounts', 'Key': {'id': {'S': 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from botocore.exceptions import ClientError
 
-from .errors import DynamoDBError, translate
+from .errors import ConditionFailed, DynamoDBError, translate
 
 T = TypeVar("T")
 
@@ -65,6 +65,15 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class Gather:
+    """Independent steps to run at once (the sync driver's pool, asyncio tasks, or the
+    explorer's interleaving); answered with their results in order. Every step runs
+    to its end before the first failure, in order, is thrown in."""
+
+    steps: tuple[Step[Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """What a :class:`Call` answers: the response without ``ResponseMetadata``, and
     whether the SDK sent the request more than once (an earlier attempt may then have
@@ -74,7 +83,7 @@ class Reply:
     resent: bool
 
 
-Effect: TypeAlias = Call | Sleep
+Effect: TypeAlias = "Call | Sleep | Gather"
 #: A protocol step: yields effects, is sent each one's answer, returns ``T``.
 Step: TypeAlias = Generator[Effect, Any, T]
 
@@ -93,6 +102,38 @@ def request(operation: str, *, resent: list[bool] | None = None, **params: Any) 
 def pause(seconds: float) -> Step[None]:
     """The step of one pause."""
     yield Sleep(seconds)
+
+
+def gather(steps: Iterable[Step[T]]) -> Step[list[T]]:
+    """The step of running ``steps`` at once: their results, in order."""
+    results: list[T] = yield Gather(tuple(steps))
+    return results
+
+
+def first_failure(outcomes: Iterable[object]) -> None:
+    """Raise the first exception among a gather's ``outcomes`` (results or exceptions)."""
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+def insert_new(table: str, item: dict[str, Any], condition: str, key: str) -> Step[bool]:
+    """PutItem of a row that must not exist yet (``condition`` names ``key`` as ``#id``).
+
+    False when the condition failed: the row exists (possibly our own put, its
+    response lost and the SDK's retry refused).
+    """
+    try:
+        yield from request(
+            "put_item",
+            TableName=table,
+            Item=item,
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#id": key},
+        )
+    except ConditionFailed:
+        return False
+    return True
 
 
 def failure(exc: ClientError, call: Call) -> DynamoDBError:
@@ -160,5 +201,6 @@ class Run(Generic[T]):
         elif isinstance(self.effect, Call):
             reply = reply_to(out.value)
             self._advance(lambda: self._step.send(reply))
-        else:
-            self._advance(lambda: self._step.send(None))
+        else:  # a pause (None) or a gather's results
+            value = out.value
+            self._advance(lambda: self._step.send(value))

@@ -61,7 +61,9 @@ from typing import Any, TypeVar
 from . import _parts
 from . import schema as s
 from ._alias import AliasStore
+from ._drive import drive
 from ._dynamo import call
+from ._effects import Step, gather, pause, request
 from ._items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
 from ._record import (
     Entry,
@@ -150,10 +152,10 @@ class Protocol:
         self.sleep = sleep
         self.max_workers = max_workers
         self.records = RecordStore(
-            client, transactions_table, clock=clock, completed_ttl_seconds=completed_ttl_seconds
+            transactions_table, clock=clock, completed_ttl_seconds=completed_ttl_seconds
         )
         self.aliases = AliasStore(
-            client, transactions_table, clock=clock, ttl_seconds=completed_ttl_seconds
+            transactions_table, clock=clock, ttl_seconds=completed_ttl_seconds
         )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -184,24 +186,32 @@ class Protocol:
         wait(futures)
         return [future.result() for future in futures]
 
+    def run(self, step: Step[T]) -> T:
+        """Run a protocol step on this manager's client, clock and pool (the sync driver)."""
+        return drive(step, self.client, self.sleep, self.parallel)
+
     def batch_write(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """The blocking form of :meth:`write_batches`."""
+        self.run(self.write_batches(table, rows))
+
+    def write_batches(self, table: str, rows: list[dict[str, Any]]) -> Step[None]:
         """Put or delete ``rows`` (``PutRequest``/``DeleteRequest``s) in batches sent together.
 
         Only for rows no one else writes (request bodies and images of one transaction):
         a batch has no conditions, and resending one is harmless.
         """
         chunks = [rows[i : i + BATCH_ROWS] for i in range(0, len(rows), BATCH_ROWS)]
-        self.parallel(lambda chunk: self._batch_chunk(table, chunk), chunks)
+        yield from gather(self._batch_chunk(table, chunk) for chunk in chunks)
 
-    def _batch_chunk(self, table: str, chunk: list[dict[str, Any]]) -> None:
+    def _batch_chunk(self, table: str, chunk: list[dict[str, Any]]) -> Step[None]:
         pending: dict[str, Any] = {table: chunk}
         for attempt in range(BATCH_ATTEMPTS):
-            resp = call(self.client, "batch_write_item", RequestItems=pending)
+            resp = yield from request("batch_write_item", RequestItems=pending)
             pending = resp.get("UnprocessedItems") or {}
             if not pending:
                 return
             # DynamoDB left rows out (throughput): back off before resending only those.
-            self.sleep(min(0.05 * 2**attempt, 2.0))
+            yield from pause(min(0.05 * 2**attempt, 2.0))
         raise Throttled(
             f"{len(pending.get(table, []))} rows stayed unprocessed after {BATCH_ATTEMPTS} batches",
             code="UnprocessedItems",
@@ -468,7 +478,7 @@ class Protocol:
         )
         if external_images is not False:
             self.delete_images(header.tx_id)
-        self.records.mark_completed(header)
+        self.run(self.records.mark_completed(header))
         return done.count(False)
 
     def settle(
@@ -490,12 +500,14 @@ class Protocol:
         ``by``: the transaction that wounds this one (its coordinator is told).
         """
         if header is None or header.state == s.STATE_PENDING:
-            header = self.records.decide(
-                tx_id,
-                s.STATE_ROLLED_BACK,
-                expect_version=expect_version,
-                expect_updated_ms=expect_updated_ms,
-                by=by,
+            header = self.run(
+                self.records.decide(
+                    tx_id,
+                    s.STATE_ROLLED_BACK,
+                    expect_version=expect_version,
+                    expect_updated_ms=expect_updated_ms,
+                    by=by,
+                )
             )
             if header is None:
                 return SweepOutcome.MISSING
@@ -519,8 +531,8 @@ class Protocol:
         naming a record that is gone.
         """
         if header.caller_id is not None:
-            self.aliases.forget(header.caller_id, header.tx_id)
-        self.records.delete(header, self.batch_write)
+            self.run(self.aliases.forget(header.caller_id, header.tx_id))
+        self.run(self.records.delete(header, self.write_batches))
 
 
 #: Rows per ``BatchWriteItem`` (DynamoDB's limit).

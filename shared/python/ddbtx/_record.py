@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _parts
 from . import schema as s
-from ._dynamo import call, put_new
+from ._effects import Step, insert_new, request
 from ._items import Item, flag, item_size
 from .errors import ConditionFailed, TransactionError
 
@@ -210,19 +210,14 @@ DELETE_COMPLETED = "#fin = :t"
 class RecordStore:
     """Every read and write of TX records: the persistence half of the protocol.
 
-    Stateless apart from its client and table; any coordinator, sweeper or
-    recovery run may call any method for any transaction.
+    Stateless apart from its table; any coordinator, sweeper or recovery run may
+    call any method for any transaction. Each method that reads or writes is a
+    step (:mod:`ddbtx._effects`): the caller's driver sends its requests.
     """
 
     def __init__(
-        self,
-        client: Any,
-        table: str,
-        *,
-        clock: Callable[[], float],
-        completed_ttl_seconds: int,
+        self, table: str, *, clock: Callable[[], float], completed_ttl_seconds: int
     ) -> None:
-        self.client = client
         self.table = table
         self.clock = clock
         self.completed_ttl_seconds = completed_ttl_seconds
@@ -244,9 +239,8 @@ class RecordStore:
 
     # -- reads -------------------------------------------------------------------
 
-    def read_header(self, tx_id: str) -> Header | None:
-        resp = call(
-            self.client,
+    def read_header(self, tx_id: str) -> Step[Header | None]:
+        resp = yield from request(
             "get_item",
             TableName=self.table,
             Key=self.header_key(tx_id),
@@ -254,12 +248,12 @@ class RecordStore:
         )
         return header_from_item(resp["Item"]) if "Item" in resp else None
 
-    def load_params(self, tx_id: str, entry: Entry) -> dict[str, Any]:
+    def load_params(self, tx_id: str, entry: Entry) -> Step[dict[str, Any]]:
         """The full request of an entry, reading its body row(s) when it has them."""
         if entry.params is not None:
             return entry.params
         key = self.body_key(tx_id, entry)
-        row = self._get(key)
+        row = yield from self._get(key)
         if row is None:
             raise TransactionError(
                 f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
@@ -269,7 +263,7 @@ class RecordStore:
             return entry.params
         parts = [row[s.ROW_PART]["B"]]
         for part_key in _parts.part_keys(key, s.TX_SK, _parts.count(row)):
-            part = self._get(part_key)
+            part = yield from self._get(part_key)
             if part is None:  # deleted after the first row: the record is being deleted
                 raise TransactionError(
                     f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
@@ -278,8 +272,8 @@ class RecordStore:
         entry.params = params_from_av(_parts.join(parts))
         return entry.params
 
-    def _get(self, key: Item) -> Item | None:
-        resp = call(self.client, "get_item", TableName=self.table, Key=key, ConsistentRead=True)
+    def _get(self, key: Item) -> Step[Item | None]:
+        resp = yield from request("get_item", TableName=self.table, Key=key, ConsistentRead=True)
         row: Item | None = resp.get("Item")
         return row
 
@@ -303,7 +297,7 @@ class RecordStore:
 
     def create(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], *, caller_id: str | None = None
-    ) -> None:
+    ) -> Step[None]:
         """create + add: write the header with its first requests (raises ConditionFailed)."""
         item = {
             **self.header_key(tx_id),
@@ -315,8 +309,7 @@ class RecordStore:
         }
         if caller_id is not None:
             item[s.TX_CALLER_ID] = {"S": caller_id}
-        call(
-            self.client,
+        yield from request(
             "put_item",
             TableName=self.table,
             Item=item,
@@ -324,7 +317,7 @@ class RecordStore:
             ExpressionAttributeNames={"#id": s.TX_PK},
         )
 
-    def create_completed(self, tx_id: str, caller_id: str, state: str) -> bool:
+    def create_completed(self, tx_id: str, caller_id: str, state: str) -> Step[bool]:
         """create, decided and completed at once: a record with no requests (False: it exists).
 
         Rolled back, it fences an id whose alias names a transaction with no
@@ -342,11 +335,11 @@ class RecordStore:
             s.TX_TTL: {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             s.TX_CALLER_ID: {"S": caller_id},
         }
-        return put_new(self.client, self.table, item, CREATE, s.TX_PK)
+        return (yield from insert_new(self.table, item, CREATE, s.TX_PK))
 
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
-    ) -> Header:
+    ) -> Step[Header]:
         """add: record requests; the header after.
 
         ``upgrades`` maps a request id to the nonce of this transaction's lock on
@@ -387,8 +380,7 @@ class RecordStore:
                     conditions.append(ADD_REWRITE.format(i=i))
             else:
                 conditions.append(ADD_NEW.format(i=i))
-        resp = call(
-            self.client,
+        resp = yield from request(
             "update_item",
             TableName=self.table,
             Key=self.header_key(tx_id),
@@ -400,10 +392,9 @@ class RecordStore:
         )
         return header_from_item(resp["Attributes"])
 
-    def take_over(self, tx_id: str, rid: str, old: str, new: str) -> Header:
+    def take_over(self, tx_id: str, rid: str, old: str, new: str) -> Step[Header]:
         """take over: give a recorded request a fresh nonce (raises ConditionFailed)."""
-        resp = call(
-            self.client,
+        resp = yield from request(
             "update_item",
             TableName=self.table,
             Key=self.header_key(tx_id),
@@ -426,14 +417,13 @@ class RecordStore:
         )
         return header_from_item(resp["Attributes"])
 
-    def mark_waiting(self, tx_id: str, owner: str) -> None:
+    def mark_waiting(self, tx_id: str, owner: str) -> Step[None]:
         """wait mark: blocked on ``owner``; ``v`` and ``ts`` stay (raises ConditionFailed).
 
         Others judge a holder stale by its version and timestamp, and the
         sweeper rolls back by them: a wait must not look like progress.
         """
-        call(
-            self.client,
+        yield from request(
             "update_item",
             TableName=self.table,
             Key=self.header_key(tx_id),
@@ -453,7 +443,7 @@ class RecordStore:
         expect_version: int | None = None,
         expect_updated_ms: int | None = None,
         by: str | None = None,
-    ) -> Header | None:
+    ) -> Step[Header | None]:
         """decide: move a pending transaction to committed or rolled back; the header after.
 
         Returns the header as read when the condition fails (so the caller sees
@@ -485,8 +475,7 @@ class RecordStore:
             condition = DECIDE_IF_UNCHANGED
             values[":seen"] = {"N": str(expect_updated_ms)}
         try:
-            resp = call(
-                self.client,
+            resp = yield from request(
                 "update_item",
                 TableName=self.table,
                 Key=self.header_key(tx_id),
@@ -498,15 +487,14 @@ class RecordStore:
             )
             return header_from_item(resp["Attributes"])
         except ConditionFailed:
-            return self.read_header(tx_id)
+            return (yield from self.read_header(tx_id))
 
-    def mark_completed(self, header: Header) -> None:
+    def mark_completed(self, header: Header) -> Step[None]:
         """complete (last step): every item is completed; TTL may delete the record later."""
         ttl = int(self.clock()) + self.completed_ttl_seconds
         # Failing means another coordinator completed (or deleted) the record first.
         with contextlib.suppress(ConditionFailed):
-            call(
-                self.client,
+            yield from request(
                 "update_item",
                 TableName=self.table,
                 Key=self.header_key(header.tx_id),
@@ -532,7 +520,9 @@ class RecordStore:
             )
         header.completed = True
 
-    def delete(self, header: Header, batch_write: Callable[[str, list[Any]], None]) -> None:
+    def delete(
+        self, header: Header, write_batches: Callable[[str, list[Any]], Step[None]]
+    ) -> Step[None]:
         """delete: remove a completed record and its body rows."""
         tx_id = header.tx_id
         spilled = [entry for entry in header.entries.values() if entry.spilled]
@@ -541,10 +531,9 @@ class RecordStore:
         firsts = [self.body_key(tx_id, e) for e in spilled]
         further = [k for e in spilled for k in self.body_keys(tx_id, e)[1:]]
         for keys in (firsts, further):
-            batch_write(self.table, [{"DeleteRequest": {"Key": k}} for k in keys])
+            yield from write_batches(self.table, [{"DeleteRequest": {"Key": k}} for k in keys])
         try:
-            call(
-                self.client,
+            yield from request(
                 "delete_item",
                 TableName=self.table,
                 Key=self.header_key(tx_id),
@@ -553,5 +542,5 @@ class RecordStore:
                 ExpressionAttributeValues={":t": {"BOOL": True}},
             )
         except ConditionFailed:
-            if self.read_header(tx_id) is not None:
+            if (yield from self.read_header(tx_id)) is not None:
                 raise

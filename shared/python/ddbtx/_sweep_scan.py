@@ -129,7 +129,7 @@ class ScanPass:
 
         def header(tx_id: str) -> Header | None:
             if tx_id not in seen:
-                seen[tx_id] = self.tm.protocol.records.read_header(tx_id)
+                seen[tx_id] = self.tm.protocol.run(self.tm.protocol.records.read_header(tx_id))
             return seen[tx_id]
 
         return header

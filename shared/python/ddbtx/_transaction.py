@@ -82,7 +82,11 @@ class Transaction:
         self.id = tx_id
         self.p = manager.protocol
         self.record = RecordView(
-            tx_id, self.p.records, parallel=self.p.parallel, batch_write=self.p.batch_write
+            tx_id,
+            self.p.records,
+            parallel=self.p.parallel,
+            batch_write=self.p.batch_write,
+            run=self.p.run,
         )
         self.steps = ItemSteps(self)
         self.contender = Contender(self)
@@ -381,7 +385,7 @@ class Transaction:
 
     def read_pending_header(self) -> Header:
         """The record as it is now, if still pending; otherwise complete it and raise."""
-        header = self.p.records.read_header(self.id)
+        header = self.p.run(self.p.records.read_header(self.id))
         if header is None or header.state != s.STATE_PENDING:
             self._raise_decided(header)
         assert header is not None
@@ -476,8 +480,10 @@ class Transaction:
         """An exactly-once transaction with no request is still recorded committed, so that
         a retry with its id does not run the work again (one write)."""
         assert self.transaction_id is not None
-        if not self.p.records.create_completed(self.id, self.transaction_id, s.STATE_COMMITTED):
-            header = self.p.records.read_header(self.id)
+        if not self.p.run(
+            self.p.records.create_completed(self.id, self.transaction_id, s.STATE_COMMITTED)
+        ):
+            header = self.p.run(self.p.records.read_header(self.id))
             if header is None or header.state == s.STATE_ROLLED_BACK:
                 self._raise_decided(header)  # fenced by a retry with the same id: rolled back
             if header is None or header.state != s.STATE_COMMITTED:  # only this object creates it
@@ -568,7 +574,7 @@ class Transaction:
             header.caller_id = self.transaction_id
             self.p.delete_record(header)
             return
-        current = self.p.records.read_header(self.id)
+        current = self.p.run(self.p.records.read_header(self.id))
         if current is None:
             return
         if not current.completed:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import schema as s
+from ._drive import Runner
 from ._items import Item, item_size
 from ._record import Entry, Header, RecordStore, entry_to_av
 from ._requests import Request, too_large
@@ -86,11 +87,13 @@ class RecordView:
         *,
         parallel: Callable[[Callable[[Any], Any], Iterable[Any]], list[Any]],
         batch_write: Callable[[str, list[Any]], None],
+        run: Runner,
     ) -> None:
         self.tx_id = tx_id
         self.store = store
         self._parallel = parallel
         self._batch_write = batch_write
+        self._run = run  # the sync driver, for the record store's steps
         self.state = s.STATE_PENDING
         self.version = 0
         self.created = False
@@ -162,7 +165,7 @@ class RecordView:
 
     def _request_of(self, entry: Entry) -> Request:
         """A request recorded by another coordinator (validated when it was added)."""
-        params = self.store.load_params(self.tx_id, entry)
+        params = self._run(self.store.load_params(self.tx_id, entry))
         return Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
 
     def current(self, local: Local) -> Local:
@@ -258,9 +261,9 @@ class RecordView:
         from .errors import ConditionFailed, TransactionError
 
         try:
-            self.store.create(self.tx_id, bodies, caller_id=self.caller_id)
+            self._run(self.store.create(self.tx_id, bodies, caller_id=self.caller_id))
         except ConditionFailed as exc:
-            header = self.store.read_header(self.tx_id)
+            header = self._run(self.store.read_header(self.tx_id))
             if header is not None and header.state != s.STATE_PENDING:
                 # A retry with the same transaction_id fenced this id before its record
                 # existed (a rolled-back tombstone): this coordinator must not go on.
@@ -302,8 +305,12 @@ class RecordView:
             if loc.upgrade
         }
         try:
-            header = self.store.add(
-                self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
+            header = self._run(
+                self.store.add(
+                    self.tx_id,
+                    {loc.request.rid: bodies[loc.request.rid] for loc in chunk},
+                    upgrades,
+                )
             )
         except ConditionFailed:
             return self._settle_add(chunk)
@@ -314,7 +321,7 @@ class RecordView:
 
     def _settle_add(self, chunk: list[Local]) -> AddRefused | None:
         """The add's condition failed: ours (response lost), a duplicate, or a decision."""
-        header = self.store.read_header(self.tx_id)
+        header = self._run(self.store.read_header(self.tx_id))
         if header is None or header.state != s.STATE_PENDING:
             raise Decided(header)
         for local in chunk:
@@ -425,9 +432,9 @@ class RecordView:
             self._write_body_rows([moved_body])
         fresh = Local(request=req, nonce=new_nonce)
         try:
-            header = self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce)
+            header = self._run(self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce))
         except ConditionFailed as exc:
-            now = self.store.read_header(self.tx_id)
+            now = self._run(self.store.read_header(self.tx_id))
             if now is None or now.state != s.STATE_PENDING:
                 raise Decided(now) from exc
             recorded = now.entries.get(req.rid)
@@ -447,10 +454,10 @@ class RecordView:
         from .errors import ConditionFailed
 
         try:
-            self.store.mark_waiting(self.tx_id, owner)
+            self._run(self.store.mark_waiting(self.tx_id, owner))
             self.marked = True
         except ConditionFailed as exc:
-            header = self.store.read_header(self.tx_id)
+            header = self._run(self.store.read_header(self.tx_id))
             if header is None or header.state != s.STATE_PENDING:
                 raise Decided(header) from exc
 
@@ -461,7 +468,7 @@ class RecordView:
             version = self.commit_version()
             if version is None:
                 raise RuntimeError("commit decided with unconfirmed requests")
-        header = self.store.decide(self.tx_id, to_state, expect_version=version)
+        header = self._run(self.store.decide(self.tx_id, to_state, expect_version=version))
         if header is not None:
             self.adopt(header)
         return header

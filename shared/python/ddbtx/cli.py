@@ -268,7 +268,7 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
         for page in tm.client.get_paginator("scan").paginate(**params):
             for item in page["Items"]:
                 owner = lock_owner(item) or ""
-                header = tm.protocol.records.read_header(owner)
+                header = tm.protocol.run(tm.protocol.records.read_header(owner))
                 state = "record gone" if header is None else STATE_NAMES[header.state]
                 if header is not None and header.completed:
                     state += " (finished)"

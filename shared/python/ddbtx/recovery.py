@@ -59,13 +59,13 @@ def _find(tm: TransactionManager, tx_id: str) -> tuple[str, Header | None]:
     """
     check_transaction_id(tx_id)
     records = tm.protocol.records
-    header = records.read_header(tx_id)
+    header = tm.protocol.run(records.read_header(tx_id))
     if header is not None:
         return tx_id, header
-    named = tm.protocol.aliases.read(tx_id)
+    named = tm.protocol.run(tm.protocol.aliases.read(tx_id))
     if named is None:
         return tx_id, None
-    return named, records.read_header(named)
+    return named, tm.protocol.run(records.read_header(named))
 
 
 def _describe(header: Header, now_ms: int) -> dict[str, Any]:
@@ -163,7 +163,7 @@ def _settle(tm: TransactionManager, header: Header) -> str:
         outcome = tm.protocol.settle(header.tx_id, header, expect_version=header.version)
         if outcome is not SweepOutcome.ACTIVE:
             return str(outcome.value)
-        current = tm.protocol.records.read_header(header.tx_id)
+        current = tm.protocol.run(tm.protocol.records.read_header(header.tx_id))
         if current is None:
             return str(SweepOutcome.MISSING.value)
         header = current
@@ -186,7 +186,7 @@ def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
     result: dict[str, Any] = {"table": table, "key": key_to_json(key), "transaction_id": owner}
     if item is None or owner is None:
         return {**result, "outcome": "not_locked"}
-    header = tm.protocol.records.read_header(owner)
+    header = tm.protocol.run(tm.protocol.records.read_header(owner))
     if header is not None and not header.completed:
         return {
             **result,

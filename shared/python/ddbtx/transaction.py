@@ -272,25 +272,25 @@ class TransactionManager(ManagerReads):
         p = self.protocol
         fresh = self._new_id(priority)
         for _ in range(RESOLVE_ROUNDS):
-            if p.aliases.claim(caller_id, fresh):
+            if p.run(p.aliases.claim(caller_id, fresh)):
                 return Transaction(self, fresh, transaction_id=caller_id)
-            named = p.aliases.read(caller_id)
+            named = p.run(p.aliases.read(caller_id))
             if named is None:
                 continue  # deleted with its expired record since the claim failed: claim again
             if named == fresh:  # our claim or move landed; its answer was lost
                 return Transaction(self, fresh, transaction_id=caller_id)
-            header = p.records.read_header(named)
+            header = p.run(p.records.read_header(named))
             if header is None:
                 # Never created (its coordinator died, or is about to create it) or removed
                 # by TTL: a rolled-back record in its place settles which, for everyone.
-                p.records.create_completed(named, caller_id, s.STATE_ROLLED_BACK)
-                header = p.records.read_header(named)
+                p.run(p.records.create_completed(named, caller_id, s.STATE_ROLLED_BACK))
+                header = p.run(p.records.read_header(named))
                 if header is None:
                     continue
             if header.state == s.STATE_ROLLED_BACK:
                 if not header.completed:
                     p.complete(header)  # its locks would hold up the new attempt
-                if p.aliases.move(caller_id, named, fresh):
+                if p.run(p.aliases.move(caller_id, named, fresh)):
                     return Transaction(self, fresh, transaction_id=caller_id)
                 continue  # another retry started over first: join that one
             tx = self._adopt(header)
@@ -421,7 +421,7 @@ class TransactionManager(ManagerReads):
         A pending transaction can then receive more requests, commit or roll
         back; a decided one is driven to completion before this returns.
         """
-        header = self.protocol.records.read_header(tx_id)
+        header = self.protocol.run(self.protocol.records.read_header(tx_id))
         if header is None:
             raise TransactionNotFoundError("no such transaction", tx_id=tx_id)
         return self._adopt(header)
@@ -452,7 +452,7 @@ class TransactionManager(ManagerReads):
         a sweeper that read an old version.
         """
         p = self.protocol
-        header = p.records.read_header(tx_id)
+        header = p.run(p.records.read_header(tx_id))
         if header is None:
             return SweepOutcome.MISSING
         age_ms = p.now_ms() - header.updated_ms

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from .._drive import perform
-from .._effects import Run, Step
+from .._effects import Gather, Run, Step, first_failure
 
 T = TypeVar("T")
 
@@ -28,5 +28,11 @@ async def drive(
     """
     for effect in (run := Run(step)):
         with run.outcome() as out:
-            out.value = await perform(client, sleep, effect)
+            if isinstance(effect, Gather):  # tasks; all end before the first failure is thrown
+                out.value = await asyncio.gather(
+                    *(drive(sub, client, sleep) for sub in effect.steps), return_exceptions=True
+                )
+                first_failure(out.value)
+            else:
+                out.value = await perform(client, sleep, effect)
     return run.result
