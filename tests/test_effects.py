@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ddbtx._drive import drive
-from ddbtx._effects import Call, Reply, Run, Sleep, Step, pause, request
+from ddbtx._effects import Call, Reply, Run, Sleep, Step, gather, pause, request
 from ddbtx.aio._drive import drive as aio_drive
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import ConditionFailed, DynamoDBError, TableNotFound
@@ -234,3 +234,55 @@ def test_given_each_driver_when_a_request_is_invalid_then_dynamodb_refuses_it(
     # Then
     assert raised.value.code == "ValidationException"
     assert ddb.scan(TableName=table)["Items"] == []
+
+
+def put_one(table: str, pk: str, fail: bool = False) -> Step[str]:
+    """Put ``pk``; with ``fail``, a put DynamoDB refuses (no key) after it."""
+    yield from request("put_item", TableName=table, Item={"pk": {"S": pk}})
+    if fail:
+        yield from request("put_item", TableName=table, Item={"other": {"S": pk}})
+    return pk
+
+
+def test_given_each_driver_when_steps_are_gathered_then_results_come_in_order(
+    run_step: Callable[..., Any], ddb: Any, data_table: str
+) -> None:
+    # Given
+    steps = [put_one(data_table, pk) for pk in ("a", "b", "c")]
+    # When
+    with count_requests(run_step.client) as counts:  # type: ignore[attr-defined]
+        results = run_step(gather(steps))
+    # Then
+    assert results == ["a", "b", "c"]
+    assert dict(counts.by_operation) == {"PutItem": 3}
+    assert len(ddb.scan(TableName=data_table)["Items"]) == 3
+
+
+def test_given_each_driver_when_a_gathered_step_fails_then_the_others_end_first(
+    run_step: Callable[..., Any], ddb: Any, data_table: str
+) -> None:
+    # Given: the first step fails on its second request
+    steps = [put_one(data_table, "a", fail=True), put_one(data_table, "b")]
+    # When
+    with pytest.raises(DynamoDBError) as raised:
+        run_step(gather(steps))
+    # Then: the failure is the first step's, and the second step ran to its end
+    assert raised.value.code == "ValidationException"
+    keys = sorted(item["pk"]["S"] for item in ddb.scan(TableName=data_table)["Items"])
+    assert keys == ["a", "b"]
+
+
+def test_given_a_pool_when_the_sync_driver_gathers_then_the_pool_runs_the_steps(
+    backend: LocalDynamo, data_table: str
+) -> None:
+    # Given: a pool that records which steps it ran
+    ran: list[int] = []
+
+    def pool(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:
+        ran.append(len(steps))
+        return [run_one(step) for step in steps]
+
+    # When
+    results = drive(gather(put_one(data_table, pk) for pk in "xy"), backend.client(), parallel=pool)
+    # Then
+    assert (results, ran) == (["x", "y"], [2])
