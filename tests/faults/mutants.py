@@ -18,6 +18,7 @@ from unittest import mock
 import ddbtx._steps as steps_module
 from ddbtx import schema as s
 from ddbtx._dynamo import call as real_call
+from ddbtx._effects import Step, request
 from ddbtx._protocol import Entry, Header, Protocol
 from ddbtx._steps import APPLY, ItemSteps
 from ddbtx.errors import ConditionFailed
@@ -115,15 +116,14 @@ def delete_record_first() -> Iterator[None]:
     """complete + clean: the TX record is deleted before the items are unlocked."""
     original = Protocol.complete
 
-    def complete(self: Protocol, header: Header, *args: Any, **kwargs: Any) -> int:
+    def complete(self: Protocol, header: Header, *args: Any, **kwargs: Any) -> Step[int]:
         if not header.completed:
-            real_call(
-                self.client,
+            yield from request(
                 "delete_item",
                 TableName=self.records.table,
                 Key=self.records.header_key(header.tx_id),
             )
-        return original(self, header, *args, **kwargs)
+        return (yield from original(self, header, *args, **kwargs))
 
     with mock.patch.object(Protocol, "complete", complete):
         yield
@@ -135,8 +135,8 @@ def restore_after_commit() -> Iterator[None]:
 
     def complete_item(
         self: Protocol, header: Header, entry: Entry, known: dict[str, Any] | None = None
-    ) -> None:
-        self.undo(header.tx_id, entry.table, entry.key, None)
+    ) -> Step[None]:
+        yield from self.undo(header.tx_id, entry.table, entry.key, None)
 
     with mock.patch.object(Protocol, "complete_item", complete_item):
         yield

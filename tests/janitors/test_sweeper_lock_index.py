@@ -221,7 +221,9 @@ def test_given_an_index_entry_outdated_by_the_time_it_is_read_then_the_new_lock_
     def after_index_page(parsed: dict[str, Any], **_: Any) -> None:
         shows_k0 = any(entry["pk"] == {"S": "k0"} for entry in parsed.get("Items", []))
         if shows_k0 and not relocked:
-            rescuer.protocol.undo(lost, tables.data, {"pk": {"S": "k0"}}, None)
+            rescuer.protocol.run(
+                rescuer.protocol.undo(lost, tables.data, {"pk": {"S": "k0"}}, None)
+            )
             tx = rescuer.begin()
             tx.get_item(TableName=tables.data, Key={"pk": {"S": "k0"}})
             relocked.append(tx.id)

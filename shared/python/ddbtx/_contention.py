@@ -157,7 +157,7 @@ class ItemContention:
         if header.state != s.STATE_PENDING:
             return self._wait_for_decided(owner, header)
         if self.tx.manager.contention is Contention.ROLLBACK_HOLDER:
-            self.p.settle(owner, by=self.tx.id)
+            self.p.run(self.p.settle(owner, by=self.tx.id))
             return False
         if self.tx.id < owner:
             return self._outwait_younger(owner, header)
@@ -166,9 +166,9 @@ class ItemContention:
     def _undo_stray(self, owner: str) -> None:
         """No record, or a completed one: any lock of it left on the item is stray."""
         req = self.req
-        item = self.p.read_item(req.table, req.key)
+        item = self.p.run(self.p.read_item(req.table, req.key))
         if item is not None and lock_owner(item) == owner:
-            self.p.undo(owner, req.table, req.key, item)
+            self.p.run(self.p.undo(owner, req.table, req.key, item))
 
     def _wait_for_decided(self, owner: str, header: Header) -> bool:
         """A decided holder's coordinator is releasing its items right now: helping would
@@ -176,7 +176,7 @@ class ItemContention:
         waiter = self.waiter
         stale = waiter.holder_is_stale(owner, header.version, decided=True)
         if stale or waiter.expired() or waiter.grace_over():
-            self.p.complete(header)
+            self.p.run(self.p.complete(header))
             return False
         waiter.pause()
         return True
@@ -185,7 +185,7 @@ class ItemContention:
         """Wound-wait: a younger transaction waits for an older, pending holder."""
         waiter = self.waiter
         if waiter.holder_is_stale(owner, header.version):
-            self.p.settle(owner, expect_version=header.version, by=self.tx.id)
+            self.p.run(self.p.settle(owner, expect_version=header.version, by=self.tx.id))
             return False
         if waiter.expired():
             raise self._waited_too_long(owner)
@@ -212,7 +212,7 @@ class ItemContention:
             # wound: the older transaction rolls back a younger holder that is blocked,
             # or that kept it waiting past its patience.
             if current.waiting or self.waiter.impatient():
-                self.p.settle(owner, by=self.tx.id)
+                self.p.run(self.p.settle(owner, by=self.tx.id))
                 return False
             self.waiter.pause()
             current = self.p.run(self.p.records.read_header(owner))

@@ -212,8 +212,8 @@ class Replay:
             return {}
         if local.pre is None:  # a later write learnt its earlier ones from the item: read it
             req = local.request
-            item = tx.p.read_item(req.table, req.key) or {}
-            image = tx.p.image_of(tx.id, req.rid, item)
+            item = tx.p.run(tx.p.read_item(req.table, req.key)) or {}
+            image = tx.p.run(tx.p.image_of(tx.id, req.rid, item))
             local.pre = strip(image if image is not None else item)
         return wrap(local.pre)
 

@@ -62,7 +62,6 @@ from . import _parts
 from . import schema as s
 from ._alias import AliasStore
 from ._drive import drive
-from ._dynamo import call
 from ._effects import Step, gather, pause, request
 from ._items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
 from ._record import (
@@ -223,8 +222,8 @@ class Protocol:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def read_item(self, table: str, key: Item) -> Item | None:
-        resp = call(self.client, "get_item", TableName=table, Key=key, ConsistentRead=True)
+    def read_item(self, table: str, key: Item) -> Step[Item | None]:
+        resp = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
         item: Item | None = resp.get("Item")
         return item
 
@@ -232,13 +231,12 @@ class Protocol:
 
     def release(
         self, table: str, key: Item, lock_value: str, *, delete: bool, applied: bool | None
-    ) -> None:
+    ) -> Step[None]:
         """Unlock an item whose write stands (commit), or delete it (transient/delete request)."""
         names = {"#l": s.ATTR_LOCK}
         values = {":l": {"S": lock_value}}
         if delete:
-            call(
-                self.client,
+            yield from request(
                 "delete_item",
                 TableName=table,
                 Key=key,
@@ -253,8 +251,7 @@ class Protocol:
         if applied is not None:
             names["#ap"] = s.ATTR_APPLIED
             condition = RELEASE_APPLIED if applied else RELEASE_UNAPPLIED
-        call(
-            self.client,
+        yield from request(
             "update_item",
             TableName=table,
             Key=key,
@@ -264,10 +261,9 @@ class Protocol:
             ExpressionAttributeValues=values,
         )
 
-    def restore(self, table: str, item: Item, image: Item) -> None:
+    def restore(self, table: str, item: Item, image: Item) -> Step[None]:
         """Put the saved image back over an applied item (roll back), under the same lock."""
-        call(
-            self.client,
+        yield from request(
             "put_item",
             TableName=table,
             Item=image,
@@ -276,13 +272,13 @@ class Protocol:
             ExpressionAttributeValues={":l": item[s.ATTR_LOCK]},
         )
 
-    def image_of(self, tx_id: str, rid: str, item: Item) -> Item | None:
+    def image_of(self, tx_id: str, rid: str, item: Item) -> Step[Item | None]:
         """The pre-write image of an applied item, from the item or the images table."""
         if s.ATTR_IMAGE in item:
             image: Item = item[s.ATTR_IMAGE]["M"]
             return image
         if flag(item, s.ATTR_IMAGE_EXTERNAL):
-            return self.read_image(tx_id, rid)
+            return (yield from self.read_image(tx_id, rid))
         return None
 
     def image_key(self, tx_id: str, rid: str) -> Item:
@@ -298,11 +294,11 @@ class Protocol:
             return [row]
         return _parts.rows(first, key, s.IMAGE_SK, {"M": image})
 
-    def read_image(self, tx_id: str, rid: str, row: Item | None = None) -> Item | None:
+    def read_image(self, tx_id: str, rid: str, row: Item | None = None) -> Step[Item | None]:
         """A saved image from the images table (None: not there); ``row``: its first row,
         already read."""
         key = self.image_key(tx_id, rid)
-        row = row or self.get_image_row(key)
+        row = row or (yield from self.get_image_row(key))
         if row is None:
             return None
         if s.IMAGE_ITEM in row:
@@ -310,23 +306,23 @@ class Protocol:
             return image
         parts = [row[s.ROW_PART]["B"]]
         for part_key in _parts.part_keys(key, s.IMAGE_SK, _parts.count(row)):
-            part = self.get_image_row(part_key)
+            part = yield from self.get_image_row(part_key)
             if part is None:
                 return None  # being deleted: its transaction is completed
             parts.append(part[s.ROW_PART]["B"])
         joined: Item = _parts.join(parts)["M"]
         return joined
 
-    def get_image_row(self, key: Item) -> Item | None:
-        resp = call(
-            self.client, "get_item", TableName=self.images_table, Key=key, ConsistentRead=True
+    def get_image_row(self, key: Item) -> Step[Item | None]:
+        resp = yield from request(
+            "get_item", TableName=self.images_table, Key=key, ConsistentRead=True
         )
         row: Item | None = resp.get("Item")
         return row
 
     def undo(
         self, tx_id: str, table: str, key: Item, item: Item | None, *, only: str | None = None
-    ) -> None:
+    ) -> Step[None]:
         """Roll one item back: restore its image, or delete it if it was inserted, then unlock.
 
         ``item`` is what the caller believes the item is (None: read it). With
@@ -336,7 +332,7 @@ class Protocol:
         """
         for _ in range(8):
             if item is None:
-                item = self.read_item(table, key)
+                item = yield from self.read_item(table, key)
             if not is_locked_by(item, tx_id):
                 return
             assert item is not None
@@ -345,21 +341,21 @@ class Protocol:
                 return
             try:
                 if flag(item, s.ATTR_TRANSIENT):
-                    self.release(table, key, lock_value, delete=True, applied=None)
+                    yield from self.release(table, key, lock_value, delete=True, applied=None)
                 elif applied(item):
-                    image = self.image_of(tx_id, request_id(table, key), item)
+                    image = yield from self.image_of(tx_id, request_id(table, key), item)
                     if image is None:
                         logger.error("applied item without image tx=%s table=%s", tx_id, table)
                         return
-                    self.restore(table, item, image)
+                    yield from self.restore(table, item, image)
                 else:
-                    self.release(table, key, lock_value, delete=False, applied=False)
+                    yield from self.release(table, key, lock_value, delete=False, applied=False)
                 return
             except ConditionFailed:
                 item = None
         raise RuntimeError(f"undo of tx {tx_id} in {table} did not settle")
 
-    def complete_item(self, header: Header, entry: Entry, known: Item | None = None) -> None:
+    def complete_item(self, header: Header, entry: Entry, known: Item | None = None) -> Step[None]:
         """complete: complete one recorded request of a decided transaction.
 
         ``known`` is the coordinator's own view of the item (saves a read); it
@@ -368,18 +364,19 @@ class Protocol:
         tx_id = header.tx_id
         lock_value = new_lock_value(tx_id, entry.nonce)
         if header.state == s.STATE_ROLLED_BACK:
-            self.undo(tx_id, entry.table, entry.key, known)
+            yield from self.undo(tx_id, entry.table, entry.key, known)
             return
         item = known if known is None or known.get(s.ATTR_LOCK, {}).get("S") == lock_value else None
         for _ in range(8):
             if item is None:
-                item = self.read_item(entry.table, entry.key)
+                item = yield from self.read_item(entry.table, entry.key)
             if not is_locked_by(item, tx_id):
                 return
             assert item is not None
             if item[s.ATTR_LOCK]["S"] != lock_value:
                 # A stray lock from a paused or superseded coordinator: never kept.
-                self.undo(tx_id, entry.table, entry.key, item, only=item[s.ATTR_LOCK]["S"])
+                stray = item[s.ATTR_LOCK]["S"]
+                yield from self.undo(tx_id, entry.table, entry.key, item, only=stray)
                 item = None
                 continue
             deleting = entry.op == "delete" or (flag(item, s.ATTR_TRANSIENT) and entry.op == "get")
@@ -394,10 +391,10 @@ class Protocol:
                 logger.error(
                     "committed tx %s has an unapplied write on %s; undoing it", tx_id, entry.table
                 )
-                self.undo(tx_id, entry.table, entry.key, item, only=lock_value)
+                yield from self.undo(tx_id, entry.table, entry.key, item, only=lock_value)
                 return
             try:
-                self.release(
+                yield from self.release(
                     entry.table,
                     entry.key,
                     lock_value,
@@ -409,7 +406,7 @@ class Protocol:
                 item = None
         raise RuntimeError(f"completion of tx {tx_id} in {entry.table} did not settle")
 
-    def _complete_or_skip(self, header: Header, entry: Entry, known: Item | None) -> bool:
+    def _complete_or_skip(self, header: Header, entry: Entry, known: Item | None) -> Step[bool]:
         """:meth:`complete_item`, or False for a request no call can ever read or apply.
 
         A record may name an item DynamoDB rejects (a key of the wrong type,
@@ -417,7 +414,7 @@ class Protocol:
         settle; the entry is skipped and reported, and the record can complete.
         """
         try:
-            self.complete_item(header, entry, known)
+            yield from self.complete_item(header, entry, known)
             return True
         except (ValidationFailed, TableNotFound) as exc:
             with self._pool_lock:
@@ -430,13 +427,12 @@ class Protocol:
             )
             return False
 
-    def delete_images(self, tx_id: str) -> None:
+    def delete_images(self, tx_id: str) -> Step[None]:
         """Remove every external image of a transaction (after its items are settled)."""
         keys: list[Item] = []
         start: dict[str, Any] = {}
         while True:
-            resp = call(
-                self.client,
+            resp = yield from request(
                 "query",
                 TableName=self.images_table,
                 KeyConditionExpression="#id = :id",
@@ -455,7 +451,7 @@ class Protocol:
         for part in (False, True):
             for key in keys:
                 if ("#" in key[s.IMAGE_SK]["S"]) == part:
-                    call(self.client, "delete_item", TableName=self.images_table, Key=key)
+                    yield from request("delete_item", TableName=self.images_table, Key=key)
 
     def complete(
         self,
@@ -463,7 +459,7 @@ class Protocol:
         known: dict[str, Item] | None = None,
         *,
         external_images: bool | None = None,
-    ) -> int:
+    ) -> Step[int]:
         """complete: complete every item of a decided transaction, then mark the record completed.
 
         ``known`` maps request ids to the coordinator's own view of each item
@@ -473,12 +469,12 @@ class Protocol:
         if header.completed:
             return 0
         known = known or {}
-        done = self.parallel(
-            lambda e: self._complete_or_skip(header, e, known.get(e.rid)), header.entries.values()
+        done = yield from gather(
+            self._complete_or_skip(header, e, known.get(e.rid)) for e in header.entries.values()
         )
         if external_images is not False:
-            self.delete_images(header.tx_id)
-        self.run(self.records.mark_completed(header))
+            yield from self.delete_images(header.tx_id)
+        yield from self.records.mark_completed(header)
         return done.count(False)
 
     def settle(
@@ -489,7 +485,7 @@ class Protocol:
         expect_version: int | None = None,
         expect_updated_ms: int | None = None,
         by: str | None = None,
-    ) -> SweepOutcome:
+    ) -> Step[SweepOutcome]:
         """Roll back a pending record, then complete it; complete a decided one.
 
         The one copy of "roll back, then complete", for coordinators that wound
@@ -500,30 +496,28 @@ class Protocol:
         ``by``: the transaction that wounds this one (its coordinator is told).
         """
         if header is None or header.state == s.STATE_PENDING:
-            header = self.run(
-                self.records.decide(
-                    tx_id,
-                    s.STATE_ROLLED_BACK,
-                    expect_version=expect_version,
-                    expect_updated_ms=expect_updated_ms,
-                    by=by,
-                )
+            header = yield from self.records.decide(
+                tx_id,
+                s.STATE_ROLLED_BACK,
+                expect_version=expect_version,
+                expect_updated_ms=expect_updated_ms,
+                by=by,
             )
             if header is None:
                 return SweepOutcome.MISSING
             if header.state == s.STATE_PENDING:
                 return SweepOutcome.ACTIVE
             rolled_back_here = header.state == s.STATE_ROLLED_BACK and not header.completed
-            self.complete(header)
+            yield from self.complete(header)
             if header.state == s.STATE_COMMITTED:
                 return SweepOutcome.ROLLED_FORWARD
             return SweepOutcome.ROLLED_BACK if rolled_back_here else SweepOutcome.FINALISED
-        self.complete(header)
+        yield from self.complete(header)
         if header.state == s.STATE_COMMITTED:
             return SweepOutcome.ROLLED_FORWARD
         return SweepOutcome.FINALISED
 
-    def delete_record(self, header: Header) -> None:
+    def delete_record(self, header: Header) -> Step[None]:
         """delete: remove a completed TX record and its body rows.
 
         The alias of an exactly-once id goes first: a crash in between leaves
@@ -531,8 +525,8 @@ class Protocol:
         naming a record that is gone.
         """
         if header.caller_id is not None:
-            self.run(self.aliases.forget(header.caller_id, header.tx_id))
-        self.run(self.records.delete(header, self.write_batches))
+            yield from self.aliases.forget(header.caller_id, header.tx_id)
+        yield from self.records.delete(header, self.write_batches)
 
 
 #: Rows per ``BatchWriteItem`` (DynamoDB's limit).

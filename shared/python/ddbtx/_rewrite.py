@@ -116,7 +116,7 @@ class Rewrites:
         req = local.request
         if item is not None or local.prior is None:
             if item is None:
-                item = self.p.read_item(req.table, req.key)
+                item = self.p.run(self.p.read_item(req.table, req.key))
             if self._from_item(local, item):
                 local.applied = local.confirmed = True
                 rv = req.return_values
@@ -161,7 +161,7 @@ class Rewrites:
             return None
         if absent:
             return {}
-        return strip(self.p.read_item(local.request.table, local.request.key))
+        return strip(self.p.run(self.p.read_item(local.request.table, local.request.key)))
 
     # -- the write ----------------------------------------------------------------------
 
@@ -239,7 +239,7 @@ class Rewrites:
         """The write's condition failed: our own write (its response lost), the user's
         condition is false, or the lock is gone (the transaction was rolled back)."""
         req = local.request
-        item = self.p.read_item(req.table, req.key)
+        item = self.p.run(self.p.read_item(req.table, req.key))
         seen = local.prior
         assert seen is not None
         absent = seen[1] or seen[0] == _cleared(local.seq)

@@ -101,7 +101,7 @@ class ItemSteps:
                 except (DynamoDBError, BotoCoreError):
                     local.maybe_landed = True  # no answer: it may have been applied
                     raise
-            item = self.p.read_item(req.table, req.key)
+            item = self.p.run(self.p.read_item(req.table, req.key))
             owner = lock_owner(item)
             if item is None or owner is None:
                 observed = "insert" if item is None else "existing"
@@ -136,7 +136,7 @@ class ItemSteps:
         if recorded is not None and lock == new_lock_value(self.tx.id, recorded.nonce):
             return self.tx.record.current(local)
         req = local.request
-        self.p.undo(self.tx.id, req.table, req.key, item, only=lock)
+        self.p.run(self.p.undo(self.tx.id, req.table, req.key, item, only=lock))
         return None
 
     def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]:
@@ -223,7 +223,7 @@ class ItemSteps:
         local.external_image = flag(item, s.ATTR_IMAGE_EXTERNAL)
         op = local.request.op
         if local.applied:
-            image = self.p.image_of(self.tx.id, local.request.rid, item)
+            image = self.p.run(self.p.image_of(self.tx.id, local.request.rid, item))
             local.pre = None if local.transient else strip(image)
             local.confirmed = True
             return return_values(local, item)
@@ -319,7 +319,7 @@ class ItemSteps:
         except ValidationFailed as exc:
             raise self.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
-            item = self.p.read_item(req.table, req.key)
+            item = self.p.run(self.p.read_item(req.table, req.key))
             lock = (item or {}).get(s.ATTR_LOCK, {}).get("S")
             if lock != new_lock_value(self.tx.id, local.nonce):
                 return self.lost_lock(local)
@@ -418,7 +418,7 @@ class ItemSteps:
         """The apply's condition failed: our write (response lost), a false condition, or
         the lock is gone."""
         req = local.request
-        item = self.p.read_item(req.table, req.key)
+        item = self.p.run(self.p.read_item(req.table, req.key))
         held = (item or {}).get(s.ATTR_LOCK, {}).get("S") == lock
         if held and flag(item, s.ATTR_APPLIED):
             local.applied = local.confirmed = True  # our own write, its response lost
@@ -527,7 +527,7 @@ class ItemSteps:
         the commit catches it up again before deciding.
         """
         req = local.request
-        item = self.p.read_item(req.table, req.key)
+        item = self.p.run(self.p.read_item(req.table, req.key))
         if (item or {}).get(s.ATTR_LOCK, {}).get("S") == new_lock_value(self.tx.id, local.nonce):
             assert item is not None
             self.adopt_own_lock(local, item)

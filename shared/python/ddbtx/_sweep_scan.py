@@ -165,14 +165,17 @@ class ScanPass:
         protocol = self.tm.protocol
         key = protocol.image_key(tx_id, rid)
         base, _, part = rid.partition("#")
-        if part and protocol.get_image_row(protocol.image_key(tx_id, base)) is not None:
+        if (
+            part
+            and protocol.run(protocol.get_image_row(protocol.image_key(tx_id, base))) is not None
+        ):
             return  # deleted with its first row, after that row's lock is undone
         if self.data_tables and not part:
-            first = protocol.get_image_row(key)
+            first = protocol.run(protocol.get_image_row(key))
             if first is None:
                 return  # removed concurrently
             # None: parts missing, so its writer died before any item could name it.
-            saved = protocol.read_image(tx_id, rid, first)
+            saved = protocol.run(protocol.read_image(tx_id, rid, first))
             if saved is not None:
                 self._undo_image_owner(run, tx_id, rid, saved)
         resp = call(self.client, "delete_item", TableName=self.tm.images_table, Key=key,
@@ -195,9 +198,9 @@ class ScanPass:
             item_key = key_of(saved, names)
             if request_id(table, item_key) != rid:
                 continue
-            item = self.tm.protocol.read_item(table, item_key)
+            item = self.tm.protocol.run(self.tm.protocol.read_item(table, item_key))
             if is_locked_by(item, tx_id):
-                self.tm.protocol.undo(tx_id, table, item_key, item)
+                self.tm.protocol.run(self.tm.protocol.undo(tx_id, table, item_key, item))
                 run.count("locks_released")
             return
 
@@ -244,7 +247,7 @@ class ScanPass:
                 found = header(owner)
                 if found is None or found.completed:
                     item_key = key_of(entry, names)
-                    item = self.tm.protocol.read_item(table, item_key)
+                    item = self.tm.protocol.run(self.tm.protocol.read_item(table, item_key))
                     if item is not None and is_locked_by(item, owner):
                         self._release(run, owner, table, item_key, item)
                 here({**key_of(entry, names), s.ATTR_LOCK: entry[s.ATTR_LOCK]})
@@ -276,7 +279,7 @@ class ScanPass:
     def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> None:
         """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""
         try:
-            self.tm.protocol.undo(owner, table, item_key, item)
+            self.tm.protocol.run(self.tm.protocol.undo(owner, table, item_key, item))
             run.count("locks_released")
         except Exception:
             run.count("errors")

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import schema as s
 from ._contention import Contender, Patience
+from ._effects import gather
 from ._exactly import Replay, join, same_request
 from ._items import Item, is_locked_by, write_marker
 from ._protocol import Protocol, user_view
@@ -369,7 +370,7 @@ class Transaction:
         req = local.request
         if req.op == "delete":
             return {}
-        item = self.p.read_item(req.table, req.key)
+        item = self.p.run(self.p.read_item(req.table, req.key))
         if item is None or not is_locked_by(item, self.id):
             header = self.read_pending_header()
             raise TransactionRolledBackError(
@@ -401,7 +402,7 @@ class Transaction:
         if header.completed:
             self._undo_late_locks()
         else:
-            self.p.complete(header, self._known())
+            self.p.run(self.p.complete(header, self._known()))
         self.record.completed = True
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed", tx_id=self.id)
@@ -415,7 +416,7 @@ class Transaction:
         """Once a record is completed or gone, any lock of ours on an item was taken late
         (this coordinator was paused): a stray, undone."""
         touched = list(self.record.touched.values())
-        self.p.parallel(lambda req: self.p.undo(self.id, req.table, req.key, None), touched)
+        self.p.run(gather(self.p.undo(self.id, req.table, req.key, None) for req in touched))
 
     def _gone(self) -> TransactionRolledBackError:
         """The record was deleted: only janitors delete a record nobody completed here,
@@ -528,7 +529,9 @@ class Transaction:
         locals_ = list(self.record.requests.values())
         external = any(loc.external_image for loc in locals_)
         all_known = all(loc.confirmed for loc in locals_)
-        self.p.complete(header, self._known(), external_images=external or not all_known)
+        self.p.run(
+            self.p.complete(header, self._known(), external_images=external or not all_known)
+        )
         self.record.completed = True
 
     def rollback(self) -> None:
@@ -572,12 +575,12 @@ class Transaction:
             header = Header(self.id, self.record.state, self.record.version, 0, True)
             header.entries = self.record.entries()
             header.caller_id = self.transaction_id
-            self.p.delete_record(header)
+            self.p.run(self.p.delete_record(header))
             return
         current = self.p.run(self.p.records.read_header(self.id))
         if current is None:
             return
         if not current.completed:
-            self.p.complete(current, self._known())
+            self.p.run(self.p.complete(current, self._known()))
         current.completed = True
-        self.p.delete_record(current)
+        self.p.run(self.p.delete_record(current))

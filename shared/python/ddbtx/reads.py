@@ -361,7 +361,11 @@ class Reads:
         for ref, key in zip(refs, keys, strict=True):
             row = rows.get(request_id(self.tm.images_table, key))
             # An image near 400 KB spans several rows: the first says how many.
-            image = self.tm.protocol.read_image(ref.tx_id, ref.rid, row) if row else None
+            image = (
+                self.tm.protocol.run(self.tm.protocol.read_image(ref.tx_id, ref.rid, row))
+                if row
+                else None
+            )
             if image is not None:
                 out[ref] = strip(image)
         return out

@@ -104,7 +104,7 @@ def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
         return {"transaction_id": tx_id, "found": False, "items": [], "locks_held": 0}
     items = []
     for entry in header.entries.values():
-        item = tm.protocol.read_item(entry.table, entry.key)
+        item = tm.protocol.run(tm.protocol.read_item(entry.table, entry.key))
         held = is_locked_by(item, tx_id)
         items.append(
             {
@@ -160,7 +160,9 @@ def _settle(tm: TransactionManager, header: Header) -> str:
     or decided meanwhile, the record is looked at again.
     """
     for _ in range(5):
-        outcome = tm.protocol.settle(header.tx_id, header, expect_version=header.version)
+        outcome = tm.protocol.run(
+            tm.protocol.settle(header.tx_id, header, expect_version=header.version)
+        )
         if outcome is not SweepOutcome.ACTIVE:
             return str(outcome.value)
         current = tm.protocol.run(tm.protocol.records.read_header(header.tx_id))
@@ -181,7 +183,7 @@ def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
     'released'
     """
     tm.key_names(table)  # an unknown table fails here, naming it
-    item = tm.protocol.read_item(table, key)
+    item = tm.protocol.run(tm.protocol.read_item(table, key))
     owner = lock_owner(item)
     result: dict[str, Any] = {"table": table, "key": key_to_json(key), "transaction_id": owner}
     if item is None or owner is None:
@@ -196,6 +198,6 @@ def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
         }
     # The record is gone or completed, so the lock is stray: undo restores the
     # item's image (or deletes an inserted item) under the lock's own condition.
-    tm.protocol.undo(owner, table, key, item)
+    tm.protocol.run(tm.protocol.undo(owner, table, key, item))
     logger.info("broke lock of %s on %s %s", owner, table, key)
     return {**result, "outcome": "released", "record": "finished" if header else "missing"}

@@ -468,7 +468,7 @@ class Sweeper:
         undo. Whenever it does not apply (the record changed, or someone else
         settled it meanwhile), the general step decides from a fresh read.
         """
-        outcome = self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms)
+        outcome = self.tm.protocol.run(self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms))
         if outcome is SweepOutcome.ACTIVE:
             return self._sweep_general(tx_id)  # it changed since it was seen: judge it afresh
         return outcome

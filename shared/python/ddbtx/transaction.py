@@ -289,7 +289,7 @@ class TransactionManager(ManagerReads):
                     continue
             if header.state == s.STATE_ROLLED_BACK:
                 if not header.completed:
-                    p.complete(header)  # its locks would hold up the new attempt
+                    p.run(p.complete(header))  # its locks would hold up the new attempt
                 if p.run(p.aliases.move(caller_id, named, fresh)):
                     return Transaction(self, fresh, transaction_id=caller_id)
                 continue  # another retry started over first: join that one
@@ -433,7 +433,7 @@ class TransactionManager(ManagerReads):
         for table in {entry.table for entry in header.entries.values()}:
             self.key_names(table)  # further requests on these tables are validated without a call
         if header.state != s.STATE_PENDING:
-            self.protocol.complete(header)
+            self.protocol.run(self.protocol.complete(header))
             tx.record.completed = True
         return tx
 
@@ -459,10 +459,10 @@ class TransactionManager(ManagerReads):
         if not header.completed:
             if header.state == s.STATE_PENDING and age_ms < rollback_after.total_seconds() * 1000:
                 return SweepOutcome.ACTIVE
-            return p.settle(tx_id, header, expect_version=header.version)
+            return p.run(p.settle(tx_id, header, expect_version=header.version))
         if age_ms < delete_after.total_seconds() * 1000:
             return SweepOutcome.KEPT
-        p.delete_record(header)
+        p.run(p.delete_record(header))
         return SweepOutcome.DELETED
 
     # -- one-shot writes ---------------------------------------------------------
