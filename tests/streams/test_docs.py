@@ -13,7 +13,8 @@ import pytest
 from ddbtx.local import LocalDynamo
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "streams.md"
-BLOCK = re.compile(r"^(<!-- run: moto-only -->\n)?```python\n(.*?)^```$", re.S | re.M)
+#: A ```python block, and whether the line before marks it moto-only (with or without a reason).
+BLOCK = re.compile(r"^(<!-- run: moto-only(?::[^\n]*?)? -->\n)?```python\n(.*?)^```$", re.S | re.M)
 
 
 def blocks() -> list[tuple[int, bool, str]]:
