@@ -19,7 +19,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddbtx.local import KINDS
 
@@ -164,11 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule", help="replay one single-fault schedule")
     parser.add_argument("--history-seed", type=int, help="replay one bank/list-append/lock run")
     parser.add_argument("--mutant", choices=[m.name for m in MUTANTS], help="run under a mutant")
+    parser.add_argument("--histories", type=int, help="list-append histories (default: the size's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.CRITICAL)  # injected faults log errors by design
     kinds = list(KINDS) if args.backend == "both" else [args.backend]
     narrow = Replay(args.schedule, args.history_seed, args.mutant)
     size = FULL if args.full else CI
+    if args.histories is not None:
+        if args.histories < 1:
+            parser.error("--histories must be at least 1")
+        size = replace(size, histories=args.histories)
     chosen = [w for w in args.only or list(WORKLOADS) if w not in args.skip]
     reports = run(kinds, chosen, args.seed, size, narrow)
     print(table(reports))
