@@ -1,6 +1,6 @@
 """ddbtx for asyncio: the same protocol steps as the sync API, run on an aiobotocore client.
 
-Install with ``pip install 'ddbtx[aio]'``. Every step is the one :mod:`ddbtx` runs
+Install with ``pip install '.[aio]'`` from a checkout. Every step is the one :mod:`ddbtx` runs
 (:mod:`ddbtx._effects`); only the driver differs, so a sync and an async process work
 on the same tables, locks and rows alike.
 
