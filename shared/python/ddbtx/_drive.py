@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from ._effects import Call, Gather, Run, Step, first_failure
+from ._effects import Call, Gather, Run, Sleep, Step, first_failure
 
 T = TypeVar("T")
 #: How a gather's steps run: ``parallel(run_one, steps)``, results (or exceptions) in order.
@@ -33,7 +33,7 @@ def one_by_one(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> l
     return outcomes
 
 
-def perform(client: Any, sleep: Callable[[float], Any], effect: Call | Any) -> Any:
+def perform(client: Any, sleep: Callable[[float], Any], effect: Call | Sleep) -> Any:
     """Send a :class:`Call` through ``client``, or sleep: the answer, or for an asyncio
     client and sleep, the awaitable of it (so both drivers perform effects alike)."""
     if isinstance(effect, Call):

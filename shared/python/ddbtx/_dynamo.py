@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._drive import drive
-from ._effects import insert_new, request
+from ._effects import request
 
 #: HTTP connections a client keeps: at least the manager's default pool of
 #: concurrent per-item steps (32), so no step waits for or reopens a connection.
@@ -46,8 +46,3 @@ def was_resent(exc: BaseException) -> bool:
     response = getattr(exc.__cause__, "response", None)
     meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
     return int(meta.get("RetryAttempts", 1)) > 0
-
-
-def put_new(client: Any, table: str, item: dict[str, Any], condition: str, key: str) -> bool:
-    """The blocking form of :func:`ddbtx._effects.insert_new`."""
-    return drive(insert_new(table, item, condition, key), client)
