@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from botocore.exceptions import ReadTimeoutError
+from botocore.httpsession import URLLib3Session
 
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
@@ -144,3 +148,34 @@ def rescue(make_tm: Any, tx_id: str) -> Any:
     sweeper = make_tm()
     sweeper.sweep(tx_id, rollback_after=timedelta(0), delete_after=timedelta(hours=1))
     return sweeper
+
+
+class LostAnswer:
+    """The first request ``match`` accepts is applied, then ``meanwhile()`` runs, then its
+    answer is lost: botocore resends it into whatever ``meanwhile`` left.
+
+    ``match`` is given the request body as ``bytes``; ``close`` removes the hook.
+    """
+
+    def __init__(
+        self, client: Any, match: Callable[[bytes], bool], meanwhile: Callable[[], None]
+    ) -> None:
+        self.client = client
+        self.match = match
+        self.meanwhile = meanwhile
+        self.fired = False
+        self._session = URLLib3Session()
+        client.meta.events.register("before-send.dynamodb", self._before_send)
+
+    def _before_send(self, request: Any, **_: Any) -> None:
+        body = request.body or b""
+        body = body.encode() if isinstance(body, str) else body
+        if self.fired or not self.match(body):
+            return
+        self.fired = True
+        self._session.send(request)
+        self.meanwhile()
+        raise ReadTimeoutError(endpoint_url=request.url)
+
+    def close(self) -> None:
+        self.client.meta.events.unregister("before-send.dynamodb", self._before_send)

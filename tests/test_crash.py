@@ -10,6 +10,7 @@ with no lock attribute, image or unfinished TX record left.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -17,14 +18,17 @@ from typing import Any
 import pytest
 
 from ddbtx import (
+    SweepOutcome,
+    Transaction,
     TransactionManager,
+    TransactionOutcomeUnknownError,
     TransactionRolledBackError,
     _view,
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError, Throttled
-from helpers import Tables, assert_clean, clear, data_state
+from helpers import LostAnswer, Tables, assert_clean, clear, data_state
 
 SEED = {"a": 100, "b": 5, "d": 1}
 AFTER_COMMIT = {"a": 90, "b": 15, "n": 7}
@@ -139,6 +143,96 @@ def test_given_lost_responses_at_any_call_when_the_sdk_retries_then_the_transact
             break
         assert balances(ddb, tables) == (AFTER_COMMIT if finish == "commit" else SEED), index
         assert_clean(ddb, tables)
+
+
+def decides_commit(body: bytes) -> bool:
+    """The request that moves a TX record to committed (a decision, or a record made so)."""
+    params = json.loads(body or b"{}")
+    committed = {"S": s.STATE_COMMITTED}
+    return (
+        params.get("ExpressionAttributeValues", {}).get(":to") == committed
+        or params.get("Item", {}).get(s.TX_STATE) == committed
+    )
+
+
+@pytest.fixture
+def janitor_deletes(make_tm: Callable[..., TransactionManager]) -> Callable[[list[str]], None]:
+    """A janitor that completes the last of ``ids`` if still decided, then deletes it."""
+    janitor = make_tm()
+    ages = {"rollback_after": timedelta(0), "delete_after": timedelta(0)}
+
+    def run(ids: list[str]) -> None:
+        outcome = janitor.sweep(ids[-1], **ages)
+        if outcome is not SweepOutcome.DELETED:
+            assert outcome is SweepOutcome.ROLLED_FORWARD
+            assert janitor.sweep(ids[-1], **ages) is SweepOutcome.DELETED
+
+    return run
+
+
+@pytest.mark.parametrize("end", ["commit", "run"])
+def test_given_a_lost_commit_answer_when_a_janitor_deletes_the_record_then_the_outcome_is_unknown(
+    make_tm: Callable[..., TransactionManager],
+    ddb: Any,
+    tables: Tables,
+    janitor_deletes: Callable[[list[str]], None],
+    end: str,
+) -> None:
+    # Given a commit decision that is applied, its answer lost, and before botocore
+    # resends it a janitor completes the committed record and deletes it
+    reset(ddb, tables)
+    coordinator = make_tm(max_workers=1)
+    ids: list[str] = []
+    lost = LostAnswer(coordinator.client, decides_commit, lambda: janitor_deletes(ids))
+
+    def work(tx: Transaction) -> None:
+        ids.append(tx.id)
+        run_requests(tx, tables.data)
+
+    # When the coordinator commits (its resend refused, the record gone)
+    with pytest.raises(TransactionOutcomeUnknownError, match="commit decision"):
+        if end == "run":
+            coordinator.run(work, attempts=3)
+        else:
+            tx = coordinator.begin()
+            work(tx)
+            tx.commit()
+    # Then it does not claim a rollback the items contradict, nor run the work again
+    assert lost.fired and len(ids) == 1
+    assert balances(ddb, tables) == AFTER_COMMIT
+    assert_clean(ddb, tables)
+    if end == "commit":  # and the transaction stays unknown, whatever is asked of it next
+        for then in (tx.rollback, tx.commit):
+            with pytest.raises(TransactionOutcomeUnknownError):
+                then()
+
+
+def test_given_a_lost_answer_of_an_exactly_once_empty_commit_when_its_record_goes_then_unknown(
+    make_tm: Callable[..., TransactionManager],
+    tables: Tables,
+    janitor_deletes: Callable[[list[str]], None],
+) -> None:
+    # Given an exactly-once transaction with no request, whose committed record is made,
+    # its answer lost and the resend refused (the record exists); then, before the
+    # coordinator reads the record, a janitor deletes it
+    coordinator = make_tm()
+    tx = coordinator.begin(transaction_id="empty-payment")
+    lost = LostAnswer(coordinator.client, decides_commit, lambda: None)
+
+    def janitor_before_the_read(params: dict[str, Any], **_: Any) -> None:
+        if lost.fired and params.get("TableName") == tables.tx:
+            coordinator.client.meta.events.unregister(
+                "provide-client-params.dynamodb.GetItem", janitor_before_the_read
+            )
+            janitor_deletes([tx.id])
+
+    coordinator.client.meta.events.register(
+        "provide-client-params.dynamodb.GetItem", janitor_before_the_read
+    )
+    # When it commits, Then it cannot tell: the deleted record may have been its own
+    with pytest.raises(TransactionOutcomeUnknownError):
+        tx.commit()
+    assert lost.fired
 
 
 def test_given_throttling_past_the_sdk_retries_then_the_caller_sees_it_and_a_sweep_recovers(

@@ -365,7 +365,18 @@ def run_history(env: Env, report: Report, seed: int, txns: int, **sim_options: A
     tally(report, recorder.txns, anomalies, writers)
     report.counts.update(recorder.tally)
     if found:
-        report.anomaly(f"history seed {seed}: " + "; ".join(found[:5]), "--history-seed", str(seed))
+        report.anomaly(
+            f"history seed {seed}: " + "; ".join(found[:5]) + described(recorder.txns, anomalies),
+            "--history-seed",
+            str(seed),
+        )
+
+
+def described(txns: list[Txn], anomalies: list[Any]) -> str:
+    """How each transaction of the first anomalies ran (ending, attempt, TX id, rescue)."""
+    involved = {n for anomaly in anomalies[:5] for n in anomaly.txns}
+    lines = [f"txn {t.id} ({t.status}): {t.note}" for t in txns if t.id in involved]
+    return "".join(f"\n    {line}" for line in lines)
 
 
 def tally(report: Report, txns: list[Txn], anomalies: list[Any], writers: int) -> None:

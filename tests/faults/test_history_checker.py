@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from .history import COMMITTED, FAIL, INFO, OK, Txn, append, check, read
+from .listappend import described
 
 
 def kinds(history: list[Txn], final: dict[str, tuple[int, ...]] | None = None) -> list[str]:
@@ -40,6 +41,22 @@ def test_given_a_read_of_an_aborted_append_then_g1a() -> None:
 
 def test_given_an_aborted_append_in_the_final_state_then_g1a() -> None:
     assert kinds([Txn(1, [append("x", 1)], FAIL)], {"x": (1,)}) == ["G1a"]
+
+
+def test_given_an_anomaly_then_its_report_says_how_each_transaction_in_it_ran() -> None:
+    # Given a G1a between a rolled-back writer and a reader, beside an unrelated transaction
+    history = [
+        Txn(1, [append("x", 1)], FAIL, note="commit #0 tx-a"),
+        Txn(2, [read("x", [1])], OK, note="tm.get_item committed"),
+        Txn(3, [append("y", 2)], OK, note="run #0 tx-b"),
+    ]
+    # When the report describes the anomalies found
+    text = described(history, check(history))
+    # Then it names the two transactions of the anomaly and how they ran, and only them
+    assert text.splitlines()[1:] == [
+        "    txn 1 (fail): commit #0 tx-a",
+        "    txn 2 (ok): tm.get_item committed",
+    ]
 
 
 def test_given_a_read_of_a_version_its_writer_then_overwrote_then_g1b() -> None:

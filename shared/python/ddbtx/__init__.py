@@ -18,6 +18,7 @@ from .errors import (
     TransactionError,
     TransactionIdReusedError,
     TransactionNotFoundError,
+    TransactionOutcomeUnknownError,
     TransactionRolledBackError,
 )
 from .guard import GuardError, guard, is_locked
@@ -47,6 +48,7 @@ __all__ = [
     "TransactionIdReusedError",
     "TransactionManager",
     "TransactionNotFoundError",
+    "TransactionOutcomeUnknownError",
     "TransactionRolledBackError",
     "guard",
     "is_locked",

@@ -38,11 +38,3 @@ def call(client: Any, operation: str, *, resent: Any = None, **params: Any) -> d
     """
     response: dict[str, Any] = drive(request(operation, resent=resent, **params), client)
     return response
-
-
-def was_resent(exc: BaseException) -> bool:
-    """Whether botocore sent the request that failed with ``exc`` (a translated
-    error) more than once; an unknown count is taken as resent."""
-    response = getattr(exc.__cause__, "response", None)
-    meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
-    return int(meta.get("RetryAttempts", 1)) > 0

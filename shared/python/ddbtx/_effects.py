@@ -91,12 +91,26 @@ Step: TypeAlias = Generator[Effect, Any, T]
 def request(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
     """The step of one DynamoDB call: its response (a dict), or the translated error raised.
 
-    ``resent``, if given, gets whether the SDK sent the request more than once.
+    ``resent``, if given, gets whether the SDK sent the request more than once,
+    whether it was answered or failed (a refused retry may follow an applied attempt).
     """
-    reply: Reply = yield Call(operation, params)
+    try:
+        reply: Reply = yield Call(operation, params)
+    except DynamoDBError as exc:
+        if resent is not None:
+            resent.append(was_resent(exc))
+        raise
     if resent is not None:
         resent.append(reply.resent)
     return reply.response
+
+
+def was_resent(exc: BaseException) -> bool:
+    """Whether the SDK sent the request that failed with ``exc`` (a translated error)
+    more than once; an unknown count is taken as resent."""
+    response = getattr(exc.__cause__, "response", None)
+    meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
+    return int(meta.get("RetryAttempts", 1)) > 0
 
 
 def pause(seconds: float) -> Step[None]:
@@ -117,15 +131,23 @@ def first_failure(outcomes: Iterable[object]) -> None:
             raise outcome
 
 
-def insert_new(table: str, item: dict[str, Any], condition: str, key: str) -> Step[bool]:
+def insert_new(
+    table: str,
+    item: dict[str, Any],
+    condition: str,
+    key: str,
+    *,
+    resent: list[bool] | None = None,
+) -> Step[bool]:
     """PutItem of a row that must not exist yet (``condition`` names ``key`` as ``#id``).
 
     False when the condition failed: the row exists (possibly our own put, its
-    response lost and the SDK's retry refused).
+    response lost and the SDK's retry refused: ``resent`` tells, as for :func:`request`).
     """
     try:
         yield from request(
             "put_item",
+            resent=resent,
             TableName=table,
             Item=item,
             ConditionExpression=condition,

@@ -317,12 +317,15 @@ class RecordStore:
             ExpressionAttributeNames={"#id": s.TX_PK},
         )
 
-    def create_completed(self, tx_id: str, caller_id: str, state: str) -> Step[bool]:
+    def create_completed(
+        self, tx_id: str, caller_id: str, state: str, *, resent: list[bool] | None = None
+    ) -> Step[bool]:
         """create, decided and completed at once: a record with no requests (False: it exists).
 
         Rolled back, it fences an id whose alias names a transaction with no
         record: that transaction's coordinator can then never create it. Committed,
-        it records an exactly-once transaction that made no requests.
+        it records an exactly-once transaction that made no requests. ``resent``
+        gets whether the put was sent more than once (see :func:`request`).
         """
         item = {
             **self.header_key(tx_id),
@@ -335,7 +338,7 @@ class RecordStore:
             s.TX_TTL: {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             s.TX_CALLER_ID: {"S": caller_id},
         }
-        return (yield from insert_new(self.table, item, CREATE, s.TX_PK))
+        return (yield from insert_new(self.table, item, CREATE, s.TX_PK, resent=resent))
 
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
@@ -443,6 +446,7 @@ class RecordStore:
         expect_version: int | None = None,
         expect_updated_ms: int | None = None,
         by: str | None = None,
+        resent: list[bool] | None = None,
     ) -> Step[Header | None]:
         """decide: move a pending transaction to committed or rolled back; the header after.
 
@@ -453,6 +457,8 @@ class RecordStore:
         that found a stale record through the sweep index (keys only, no
         version) roll it back without reading it first. ``by`` names the
         transaction that rolls this one back, for its coordinator's error.
+        ``resent`` gets whether the decision was sent more than once: refused
+        then, it may still be the first attempt that decided.
         """
         names = {"#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED, "#sw": s.TX_SWEEP_KEY}
         values: dict[str, Any] = {
@@ -477,6 +483,7 @@ class RecordStore:
         try:
             resp = yield from request(
                 "update_item",
+                resent=resent,
                 TableName=self.table,
                 Key=self.header_key(tx_id),
                 UpdateExpression=update,

@@ -16,7 +16,8 @@ from botocore.exceptions import BotoCoreError
 
 from . import schema as s
 from ._contention import Contender, Contending
-from ._dynamo import call, was_resent
+from ._dynamo import call
+from ._effects import was_resent
 from ._items import MAX_ITEM_BYTES, Item, flag, item_size, lock_owner, strip
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large, with_user_condition

@@ -32,6 +32,7 @@ from .errors import (
     TransactionConflictError,
     TransactionError,
     TransactionIdReusedError,
+    TransactionOutcomeUnknownError,
     TransactionRolledBackError,
 )
 from .reads import HasReads, locked_batch_get, locked_read
@@ -239,6 +240,7 @@ class Transaction:
     # -- request flow: plan, add, lock (+apply) ------------------------------------------
 
     def _check_pending(self) -> None:
+        self._check_known()
         if self.record.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction is already committed", tx_id=self.id)
         if self.record.state == s.STATE_ROLLED_BACK:
@@ -418,12 +420,15 @@ class Transaction:
         touched = list(self.record.touched.values())
         self.p.run(gather(self.p.undo(self.id, req.table, req.key, None) for req in touched))
 
-    def _gone(self) -> TransactionRolledBackError:
+    def _gone(self) -> TransactionRolledBackError | TransactionOutcomeUnknownError:
         """The record was deleted: only janitors delete a record nobody completed here,
-        and they never commit a pending one, so to this caller it was rolled back."""
+        and they never commit a pending one, so to this caller it was rolled back, unless
+        this coordinator sent a commit decision whose fate it never learned."""
         self._undo_late_locks()
-        self.record.state = s.STATE_ROLLED_BACK
         self.record.completed = True
+        if self.record.commit_unanswered:
+            return self._outcome_unknown()
+        self.record.state = s.STATE_ROLLED_BACK
         return TransactionRolledBackError(
             "the TX record is gone: a janitor rolled the transaction back and deleted it",
             tx_id=self.id,
@@ -481,10 +486,15 @@ class Transaction:
         """An exactly-once transaction with no request is still recorded committed, so that
         a retry with its id does not run the work again (one write)."""
         assert self.transaction_id is not None
+        resent: list[bool] = []
         if not self.p.run(
-            self.p.records.create_completed(self.id, self.transaction_id, s.STATE_COMMITTED)
+            self.p.records.create_completed(
+                self.id, self.transaction_id, s.STATE_COMMITTED, resent=resent
+            )
         ):
             header = self.p.run(self.p.records.read_header(self.id))
+            # Refused after a resend and gone: maybe our own committed record, deleted.
+            self.record.commit_unanswered |= header is None and any(resent)
             if header is None or header.state == s.STATE_ROLLED_BACK:
                 self._raise_decided(header)  # fenced by a retry with the same id: rolled back
             if header is None or header.state != s.STATE_COMMITTED:  # only this object creates it
@@ -543,18 +553,33 @@ class Transaction:
             raise TransactionCommittedError(
                 "cannot roll back a committed transaction", tx_id=self.id
             )
+        self._check_known()
         if not self.record.created:
             self.record.state = s.STATE_ROLLED_BACK
             self.record.completed = True
             return
         header = self.record.decide(s.STATE_ROLLED_BACK)
         if header is None:
-            self._gone()  # a janitor rolled it back and deleted it: as asked
-            return
+            gone = self._gone()
+            if isinstance(gone, TransactionOutcomeUnknownError):
+                raise gone
+            return  # a janitor rolled it back and deleted it: as asked
         self.record.state = header.state
         self._complete(header)
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed first", tx_id=self.id)
+
+    def _check_known(self) -> None:
+        """A transaction whose record vanished behind a lost commit answer stays unknown."""
+        if self.record.completed and self.record.commit_unanswered:
+            raise self._outcome_unknown()
+
+    def _outcome_unknown(self) -> TransactionOutcomeUnknownError:
+        return TransactionOutcomeUnknownError(
+            "the TX record is gone after a commit decision whose answer was lost: "
+            "it committed, or was rolled back first; the items show which",
+            tx_id=self.id,
+        )
 
     def _abort(self) -> None:
         """Roll back after a failed request, keeping the original error for the caller."""

@@ -110,6 +110,9 @@ class RecordView:
         #: Adds whose outcome is unknown (throttled, a network error): a retry of the same
         #: request re-adds it under the same nonce, and the record says if the first landed.
         self.unrecorded: dict[str, Local] = {}
+        #: A commit decision was sent and no answer or later read told its fate: if the
+        #: record is then gone (completed and deleted by a janitor), it may have committed.
+        self.commit_unanswered = False
         self._lock = threading.RLock()
 
     # -- the one way the view moves on -------------------------------------------------
@@ -468,9 +471,23 @@ class RecordView:
             version = self.commit_version()
             if version is None:
                 raise RuntimeError("commit decided with unconfirmed requests")
-        header = self._run(self.store.decide(self.tx_id, to_state, expect_version=version))
-        if header is not None:
-            self.adopt(header)
+        resent: list[bool] = []
+        deciding_commit = to_state == s.STATE_COMMITTED
+        try:
+            header = self._run(
+                self.store.decide(self.tx_id, to_state, expect_version=version, resent=resent)
+            )
+        except Exception:
+            # Failed in flight (throttled, timed out): the decision may have been applied.
+            self.commit_unanswered |= deciding_commit
+            raise
+        if header is None:
+            # Gone: an attempt refused after another was sent may be our own commit,
+            # applied, then completed and deleted by a janitor before the retry.
+            self.commit_unanswered |= deciding_commit and any(resent)
+            return None
+        self.commit_unanswered = False  # the record as it is now tells the outcome
+        self.adopt(header)
         return header
 
 

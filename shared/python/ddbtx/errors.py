@@ -165,6 +165,19 @@ class TransactionCommittedError(TransactionError):
     """The transaction is already committed; it can no longer change or roll back."""
 
 
+class TransactionOutcomeUnknownError(TransactionError):
+    """Whether the transaction committed cannot be known any more.
+
+    The commit decision was sent, its answer was lost (the SDK's retry was
+    refused, or the call failed in flight), and by the time the coordinator
+    looked, a janitor had completed and deleted the TX record. The items are
+    consistent either way (all of the writes or none); read them to learn
+    which. Not retried by :meth:`TransactionManager.run`: the work may have
+    been applied. Only a commit call that outlasts the sweeper's delete age
+    (a stalled coordinator) can meet it.
+    """
+
+
 class TransactionNotFoundError(TransactionError):
     """No TX record exists under this id (never created, or already deleted)."""
 
