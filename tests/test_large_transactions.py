@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 
 from ddbtx import DuplicateRequestError, TransactionManager, _view
 from ddbtx import schema as s
+from ddbtx._drive import perform
+from ddbtx._effects import Call, Run
 from ddbtx._items import item_size, request_id
 from ddbtx._protocol import params_from_av
 from ddbtx.chaos import Chaos, Crash
@@ -100,6 +103,45 @@ def test_given_a_large_request_body_when_a_resume_finds_it_gone_then_it_says_so(
     tx.rollback()
     tx.delete()
     assert data_state(ddb, tables.data) == {}
+    assert_clean(ddb, tables)
+
+
+def test_given_another_coordinators_large_request_when_a_view_follows_then_unlocked_reads(
+    tm: TransactionManager, ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction whose one request has its body in a row of its own
+    tx = tm.begin()
+    tx.put_item(**big_put(tables, "a", "x"))
+    p = tm.protocol
+    header = p.run(p.records.read_header(tx.id))
+    assert header is not None
+    (entry,) = header.entries.values()
+    assert entry.spilled
+    # When a view that never saw that request adopts the record without its body
+    view = _view.RecordView(tx.id, p.records, write_batches=p.write_batches)
+    # Then nothing changes (no I/O happens in adopt) and it names the body it lacks
+    assert view.adopt(header) == [entry]
+    assert (view.version, view.created, view.requests) == (0, False, {})
+    # When it follows the record instead, then every request goes out with the view's
+    # lock free (an asyncio driver would interleave another task there)
+    sent: list[str] = []
+    for effect in (run := Run(view.follow(header))):
+        assert isinstance(effect, Call)
+        probe = threading.Thread(target=view.unconfirmed, daemon=True)
+        probe.start()
+        probe.join(timeout=10)
+        assert not probe.is_alive(), f"{effect.operation} was sent under the view's lock"
+        sent.append(effect.operation)
+        with run.outcome() as out:
+            out.value = perform(p.client, p.sleep, effect)
+    # And the body took one read, and the request is known as another's, unconfirmed
+    assert sent == ["get_item"]
+    assert (view.version, view.created) == (header.version, True)
+    (local,) = view.unconfirmed()
+    assert local.elsewhere
+    assert local.request.params == tx.record.requests[entry.rid].request.params
+    tx.rollback()
+    tx.delete()
     assert_clean(ddb, tables)
 
 

@@ -192,7 +192,7 @@ class ItemContention:
         if not self.tx.record.marked:
             # Blocked on an older transaction for up to lock_wait: older contenders
             # must roll this one back rather than wait for it (they could deadlock).
-            self.tx.record.mark_waiting(owner)
+            self.p.run(self.tx.record.mark_waiting(owner))
         waiter.pause()
         return True
 

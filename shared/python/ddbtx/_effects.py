@@ -119,7 +119,11 @@ def pause(seconds: float) -> Step[None]:
 
 
 def gather(steps: Iterable[Step[T]]) -> Step[list[T]]:
-    """The step of running ``steps`` at once: their results, in order."""
+    """The step of running ``steps`` at once: their results, in order.
+
+    A step's result must not be an exception: drivers take one for that step's failure
+    (asyncio's ``gather`` returns both alike), so a step returning one boxes it.
+    """
     results: list[T] = yield Gather(tuple(steps))
     return results
 

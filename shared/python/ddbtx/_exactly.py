@@ -259,7 +259,7 @@ def join(tx: Resumed, locals_: list[Local]) -> list[Local] | None:
     same item means the id carries other work.
     """
     header = tx.read_pending_header()
-    tx.record.adopt(header)
+    tx.p.run(tx.record.follow(header))
     out: list[Local] = []
     for local in locals_:
         mine = tx.record.requests.get(local.request.rid)

@@ -132,7 +132,7 @@ class ItemSteps:
         if lock == new_lock_value(self.tx.id, local.nonce):
             return local
         header = self.tx.read_pending_header()
-        self.tx.record.adopt(header)
+        self.p.run(self.tx.record.follow(header))
         recorded = header.entries.get(local.request.rid)
         if recorded is not None and lock == new_lock_value(self.tx.id, recorded.nonce):
             return self.tx.record.current(local)
@@ -507,7 +507,7 @@ class ItemSteps:
         req = local.request
         recorded = header.entries.get(req.rid)
         if recorded is not None and recorded.nonce != local.nonce:
-            self.tx.record.adopt(header)
+            self.p.run(self.tx.record.follow(header))
             return self.lock_and_apply(self.tx.record.current(local))
         raise TransactionRolledBackError(
             "the item's lock was taken from this transaction",
@@ -536,7 +536,7 @@ class ItemSteps:
         if local.seq > 1:
             # A later write needs the earlier ones on the item: never redone from scratch.
             self.lost_lock(local)
-        taken, won = self.tx.record.take_over(local, new_nonce())
+        taken, won = self.p.run(self.tx.record.take_over(local, new_nonce()))
         if won:
             self.lock_and_apply(taken)
 

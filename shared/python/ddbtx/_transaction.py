@@ -83,13 +83,7 @@ class Transaction:
         self.manager = manager
         self.id = tx_id
         self.p = manager.protocol
-        self.record = RecordView(
-            tx_id,
-            self.p.records,
-            parallel=self.p.parallel,
-            batch_write=self.p.batch_write,
-            run=self.p.run,
-        )
+        self.record = RecordView(tx_id, self.p.records, write_batches=self.p.write_batches)
         self.steps = ItemSteps(self)
         self.contender = Contender(self)
         self.record.caller_id = transaction_id
@@ -330,7 +324,7 @@ class Transaction:
         if not fresh:
             return locals_
         try:
-            self.record.add(fresh)
+            self.p.run(self.record.add(fresh))
         except AddRefused as refused:
             try:
                 joined = self._join(locals_, refused)
@@ -399,7 +393,7 @@ class Transaction:
         complete, leave nothing of ours, and tell the caller who won."""
         if header is None:
             raise self._gone()
-        self.record.adopt(header)
+        self.p.run(self.record.follow(header))
         self.record.state = header.state
         if header.completed:
             self._undo_late_locks()
@@ -469,7 +463,7 @@ class Transaction:
                 except TransactionCommittedError:
                     return  # another coordinator committed (and completed) it
                 continue
-            header = self.record.decide(s.STATE_COMMITTED)
+            header = self.p.run(self.record.decide(s.STATE_COMMITTED))
             if header is None:
                 raise self._gone()
             if header.state == s.STATE_COMMITTED:
@@ -558,7 +552,7 @@ class Transaction:
             self.record.state = s.STATE_ROLLED_BACK
             self.record.completed = True
             return
-        header = self.record.decide(s.STATE_ROLLED_BACK)
+        header = self.p.run(self.record.decide(s.STATE_ROLLED_BACK))
         if header is None:
             gone = self._gone()
             if isinstance(gone, TransactionOutcomeUnknownError):

@@ -8,6 +8,12 @@ that version's requests in, and a request it has not seen applied under the
 recorded nonce is *unconfirmed*. A commit is decided only at the view's
 version and only when nothing is unconfirmed, so "decide at a version whose
 requests I have not caught up" cannot be written.
+
+Every method that reads or writes the record is a step (:mod:`ddbtx._effects`):
+its caller's driver sends the requests. The view's own state changes under a
+lock that is never held across a request: the sync driver runs item steps on a
+pool of threads that share the view, and an asyncio driver interleaves tasks at
+every request, where a re-entrant lock would let two tasks of one thread in.
 """
 
 from __future__ import annotations
@@ -19,11 +25,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import schema as s
-from ._drive import Runner
+from ._effects import Step, gather
 from ._items import Item, item_size
 from ._record import Entry, Header, RecordStore, entry_to_av
 from ._requests import Request, too_large
-from .errors import DuplicateRequestError, InvalidRequestError, ValidationFailed
+from .errors import (
+    ConditionFailed,
+    DuplicateRequestError,
+    InvalidRequestError,
+    TransactionError,
+    ValidationFailed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +50,10 @@ HEADER_SOFT_LIMIT = 32 * 1024
 ADD_BATCH = 20
 #: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
 COMMIT_ROUNDS = 16
+
+#: The step that puts or deletes rows in batches: ``write_batches(table, rows)``
+#: (:meth:`ddbtx._protocol.Protocol.write_batches`).
+WriteBatches = Callable[[str, list[Any]], Step[None]]
 
 
 @dataclass
@@ -77,23 +93,28 @@ class AddRefused(Exception):
         self.partial = False  # another chunk of the same batch was recorded
 
 
-class RecordView:
-    """The TX record as one coordinator knows it, and every write it makes to it."""
+@dataclass(frozen=True, slots=True)
+class ChunkOutcome:
+    """What one chunk of an add did: recorded (``refused`` None), or refused.
 
-    def __init__(
-        self,
-        tx_id: str,
-        store: RecordStore,
-        *,
-        parallel: Callable[[Callable[[Any], Any], Iterable[Any]], list[Any]],
-        batch_write: Callable[[str, list[Any]], None],
-        run: Runner,
-    ) -> None:
+    The refusal is a value, not raised, since other chunks may land; and boxed, since a
+    gather takes a step whose result is an exception for a step that failed.
+    """
+
+    refused: AddRefused | None = None
+
+
+class RecordView:
+    """The TX record as one coordinator knows it, and every write it makes to it.
+
+    Its reads and writes are steps; ``write_batches`` is the step that writes
+    body rows (the manager's :meth:`~ddbtx._protocol.Protocol.write_batches`).
+    """
+
+    def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
         self.tx_id = tx_id
         self.store = store
-        self._parallel = parallel
-        self._batch_write = batch_write
-        self._run = run  # the sync driver, for the record store's steps
+        self._write_batches = write_batches
         self.state = s.STATE_PENDING
         self.version = 0
         self.created = False
@@ -117,7 +138,24 @@ class RecordView:
 
     # -- the one way the view moves on -------------------------------------------------
 
-    def adopt(self, header: Header, own: Iterable[Local] = ()) -> None:
+    def follow(self, header: Header, own: Iterable[Local] = ()) -> Step[None]:
+        """Adopt ``header`` (see :meth:`adopt`), first reading the bodies it needs.
+
+        A request recorded elsewhere whose body has its own row is read here,
+        outside the view's lock, and :meth:`adopt` is tried again with it.
+        """
+        ours = list(own)
+        bodies: dict[str, dict[str, Any]] = {}
+        while lacking := self.adopt(header, own=ours, bodies=bodies):
+            for entry in lacking:
+                bodies[entry.rid] = yield from self.store.load_params(self.tx_id, entry)
+
+    def adopt(
+        self,
+        header: Header,
+        own: Iterable[Local] = (),
+        bodies: dict[str, dict[str, Any]] | None = None,
+    ) -> list[Entry]:
         """Move to ``header`` if it is newer, merging every request it records.
 
         ``own`` are requests this coordinator just wrote to the record (the
@@ -127,11 +165,26 @@ class RecordView:
         requests only grow and a nonce changes only with the version, so a
         header older than the view adds nothing but our own requests, and only
         where no newer take-over replaced them meanwhile.
+
+        ``bodies`` are the parameters of requests recorded elsewhere, by request
+        id, for entries whose body has its own row. Without one the view needs,
+        nothing changes and the entries lacking a body are returned, for the
+        caller to read (:meth:`follow` does); otherwise an empty list.
         """
+        ours = list(own)
+        bodies = bodies or {}
         with self._lock:
-            self.created = True
             newer = header.version > self.version
-            for local in own:
+            strangers = self._strangers(header, ours) if newer else {}
+            lacking = [
+                entry
+                for entry in strangers.values()
+                if entry.params is None and entry.rid not in bodies
+            ]
+            if lacking:
+                return lacking
+            self.created = True
+            for local in ours:
                 rid = local.request.rid
                 self._planned.pop(rid, None)
                 self.unrecorded.pop(rid, None)
@@ -139,7 +192,7 @@ class RecordView:
                 if newer or known is None or known.nonce == local.nonce:
                     self.requests[rid] = local
             if not newer:
-                return
+                return []
             self.version = header.version
             self.state = header.state
             self._header_bytes = header.raw_size
@@ -147,15 +200,33 @@ class RecordView:
                 if entry.spilled:
                     self.spilled.add(entry.rid)
                     self.parts[entry.rid] = entry.parts
-                planned, known = self._planned.get(entry.rid), self.requests.get(entry.rid)
                 lost = self.unrecorded.pop(entry.rid, None)
-                if self._matches(lost, entry):
+                if entry.rid in strangers:
+                    params = bodies.get(entry.rid, entry.params)
+                    assert params is not None
+                    self.requests[entry.rid] = Local(
+                        self._request_of(entry, params), entry.nonce, seq=entry.seq, elsewhere=True
+                    )
+                elif self._matches(lost, entry):
                     assert lost is not None
                     self.requests[entry.rid] = lost  # an add whose answer was lost did land
-                elif not (self._matches(planned, entry) or self._matches(known, entry)):
-                    self.requests[entry.rid] = Local(
-                        self._request_of(entry), entry.nonce, seq=entry.seq, elsewhere=True
-                    )
+            return []
+
+    def _strangers(self, header: Header, own: list[Local]) -> dict[str, Entry]:
+        """The entries of ``header`` no request of ours matches (called under the lock)."""
+        mine = {local.request.rid: local for local in own}
+        strangers: dict[str, Entry] = {}
+        for entry in header.entries.values():
+            rid = entry.rid
+            # ``own`` is merged before the entries: for its requests, it is all we know.
+            ours = (
+                (mine[rid],)
+                if rid in mine
+                else (self.unrecorded.get(rid), self._planned.get(rid), self.requests.get(rid))
+            )
+            if not any(self._matches(local, entry) for local in ours):
+                strangers[rid] = entry
+        return strangers
 
     @staticmethod
     def _matches(local: Local | None, entry: Entry) -> bool:
@@ -166,9 +237,9 @@ class RecordView:
             and local.seq == entry.seq
         )
 
-    def _request_of(self, entry: Entry) -> Request:
+    @staticmethod
+    def _request_of(entry: Entry, params: dict[str, Any]) -> Request:
         """A request recorded by another coordinator (validated when it was added)."""
-        params = self._run(self.store.load_params(self.tx_id, entry))
         return Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
 
     def current(self, local: Local) -> Local:
@@ -206,7 +277,7 @@ class RecordView:
 
     # -- add (and create) ----------------------------------------------------------------
 
-    def add(self, locals_: list[Local]) -> None:
+    def add(self, locals_: list[Local]) -> Step[None]:
         """create/add: record requests and their nonces before any item is touched.
 
         A request refused here wrote nothing to the record and is forgotten.
@@ -221,16 +292,16 @@ class RecordView:
             bodies, rows = self._bodies(locals_)
         recorded: list[Local] = []
         try:
-            self._write_body_rows(rows)
+            yield from self._write_body_rows(rows)
             if not self.created:
-                self._create(locals_, bodies)
+                yield from self._create(locals_, bodies)
                 return
             chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
-            outcomes = self._parallel(lambda c: self._add_chunk(c, bodies), chunks)
+            outcomes = yield from gather(self._add_chunk(c, bodies) for c in chunks)
             recorded = [
-                loc for c, o in zip(chunks, outcomes, strict=True) if o is None for loc in c
+                loc for c, o in zip(chunks, outcomes, strict=True) if o.refused is None for loc in c
             ]
-            refusals = [o for o in outcomes if isinstance(o, AddRefused)]
+            refusals = [o.refused for o in outcomes if o.refused is not None]
             if refusals:
                 refusals[0].partial = bool(recorded)
                 raise refusals[0]
@@ -240,7 +311,7 @@ class RecordView:
                 self._header_bytes = header_bytes
                 self.spilled = spilled | (named & self.spilled)
                 self.parts = parts | {rid: self.parts[rid] for rid in named if rid in self.parts}
-            self._drop_rows([e for e in rows if e.rid not in named], spilled)
+            yield from self._drop_rows([e for e in rows if e.rid not in named], spilled)
             raise
         except Decided:
             raise
@@ -255,18 +326,16 @@ class RecordView:
                 for local in locals_:
                     self._planned.pop(local.request.rid, None)
 
-    def _record_locals(self, locals_: list[Local], header: Header) -> None:
+    def _record_locals(self, locals_: list[Local], header: Header) -> Step[None]:
         with self._lock:
-            self.marked = False
-            self.adopt(header, own=locals_)
+            self.marked = False  # an add takes the wait mark off in the same write
+        yield from self.follow(header, own=locals_)
 
-    def _create(self, locals_: list[Local], bodies: dict[str, dict[str, Any]]) -> None:
-        from .errors import ConditionFailed, TransactionError
-
+    def _create(self, locals_: list[Local], bodies: dict[str, dict[str, Any]]) -> Step[None]:
         try:
-            self._run(self.store.create(self.tx_id, bodies, caller_id=self.caller_id))
+            yield from self.store.create(self.tx_id, bodies, caller_id=self.caller_id)
         except ConditionFailed as exc:
-            header = self._run(self.store.read_header(self.tx_id))
+            header = yield from self.store.read_header(self.tx_id)
             if header is not None and header.state != s.STATE_PENDING:
                 # A retry with the same transaction_id fenced this id before its record
                 # existed (a rolled-back tombstone): this coordinator must not go on.
@@ -280,12 +349,12 @@ class RecordView:
                     # Ids are unique, so it is our create: its answer was lost and another
                     # coordinator has taken our request over since. The view must know the
                     # record exists, or a rollback would return without deciding it.
-                    self.adopt(header)
+                    yield from self.follow(header)
                 raise TransactionError(
                     "our create's answer was lost and the record has changed since",
                     tx_id=self.tx_id,
                 ) from exc
-            self._record_locals(locals_, header)
+            yield from self._record_locals(locals_, header)
             return
         except ValidationFailed as exc:
             raise AddRefused(rejected(self.tx_id, [loc.request for loc in locals_], exc)) from exc
@@ -298,33 +367,31 @@ class RecordView:
 
     def _add_chunk(
         self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
-    ) -> AddRefused | None:
+    ) -> Step[ChunkOutcome]:
         """One conditional add of ``chunk``; a refusal comes back as a value (others may land)."""
-        from .errors import ConditionFailed
-
         upgrades = {
             loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
             for loc in chunk
             if loc.upgrade
         }
         try:
-            header = self._run(
-                self.store.add(
-                    self.tx_id,
-                    {loc.request.rid: bodies[loc.request.rid] for loc in chunk},
-                    upgrades,
-                )
+            header = yield from self.store.add(
+                self.tx_id,
+                {loc.request.rid: bodies[loc.request.rid] for loc in chunk},
+                upgrades,
             )
         except ConditionFailed:
-            return self._settle_add(chunk)
+            return ChunkOutcome((yield from self._settle_add(chunk)))
         except ValidationFailed as exc:
-            return AddRefused(rejected(self.tx_id, [loc.request for loc in chunk], exc))
-        self._record_locals(chunk, header)
-        return None
+            return ChunkOutcome(
+                AddRefused(rejected(self.tx_id, [loc.request for loc in chunk], exc))
+            )
+        yield from self._record_locals(chunk, header)
+        return ChunkOutcome()
 
-    def _settle_add(self, chunk: list[Local]) -> AddRefused | None:
+    def _settle_add(self, chunk: list[Local]) -> Step[AddRefused | None]:
         """The add's condition failed: ours (response lost), a duplicate, or a decision."""
-        header = self._run(self.store.read_header(self.tx_id))
+        header = yield from self.store.read_header(self.tx_id)
         if header is None or header.state != s.STATE_PENDING:
             raise Decided(header)
         for local in chunk:
@@ -341,7 +408,8 @@ class RecordView:
                         key=req.key,
                     )
                 )
-        self._record_locals(chunk, header)  # every entry is ours: an earlier attempt landed
+        # Every entry is ours: an earlier attempt landed.
+        yield from self._record_locals(chunk, header)
         return None
 
     # -- bodies and their rows -----------------------------------------------------------
@@ -368,10 +436,10 @@ class RecordView:
             bodies[req.rid] = body
         return bodies, rows
 
-    def _write_body_rows(self, entries: list[Entry]) -> None:
+    def _write_body_rows(self, entries: list[Entry]) -> Step[None]:
         """Bodies are in place before the record names them (a resume reads them)."""
         try:
-            self._batch_write(
+            yield from self._write_batches(
                 self.store.table,
                 [
                     {"PutRequest": {"Item": row}}
@@ -391,7 +459,7 @@ class RecordView:
             self.spilled.update(e.rid for e in entries)
             self.parts.update((e.rid, e.parts) for e in entries)
 
-    def _drop_rows(self, entries: list[Entry], spilled: set[str] | None = None) -> None:
+    def _drop_rows(self, entries: list[Entry], spilled: set[str] | None = None) -> Step[None]:
         """Delete body rows the record does not name (under their nonce).
 
         With ``spilled`` (which bodies had rows before a refused add): a refused
@@ -412,59 +480,55 @@ class RecordView:
                 surplus = self.store.body_keys(self.tx_id, entry)
             rows.extend({"DeleteRequest": {"Key": key}} for key in surplus)
         try:
-            self._batch_write(self.store.table, rows)
+            yield from self._write_batches(self.store.table, rows)
         except Exception:  # rows the record never names expire by their TTL
             logger.warning("could not undo unnamed body rows of %s", self.tx_id, exc_info=True)
 
     # -- take over, wait mark, decide -------------------------------------------------------
 
-    def take_over(self, local: Local, new_nonce: str) -> tuple[Local, bool]:
+    def take_over(self, local: Local, new_nonce: str) -> Step[tuple[Local, bool]]:
         """take over: a fresh nonce for a request, so a late lock by its adder is stray.
 
         Returns the view's request afterwards, and whether it is ours to lock
         under ``new_nonce``; if not, it is whatever the record names now,
         unconfirmed, for the commit to catch up again.
         """
-        from .errors import ConditionFailed
-
         req = local.request
         moved = req.rid in self.spilled
         moved_body = Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))
         if moved:
             # Body rows are keyed by nonce: the new one's is in place before the record names it.
-            self._write_body_rows([moved_body])
+            yield from self._write_body_rows([moved_body])
         fresh = Local(request=req, nonce=new_nonce)
         try:
-            header = self._run(self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce))
+            header = yield from self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce)
         except ConditionFailed as exc:
-            now = self._run(self.store.read_header(self.tx_id))
+            now = yield from self.store.read_header(self.tx_id)
             if now is None or now.state != s.STATE_PENDING:
                 raise Decided(now) from exc
             recorded = now.entries.get(req.rid)
             if recorded is None or recorded.nonce != new_nonce:
                 if moved:  # another nonce won: our new row is unnamed
-                    self._drop_rows([moved_body])
-                self.adopt(now)
+                    yield from self._drop_rows([moved_body])
+                yield from self.follow(now)
                 return self.current(local), False
             header = now  # our own take-over, its answer lost and the SDK's retry refused
-        self.adopt(header, own=[fresh])
+        yield from self.follow(header, own=[fresh])
         if moved:  # the record names the new nonce's row now: the old one is unnamed
-            self._drop_rows([replace(moved_body, nonce=local.nonce)])
+            yield from self._drop_rows([replace(moved_body, nonce=local.nonce)])
         after = self.current(fresh)
         return after, after is fresh
 
-    def mark_waiting(self, owner: str) -> None:
-        from .errors import ConditionFailed
-
+    def mark_waiting(self, owner: str) -> Step[None]:
         try:
-            self._run(self.store.mark_waiting(self.tx_id, owner))
+            yield from self.store.mark_waiting(self.tx_id, owner)
             self.marked = True
         except ConditionFailed as exc:
-            header = self._run(self.store.read_header(self.tx_id))
+            header = yield from self.store.read_header(self.tx_id)
             if header is None or header.state != s.STATE_PENDING:
                 raise Decided(header) from exc
 
-    def decide(self, to_state: str) -> Header | None:
+    def decide(self, to_state: str) -> Step[Header | None]:
         """decide: commit at the view's version (all caught up), or roll back at any."""
         version = None
         if to_state == s.STATE_COMMITTED:
@@ -474,8 +538,8 @@ class RecordView:
         resent: list[bool] = []
         deciding_commit = to_state == s.STATE_COMMITTED
         try:
-            header = self._run(
-                self.store.decide(self.tx_id, to_state, expect_version=version, resent=resent)
+            header = yield from self.store.decide(
+                self.tx_id, to_state, expect_version=version, resent=resent
             )
         except Exception:
             # Failed in flight (throttled, timed out): the decision may have been applied.
@@ -487,7 +551,7 @@ class RecordView:
             self.commit_unanswered |= deciding_commit and any(resent)
             return None
         self.commit_unanswered = False  # the record as it is now tells the outcome
-        self.adopt(header)
+        yield from self.follow(header)
         return header
 
 

@@ -429,7 +429,7 @@ class TransactionManager(ManagerReads):
     def _adopt(self, header: Header) -> Transaction:
         """A coordinator for the transaction ``header`` was read from; a decided one completed."""
         tx = Transaction(self, header.tx_id, transaction_id=header.caller_id)
-        tx.record.adopt(header)
+        self.protocol.run(tx.record.follow(header))
         for table in {entry.table for entry in header.entries.values()}:
             self.key_names(table)  # further requests on these tables are validated without a call
         if header.state != s.STATE_PENDING:
