@@ -17,7 +17,6 @@ from unittest import mock
 
 import ddbtx._steps as steps_module
 from ddbtx import schema as s
-from ddbtx._dynamo import call as real_call
 from ddbtx._effects import Step, request
 from ddbtx._protocol import Entry, Header, Protocol
 from ddbtx._steps import APPLY, ItemSteps
@@ -54,10 +53,10 @@ def skip_image_save() -> Iterator[None]:
     """save image: the write is applied with no pre-write image (in-item or external)."""
     original = ItemSteps.apply
 
-    def apply(self: ItemSteps, local: Any, *, check_condition: bool) -> dict[str, Any]:
+    def apply(self: ItemSteps, local: Any, *, check_condition: bool) -> Step[dict[str, Any]]:
         kept, local.pre = local.pre, None
         try:
-            return original(self, local, check_condition=check_condition)
+            return (yield from original(self, local, check_condition=check_condition))
         finally:
             local.pre = kept
 
@@ -65,16 +64,19 @@ def skip_image_save() -> Iterator[None]:
         yield
 
 
-def _patched_call(
+def _patched_request(
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | None],
-) -> Callable[..., Any]:
-    """A ``call`` for the transaction module whose requests ``rewrite`` may alter or answer."""
+) -> Callable[..., Step[Any]]:
+    """A ``request`` for the item steps' module whose requests ``rewrite`` may alter or
+    answer."""
 
-    def call(client: Any, operation: str, **params: Any) -> Any:
+    def patched(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
         answer = rewrite(operation, params)
-        return answer if answer is not None else real_call(client, operation, **params)
+        if answer is not None:
+            return answer
+        return (yield from request(operation, resent=resent, **params))
 
-    return call
+    return patched
 
 
 @contextmanager
@@ -89,7 +91,7 @@ def drop_owner_condition() -> Iterator[None]:
             )
             _prune(params)
 
-    with mock.patch.object(steps_module, "call", _patched_call(rewrite)):
+    with mock.patch.object(steps_module, "request", _patched_request(rewrite)):
         yield
 
 
@@ -97,9 +99,9 @@ def drop_owner_condition() -> Iterator[None]:
 def blind_retry() -> Iterator[None]:
     """lock/apply: a failed condition is taken for our own retried write, without reading."""
 
-    def call(client: Any, operation: str, **params: Any) -> Any:
+    def patched(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
         try:
-            return real_call(client, operation, **params)
+            return (yield from request(operation, resent=resent, **params))
         except ConditionFailed:
             if "ddbtxl" in str(params.get("ConditionExpression") or "") or (
                 operation == "put_item" and s.ATTR_LOCK in params.get("Item", {})
@@ -107,7 +109,7 @@ def blind_retry() -> Iterator[None]:
                 return {}
             raise
 
-    with mock.patch.object(steps_module, "call", call):
+    with mock.patch.object(steps_module, "request", patched):
         yield
 
 

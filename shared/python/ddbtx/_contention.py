@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable
 
 from . import schema as s
+from ._effects import Step, pause
 from ._items import lock_owner
 from ._protocol import Protocol
 from ._record import Header
@@ -33,7 +34,8 @@ class Contention(enum.Enum):
 
 
 class Patience(typing.Protocol):
-    """The settings a wait reads from its :class:`~ddbtx.TransactionManager`."""
+    """The settings a wait reads from its :class:`~ddbtx.TransactionManager` (its pauses
+    are :class:`~ddbtx._effects.Sleep` effects: the driver sleeps, on the manager's clock)."""
 
     @property
     def contention(self) -> Contention: ...
@@ -47,8 +49,6 @@ class Patience(typing.Protocol):
     def rng(self) -> random.Random: ...
     @property
     def monotonic(self) -> Callable[[], float]: ...
-    @property
-    def sleep(self) -> Callable[[float], None]: ...
 
 
 class Contending(typing.Protocol):
@@ -111,8 +111,8 @@ class Waiter:
         """An older transaction has waited long enough for younger holders of this item."""
         return self.m.monotonic() - self.start >= self.m.wound_patience
 
-    def pause(self) -> None:
-        self.m.sleep(self.delay * (0.5 + self.m.rng.random()))
+    def pause(self) -> Step[None]:
+        yield from pause(self.delay * (0.5 + self.m.rng.random()))
         self.delay = min(self.delay * 2, 0.5)
 
 
@@ -135,7 +135,7 @@ class ItemContention:
         self.p = tx.p
         self.waiter = Waiter(tx.manager)
 
-    def contend(self, owner: str) -> bool:
+    def contend(self, owner: str) -> Step[bool]:
         """The item is locked by ``owner``: wound it, wait, or help it complete.
 
         Returns True after a wait, so the caller next reads the item (one request)
@@ -146,57 +146,57 @@ class ItemContention:
             # A holder already judged worth waiting for: its record is read again
             # only once it may have gone stale or the wait is over, not on every poll.
             if not waiter.expired():
-                waiter.pause()
+                yield from waiter.pause()
                 return True
             if not waiter.decided:
                 raise self._waited_too_long(owner)
-        header = self.p.run(self.p.records.read_header(owner))
+        header = yield from self.p.records.read_header(owner)
         if header is None or header.completed:
-            self._undo_stray(owner)
+            yield from self._undo_stray(owner)
             return False
         if header.state != s.STATE_PENDING:
-            return self._wait_for_decided(owner, header)
+            return (yield from self._wait_for_decided(owner, header))
         if self.tx.manager.contention is Contention.ROLLBACK_HOLDER:
-            self.p.run(self.p.settle(owner, by=self.tx.id))
+            yield from self.p.settle(owner, by=self.tx.id)
             return False
         if self.tx.id < owner:
-            return self._outwait_younger(owner, header)
-        return self._wait_for_older(owner, header)
+            return (yield from self._outwait_younger(owner, header))
+        return (yield from self._wait_for_older(owner, header))
 
-    def _undo_stray(self, owner: str) -> None:
+    def _undo_stray(self, owner: str) -> Step[None]:
         """No record, or a completed one: any lock of it left on the item is stray."""
         req = self.req
-        item = self.p.run(self.p.read_item(req.table, req.key))
+        item = yield from self.p.read_item(req.table, req.key)
         if item is not None and lock_owner(item) == owner:
-            self.p.run(self.p.undo(owner, req.table, req.key, item))
+            yield from self.p.undo(owner, req.table, req.key, item)
 
-    def _wait_for_decided(self, owner: str, header: Header) -> bool:
+    def _wait_for_decided(self, owner: str, header: Header) -> Step[bool]:
         """A decided holder's coordinator is releasing its items right now: helping would
         only repeat that work. It is completed here once the wait shows it is not."""
         waiter = self.waiter
         stale = waiter.holder_is_stale(owner, header.version, decided=True)
         if stale or waiter.expired() or waiter.grace_over():
-            self.p.run(self.p.complete(header))
+            yield from self.p.complete(header)
             return False
-        waiter.pause()
+        yield from waiter.pause()
         return True
 
-    def _wait_for_older(self, owner: str, header: Header) -> bool:
+    def _wait_for_older(self, owner: str, header: Header) -> Step[bool]:
         """Wound-wait: a younger transaction waits for an older, pending holder."""
         waiter = self.waiter
         if waiter.holder_is_stale(owner, header.version):
-            self.p.run(self.p.settle(owner, expect_version=header.version, by=self.tx.id))
+            yield from self.p.settle(owner, expect_version=header.version, by=self.tx.id)
             return False
         if waiter.expired():
             raise self._waited_too_long(owner)
         if not self.tx.record.marked:
             # Blocked on an older transaction for up to lock_wait: older contenders
             # must roll this one back rather than wait for it (they could deadlock).
-            self.p.run(self.tx.record.mark_waiting(owner))
-        waiter.pause()
+            yield from self.tx.record.mark_waiting(owner)
+        yield from waiter.pause()
         return True
 
-    def _outwait_younger(self, owner: str, header: Header) -> bool:
+    def _outwait_younger(self, owner: str, header: Header) -> Step[bool]:
         """Wound-wait, patiently: wait for a younger, running holder; roll it back when needed.
 
         A younger holder that is running will most likely commit soon, and rolling
@@ -212,10 +212,10 @@ class ItemContention:
             # wound: the older transaction rolls back a younger holder that is blocked,
             # or that kept it waiting past its patience.
             if current.waiting or self.waiter.impatient():
-                self.p.run(self.p.settle(owner, by=self.tx.id))
+                yield from self.p.settle(owner, by=self.tx.id)
                 return False
-            self.waiter.pause()
-            current = self.p.run(self.p.records.read_header(owner))
+            yield from self.waiter.pause()
+            current = yield from self.p.records.read_header(owner)
         return True
 
     def _waited_too_long(self, owner: str) -> TransactionConflictError:

@@ -24,6 +24,7 @@ import typing
 from typing import Any
 
 from . import schema as s
+from ._effects import Step
 from ._items import Item, flag, strip, write_marker
 from ._protocol import Protocol
 from ._record import new_lock_value
@@ -66,10 +67,10 @@ class Steps(typing.Protocol):
     @property
     def p(self) -> Protocol: ...
     def rejected_write(self, req: Request, exc: ValidationFailed) -> InvalidRequestError: ...
-    def lost_lock(self, local: Local) -> dict[str, Any]: ...
+    def lost_lock(self, local: Local) -> Step[dict[str, Any]]: ...
     def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]: ...
-    def image_attrs(self, local: Local, values: dict[str, Any]) -> dict[str, Any]: ...
-    def check_on_absent(self, local: Local) -> None: ...
+    def image_attrs(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]: ...
+    def check_on_absent(self, local: Local) -> Step[None]: ...
     def guarded_put(
         self,
         req: Request,
@@ -77,7 +78,7 @@ class Steps(typing.Protocol):
         condition: str,
         names: dict[str, str],
         values: dict[str, Any],
-    ) -> None: ...
+    ) -> Step[None]: ...
     def update(
         self,
         req: Request,
@@ -86,7 +87,7 @@ class Steps(typing.Protocol):
         names: dict[str, str],
         values: dict[str, Any],
         **extra: Any,
-    ) -> dict[str, Any]: ...
+    ) -> Step[dict[str, Any]]: ...
     def user_update(
         self,
         req: Request,
@@ -95,7 +96,7 @@ class Steps(typing.Protocol):
         values: dict[str, Any],
         condition: str,
         return_values: str,
-    ) -> dict[str, Any]: ...
+    ) -> Step[dict[str, Any]]: ...
     def condition_false(self, req: Request) -> ConditionalCheckFailedError: ...
 
 
@@ -107,7 +108,7 @@ class Rewrites:
         self.tx = steps.tx
         self.p = steps.p
 
-    def apply(self, local: Local, item: Item | None = None) -> dict[str, Any]:
+    def apply(self, local: Local, item: Item | None = None) -> Step[dict[str, Any]]:
         """Apply ``local`` (seq >= 2) over what the earlier writes left.
 
         ``item``: the item as just read (a resume); without it, the
@@ -116,30 +117,30 @@ class Rewrites:
         req = local.request
         if item is not None or local.prior is None:
             if item is None:
-                item = self.p.run(self.p.read_item(req.table, req.key))
-            if self._from_item(local, item):
+                item = yield from self.p.read_item(req.table, req.key)
+            if (yield from self._from_item(local, item)):
                 local.applied = local.confirmed = True
                 rv = req.return_values
                 after = strip(item) if not flag(item, s.ATTR_DELETED) else {}
                 return attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
         assert local.prior is not None
         marker, absent, _ = local.prior
-        before = self._before(local, absent or marker == _cleared(local.seq))
+        before = yield from self._before(local, absent or marker == _cleared(local.seq))
         try:
-            result = self._write(local)
+            result = yield from self._write(local)
         except ValidationFailed as exc:
             raise self.steps.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
-            return self._settle(local, before, exc)
+            return (yield from self._settle(local, before, exc))
         local.applied = local.confirmed = True
         return attributes(before) if req.return_values == "ALL_OLD" else result
 
     # -- what the earlier writes left ---------------------------------------------------
 
-    def _from_item(self, local: Local, item: Item | None) -> bool:
+    def _from_item(self, local: Local, item: Item | None) -> Step[bool]:
         """Learn from the item what the earlier writes left; True if this write is there."""
         if (item or {}).get(s.ATTR_LOCK, {}).get("S") != new_lock_value(self.tx.id, local.nonce):
-            self.steps.lost_lock(local)  # raises: a later write's lock is never re-taken
+            yield from self.steps.lost_lock(local)  # raises: a later write's lock is never re-taken
         assert item is not None
         local.locked = True
         local.transient = flag(item, s.ATTR_TRANSIENT)
@@ -154,14 +155,14 @@ class Rewrites:
         local.prior = (marker, absent, imaged)
         return marker == write_marker(local.seq, local.request.op)
 
-    def _before(self, local: Local, absent: bool) -> Item | None:
+    def _before(self, local: Local, absent: bool) -> Step[Item | None]:
         """The item as the earlier writes left it, when the caller wants old values back
         (a lost response leaves no other way to return them)."""
         if local.request.return_values not in ("ALL_OLD", "UPDATED_OLD"):
             return None
         if absent:
             return {}
-        return strip(self.p.run(self.p.read_item(local.request.table, local.request.key)))
+        return strip((yield from self.p.read_item(local.request.table, local.request.key)))
 
     # -- the write ----------------------------------------------------------------------
 
@@ -177,22 +178,22 @@ class Rewrites:
         values[":ddbtxm"] = marker
         return names, values, REWRITE.format(prior=SAME_MARKER)
 
-    def _image(self, local: Local, values: dict[str, Any]) -> dict[str, Any]:
+    def _image(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
         """The image attributes an item replaced by this write must carry."""
         assert local.prior is not None
         if local.transient:
             return {}
         if local.external_image:
             return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
-        return self.steps.image_attrs(local, values)
+        return (yield from self.steps.image_attrs(local, values))
 
-    def _write(self, local: Local) -> dict[str, Any]:
+    def _write(self, local: Local) -> Step[dict[str, Any]]:
         req = local.request
         assert local.prior is not None
         marker, absent, imaged = local.prior
         cleared = marker == _cleared(local.seq)
         if (absent or cleared) and req.condition:
-            self.steps.check_on_absent(local)
+            yield from self.steps.check_on_absent(local)
         names, values, guard = self._names(local)
         condition = guard if absent or cleared else with_user_condition(req, guard)
         rv = req.return_values
@@ -200,50 +201,53 @@ class Rewrites:
         if local.transient:
             protocol[s.ATTR_TRANSIENT] = {"BOOL": True}
         if req.op == "put":  # (ALL_OLD: the caller returns what it read before)
-            item = {**req.params["Item"], **protocol, **self._image(local, values)}
-            self.steps.guarded_put(req, item, condition, names, values)
+            item = {**req.params["Item"], **protocol, **(yield from self._image(local, values))}
+            yield from self.steps.guarded_put(req, item, condition, names, values)
             return {}
         if req.op == "delete":
             sets = "#ddbtxd = :ddbtxt, #ddbtxp = :ddbtxs"
-            sets += self._set_image(local, values, names, imaged)
-            self.steps.update(req, f"SET {sets}", condition, names, values)
+            sets += yield from self._set_image(local, values, names, imaged)
+            yield from self.steps.update(req, f"SET {sets}", condition, names, values)
             return {}
         if absent and not cleared:
             # update of an absent item: clear it to its key first, as DynamoDB would see it
-            clear = {**req.key, **protocol, **self._image(local, values)}
+            clear = {**req.key, **protocol, **(yield from self._image(local, values))}
             clear[s.ATTR_APPLIED] = _cleared(local.seq)
-            self.steps.guarded_put(req, clear, condition, names, values)
+            yield from self.steps.guarded_put(req, clear, condition, names, values)
             local.prior = (_cleared(local.seq), absent, True)
             names, values, condition = self._names(local)
         sets = "#ddbtxp = :ddbtxs"
         if absent or cleared or rv == "ALL_OLD":
             rv = rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE"
-        resp = self.steps.user_update(req, sets, names, values, condition, rv)
+        resp = yield from self.steps.user_update(req, sets, names, values, condition, rv)
         return attributes(strip(resp.get("Attributes")))
 
     def _set_image(
         self, local: Local, values: dict[str, Any], names: dict[str, str], imaged: bool
-    ) -> str:
+    ) -> Step[str]:
         """SET clauses saving the image, when no earlier write saved it (only deletes)."""
         if imaged or local.transient:
             return ""
         clauses = ""
-        for i, (attr, value) in enumerate(self.steps.image_attrs(local, values).items()):
+        image = yield from self.steps.image_attrs(local, values)
+        for i, (attr, value) in enumerate(image.items()):
             names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
             clauses += f", #ddbtxi{i} = :ddbtxi{i}"
         return clauses
 
     # -- a failed guard -----------------------------------------------------------------
 
-    def _settle(self, local: Local, before: Item | None, exc: ConditionFailed) -> dict[str, Any]:
+    def _settle(
+        self, local: Local, before: Item | None, exc: ConditionFailed
+    ) -> Step[dict[str, Any]]:
         """The write's condition failed: our own write (its response lost), the user's
         condition is false, or the lock is gone (the transaction was rolled back)."""
         req = local.request
-        item = self.p.run(self.p.read_item(req.table, req.key))
+        item = yield from self.p.read_item(req.table, req.key)
         seen = local.prior
         assert seen is not None
         absent = seen[1] or seen[0] == _cleared(local.seq)
-        if self._from_item(local, item):
+        if (yield from self._from_item(local, item)):
             local.applied = local.confirmed = True
             assert item is not None
             after = {} if flag(item, s.ATTR_DELETED) else strip(item)
@@ -254,5 +258,6 @@ class Rewrites:
                 return attributes({k: v for k, v in old.items() if after.get(k) != v})
             return attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
         if absent and local.prior != seen:
-            return self.apply(local, item)  # our clear landed, its answer lost: go on from it
+            # our clear landed, its answer lost: go on from it
+            return (yield from self.apply(local, item))
         raise self.steps.condition_false(req) from exc

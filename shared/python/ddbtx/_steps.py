@@ -3,6 +3,10 @@
 Every write here is conditioned on the item (named conditions below), and
 every failed condition is settled by reading the item, and where the item
 alone cannot tell, the TX record.
+
+Each is a step (:mod:`ddbtx._effects`): it yields its requests, and its waits on
+another transaction's lock (:mod:`ddbtx._contention`) as pauses; a driver sends them.
+The coordinator runs one with ``Protocol.run``, several at once in a ``gather``.
 """
 
 from __future__ import annotations
@@ -16,8 +20,7 @@ from botocore.exceptions import BotoCoreError
 
 from . import schema as s
 from ._contention import Contender, Contending
-from ._dynamo import call
-from ._effects import was_resent
+from ._effects import Step, request, was_resent
 from ._items import MAX_ITEM_BYTES, Item, flag, item_size, lock_owner, strip
 from ._record import Header, new_lock_value, new_nonce
 from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large, with_user_condition
@@ -55,8 +58,8 @@ class Coordinator(Contending, typing.Protocol):
 
     @property
     def contender(self) -> Contender: ...
-    def read_pending_header(self) -> Header: ...
-    def read_own(self, local: Local) -> dict[str, Any]: ...
+    def pending_header(self) -> Step[Header]: ...
+    def own(self, local: Local) -> Step[dict[str, Any]]: ...
 
 
 class ItemSteps:
@@ -69,11 +72,11 @@ class ItemSteps:
 
     # -- lock (+apply) ----------------------------------------------------------------
 
-    def lock_and_apply(self, local: Local) -> dict[str, Any]:
+    def lock_and_apply(self, local: Local) -> Step[dict[str, Any]]:
         """lock (+apply): take the item's lock with this request's nonce and make the write."""
         req = local.request
         if local.locked:  # upgrade of our own read lock, or the retry of an interrupted write
-            return self._apply_locked(local)
+            return (yield from self._apply_locked(local))
         # Other requests usually find their item; a put creates one, or replaces
         # one, as the last put on that table did. A wrong guess costs one failed
         # conditional write; after a missed insert the item most likely exists.
@@ -85,7 +88,7 @@ class ItemSteps:
             if not polling:
                 self.tx.record.touched[req.rid] = req
                 try:
-                    result = (
+                    result = yield from (
                         self.lock_existing(local) if path == "existing" else self.lock_insert(local)
                     )
                     if req.op == "put":
@@ -102,7 +105,7 @@ class ItemSteps:
                 except (DynamoDBError, BotoCoreError):
                     local.maybe_landed = True  # no answer: it may have been applied
                     raise
-            item = self.p.run(self.p.read_item(req.table, req.key))
+            item = yield from self.p.read_item(req.table, req.key)
             owner = lock_owner(item)
             if item is None or owner is None:
                 observed = "insert" if item is None else "existing"
@@ -110,18 +113,18 @@ class ItemSteps:
                 # is false, or a holder released the item between the write and the
                 # read. Only a verdict on the item as it is now tells them apart.
                 if observed == path and req.condition and not polling:
-                    self.check_condition_now(local, absent=item is None)
+                    yield from self.check_condition_now(local, absent=item is None)
                 path, polling = observed, False
                 continue
             polling = False
             if owner == self.tx.id:
-                current = self._settle_own_lock(local, item)
+                current = yield from self._settle_own_lock(local, item)
                 if current is not None:
-                    return self.adopt_own_lock(current, item)
+                    return (yield from self.adopt_own_lock(current, item))
                 continue
-            polling = contender.contend(owner)
+            polling = yield from contender.contend(owner)
 
-    def _settle_own_lock(self, local: Local, item: Item) -> Local | None:
+    def _settle_own_lock(self, local: Local, item: Item) -> Step[Local | None]:
         """Our transaction's lock is on the item: is it the one the record names?
 
         Returns the request to adopt the lock for (the record's nonce may be a
@@ -131,13 +134,13 @@ class ItemSteps:
         lock = item[s.ATTR_LOCK]["S"]
         if lock == new_lock_value(self.tx.id, local.nonce):
             return local
-        header = self.tx.read_pending_header()
-        self.p.run(self.tx.record.follow(header))
+        header = yield from self.tx.pending_header()
+        yield from self.tx.record.follow(header)
         recorded = header.entries.get(local.request.rid)
         if recorded is not None and lock == new_lock_value(self.tx.id, recorded.nonce):
             return self.tx.record.current(local)
         req = local.request
-        self.p.run(self.p.undo(self.tx.id, req.table, req.key, item, only=lock))
+        yield from self.p.undo(self.tx.id, req.table, req.key, item, only=lock)
         return None
 
     def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]:
@@ -148,7 +151,7 @@ class ItemSteps:
         values[":ddbtxl"] = {"S": new_lock_value(self.tx.id, local.nonce)}
         return names, values
 
-    def lock_existing(self, local: Local) -> dict[str, Any]:
+    def lock_existing(self, local: Local) -> Step[dict[str, Any]]:
         """lock: an existing, unlocked item; the user's condition is checked in the same write."""
         req = local.request
         names, values = self.lock_names(local)
@@ -159,7 +162,7 @@ class ItemSteps:
             sets += ", #ddbtxd = :ddbtxt"
         condition = with_user_condition(req, LOCK_EXISTING)
         resent: list[bool] = []
-        resp = self.update(
+        resp = yield from self.update(
             req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD", resent=resent
         )
         local.pre = strip(resp.get("Attributes"))
@@ -171,15 +174,15 @@ class ItemSteps:
             # completed item, and applying would write a second time. Only a pending
             # record proves it is not (completion follows the decision); a decided one
             # settles this lock as the record says (a late lock is undone: no image).
-            self.tx.read_pending_header()
+            yield from self.tx.pending_header()
         if req.op in ("put", "update"):
-            return self.apply(local, check_condition=False)
+            return (yield from self.apply(local, check_condition=False))
         local.confirmed = True
         if req.op == "get":
             return wrap(local.pre)
         return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
-    def lock_insert(self, local: Local) -> dict[str, Any]:
+    def lock_insert(self, local: Local) -> Step[dict[str, Any]]:
         """lock (+apply): the item does not exist; insert it locked, with the write if any."""
         req = local.request
         names, values = self.lock_names(local)
@@ -191,7 +194,7 @@ class ItemSteps:
             names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
             values[":ddbtxt"] = true
             rv = req.return_values
-            resp = self.user_update(
+            resp = yield from self.user_update(
                 req,
                 "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
                 names,
@@ -208,15 +211,15 @@ class ItemSteps:
             item = {**req.key, **protocol}
             if req.op == "delete":
                 item[s.ATTR_DELETED] = true
-        self.guarded_put(req, item, condition, names, values)
+        yield from self.guarded_put(req, item, condition, names, values)
         local.locked = local.confirmed = True
         return {}
 
-    def adopt_own_lock(self, local: Local, item: Item) -> dict[str, Any]:
+    def adopt_own_lock(self, local: Local, item: Item) -> Step[dict[str, Any]]:
         """The record's lock for this request is on the item (a retried write landed, or a
         resume): apply the write if it is not yet, with its condition evaluated again."""
         if local.seq > 1:
-            return self.rewrites.apply(local, item)
+            return (yield from self.rewrites.apply(local, item))
         local.locked = True
         local.transient = flag(item, s.ATTR_TRANSIENT)
         local.applied = flag(item, s.ATTR_APPLIED)
@@ -224,57 +227,56 @@ class ItemSteps:
         local.external_image = flag(item, s.ATTR_IMAGE_EXTERNAL)
         op = local.request.op
         if local.applied:
-            image = self.p.run(self.p.image_of(self.tx.id, local.request.rid, item))
+            image = yield from self.p.image_of(self.tx.id, local.request.rid, item)
             local.pre = None if local.transient else strip(image)
             local.confirmed = True
             return return_values(local, item)
         local.pre = None if local.transient else strip(item)
         if op in ("put", "update"):
-            return self.apply(local, check_condition=True)
+            return (yield from self.apply(local, check_condition=True))
         if op == "delete" and not flag(item, s.ATTR_DELETED):
-            return self.mark_deleted(local)
+            return (yield from self.mark_deleted(local))
         local.confirmed = True
         return wrap(local.pre or {}) if op == "get" else {}
 
-    def _apply_locked(self, local: Local) -> dict[str, Any]:
+    def _apply_locked(self, local: Local) -> Step[dict[str, Any]]:
         """A write on an item this transaction already read-locked (upgrade) or wrote."""
         req = local.request
         if local.seq > 1:
-            return self.rewrites.apply(local)
+            return (yield from self.rewrites.apply(local))
         if req.op == "get":
-            return self.tx.read_own(local)
+            return (yield from self.tx.own(local))
         if req.op == "delete":
-            return self.mark_deleted(local)
-        return self.apply(local, check_condition=True)
+            return (yield from self.mark_deleted(local))
+        return (yield from self.apply(local, check_condition=True))
 
     # -- conditions on the item's logical state -------------------------------------------
 
-    def check_condition_now(self, local: Local, *, absent: bool) -> None:
+    def check_condition_now(self, local: Local, *, absent: bool) -> Step[None]:
         """Raise :class:`ConditionalCheckFailedError` if the request's condition is false now.
 
         Returns when it holds, or when the item is locked again (the caller retries).
         """
         req = local.request
         if absent:
-            self.check_on_absent(local)
+            yield from self.check_on_absent(local)
             return
         names, values = self.lock_names(local)
         names["#ddbtxv"] = s.ATTR_VERDICT
         condition = VERDICT.format(condition=req.condition)
         try:
-            self.update(req, "REMOVE #ddbtxv", condition, names, values)
+            yield from self.update(req, "REMOVE #ddbtxv", condition, names, values)
         except ConditionFailed:
             return
         raise self.condition_false(req)
 
-    def check_on_absent(self, local: Local) -> None:
+    def check_on_absent(self, local: Local) -> Step[None]:
         """Evaluate the user's condition as DynamoDB would on an absent item."""
         req = local.request
         probe = {name: _probe_value(value) for name, value in req.key.items()}
         try:
             # A conditional delete of a key that cannot exist writes nothing.
-            call(
-                self.p.client,
+            yield from request(
                 "delete_item",
                 TableName=req.table,
                 Key=probe,
@@ -299,7 +301,7 @@ class ItemSteps:
 
     # -- save image + apply -----------------------------------------------------------------
 
-    def mark_deleted(self, local: Local) -> dict[str, Any]:
+    def mark_deleted(self, local: Local) -> Step[dict[str, Any]]:
         """apply (delete): mark a locked item for deletion at commit, if its condition holds.
 
         The item may have been locked by a read that checked no condition, so
@@ -308,7 +310,7 @@ class ItemSteps:
         """
         req = local.request
         if req.condition and local.transient:
-            self.check_on_absent(local)
+            yield from self.check_on_absent(local)
         names, values = self.lock_names(local)
         names["#ddbtxd"] = s.ATTR_DELETED
         values[":ddbtxt"] = {"BOOL": True}
@@ -316,24 +318,24 @@ class ItemSteps:
         if not local.transient:
             condition = with_user_condition(req, condition)
         try:
-            self.update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
+            yield from self.update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
         except ValidationFailed as exc:
             raise self.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
-            item = self.p.run(self.p.read_item(req.table, req.key))
+            item = yield from self.p.read_item(req.table, req.key)
             lock = (item or {}).get(s.ATTR_LOCK, {}).get("S")
             if lock != new_lock_value(self.tx.id, local.nonce):
-                return self.lost_lock(local)
+                return (yield from self.lost_lock(local))
             if not flag(item, s.ATTR_DELETED):
                 raise self.condition_false(req) from exc
         local.confirmed = True
         return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
-    def apply(self, local: Local, *, check_condition: bool) -> dict[str, Any]:
+    def apply(self, local: Local, *, check_condition: bool) -> Step[dict[str, Any]]:
         """save image + apply: the write, with the pre-write image, under our lock."""
         req = local.request
         if check_condition and req.condition and local.transient:
-            self.check_on_absent(local)
+            yield from self.check_on_absent(local)
         names = dict(req.params.get("ExpressionAttributeNames") or {})
         values = dict(req.params.get("ExpressionAttributeValues") or {})
         names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
@@ -344,10 +346,10 @@ class ItemSteps:
         if check_condition and not local.transient:
             condition = with_user_condition(req, condition)
         try:
-            image_attrs = self.image_attrs(local, values)
+            image_attrs = yield from self.image_attrs(local, values)
             if req.op == "put":
-                return self._apply_put(local, image_attrs, condition, names, values)
-            return self._apply_update(local, image_attrs, condition, names, values)
+                return (yield from self._apply_put(local, image_attrs, condition, names, values))
+            return (yield from self._apply_update(local, image_attrs, condition, names, values))
         except ValidationFailed as exc:
             raise InvalidRequestError(
                 f"DynamoDB rejected the write: {exc}",
@@ -356,9 +358,9 @@ class ItemSteps:
                 key=req.key,
             ) from exc
         except ConditionFailed as exc:
-            return self._settle_apply(local, values[":ddbtxl"]["S"], exc)
+            return (yield from self._settle_apply(local, values[":ddbtxl"]["S"], exc))
 
-    def image_attrs(self, local: Local, values: dict[str, Any]) -> dict[str, Any]:
+    def image_attrs(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
         """save image: in the item while both copies fit, else in the images table."""
         image = local.pre
         if image is None:
@@ -367,7 +369,7 @@ class ItemSteps:
         if item_size(image) > INLINE_IMAGE_LIMIT or (
             item_size(image) * 2 + incoming + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES
         ):
-            self.save_image(local, image)
+            yield from self.save_image(local, image)
             return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
         return {s.ATTR_IMAGE: {"M": image}}
 
@@ -378,7 +380,7 @@ class ItemSteps:
         condition: str,
         names: dict[str, str],
         values: dict[str, Any],
-    ) -> dict[str, Any]:
+    ) -> Step[dict[str, Any]]:
         req = local.request
         item = {
             **req.params["Item"],
@@ -388,7 +390,7 @@ class ItemSteps:
         }
         if local.transient:
             item[s.ATTR_TRANSIENT] = {"BOOL": True}
-        self.guarded_put(req, item, condition, names, values)
+        yield from self.guarded_put(req, item, condition, names, values)
         local.applied = local.confirmed = True
         return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
@@ -399,7 +401,7 @@ class ItemSteps:
         condition: str,
         names: dict[str, str],
         values: dict[str, Any],
-    ) -> dict[str, Any]:
+    ) -> Step[dict[str, Any]]:
         req = local.request
         rv = req.return_values
         sets = "#ddbtxp = :ddbtxt"
@@ -407,7 +409,7 @@ class ItemSteps:
             names[f"#ddbtxi{i}"] = attr
             values[f":ddbtxi{i}"] = value
             sets += f", #ddbtxi{i} = :ddbtxi{i}"
-        resp = self.user_update(
+        resp = yield from self.user_update(
             req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
         )
         local.applied = local.confirmed = True
@@ -415,11 +417,11 @@ class ItemSteps:
             return attributes(local.pre)
         return attributes(strip(resp.get("Attributes")))
 
-    def _settle_apply(self, local: Local, lock: str, exc: ConditionFailed) -> dict[str, Any]:
+    def _settle_apply(self, local: Local, lock: str, exc: ConditionFailed) -> Step[dict[str, Any]]:
         """The apply's condition failed: our write (response lost), a false condition, or
         the lock is gone."""
         req = local.request
-        item = self.p.run(self.p.read_item(req.table, req.key))
+        item = yield from self.p.read_item(req.table, req.key)
         held = (item or {}).get(s.ATTR_LOCK, {}).get("S") == lock
         if held and flag(item, s.ATTR_APPLIED):
             local.applied = local.confirmed = True  # our own write, its response lost
@@ -427,7 +429,7 @@ class ItemSteps:
             return return_values(local, item)
         if held:
             raise self.condition_false(req) from exc
-        return self.lost_lock(local)
+        return (yield from self.lost_lock(local))
 
     def guarded_put(
         self,
@@ -436,17 +438,17 @@ class ItemSteps:
         condition: str,
         names: dict[str, str],
         values: dict[str, Any],
-    ) -> None:
+    ) -> Step[None]:
         """Put a whole item under ``condition``, passing only the placeholders it uses."""
         used_values = _used(values, condition)
-        call(
-            self.p.client,
+        passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
+        yield from request(
             "put_item",
             TableName=req.table,
             Item=item,
             ConditionExpression=condition,
             ExpressionAttributeNames=_used(names, condition),
-            **({"ExpressionAttributeValues": used_values} if used_values else {}),
+            **passed,
         )
 
     def user_update(
@@ -457,10 +459,14 @@ class ItemSteps:
         values: dict[str, Any],
         condition: str,
         return_values: str,
-    ) -> dict[str, Any]:
+    ) -> Step[dict[str, Any]]:
         """The user's UpdateExpression with protocol assignments joined to its SET clause."""
         update = merge_set(req.params.get("UpdateExpression") or "", protocol_sets)
-        return self.update(req, update, condition, names, values, ReturnValues=return_values)
+        return (
+            yield from self.update(
+                req, update, condition, names, values, ReturnValues=return_values
+            )
+        )
 
     def update(
         self,
@@ -470,45 +476,47 @@ class ItemSteps:
         names: dict[str, str],
         values: dict[str, Any],
         **extra: Any,
-    ) -> dict[str, Any]:
+    ) -> Step[dict[str, Any]]:
         """One conditional UpdateItem of the request's item, passing only the placeholders
         its expressions use (DynamoDB rejects unused ones)."""
         used_values = _used(values, update, condition)
-        return call(
-            self.p.client,
+        passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
+        response: dict[str, Any] = yield from request(
             "update_item",
             TableName=req.table,
             Key=req.key,
             UpdateExpression=update,
             ConditionExpression=condition,
             ExpressionAttributeNames=_used(names, update, condition),
-            **({"ExpressionAttributeValues": used_values} if used_values else {}),
+            **passed,
             **extra,
         )
+        return response
 
-    def save_image(self, local: Local, image: Item) -> None:
+    def save_image(self, local: Local, image: Item) -> Step[None]:
         """save image: one too large to ride inside the item goes to the images table
         (over several rows near 400 KB, all written before the item names them)."""
         rows = self.p.image_rows(self.tx.id, local.request.rid, image)
         if len(rows) == 1:
-            call(self.p.client, "put_item", TableName=self.p.images_table, Item=rows[0])
+            yield from request("put_item", TableName=self.p.images_table, Item=rows[0])
         else:
-            self.p.batch_write(self.p.images_table, [{"PutRequest": {"Item": r}} for r in rows])
+            puts = [{"PutRequest": {"Item": r}} for r in rows]
+            yield from self.p.write_batches(self.p.images_table, puts)
         local.external_image = True
 
-    def lost_lock(self, local: Local) -> dict[str, Any]:
+    def lost_lock(self, local: Local) -> Step[dict[str, Any]]:
         """This request's lock is not on the item: taken over elsewhere, or rolled back.
 
         A take-over by another coordinator of this transaction is followed
         (the request goes on under the recorded nonce); otherwise the
         transaction was rolled back.
         """
-        header = self.tx.read_pending_header()
+        header = yield from self.tx.pending_header()
         req = local.request
         recorded = header.entries.get(req.rid)
         if recorded is not None and recorded.nonce != local.nonce:
-            self.p.run(self.tx.record.follow(header))
-            return self.lock_and_apply(self.tx.record.current(local))
+            yield from self.tx.record.follow(header)
+            return (yield from self.lock_and_apply(self.tx.record.current(local)))
         raise TransactionRolledBackError(
             "the item's lock was taken from this transaction",
             tx_id=self.tx.id,
@@ -518,7 +526,7 @@ class ItemSteps:
 
     # -- catch up -----------------------------------------------------------------------
 
-    def catch_up(self, local: Local) -> None:
+    def catch_up(self, local: Local) -> Step[None]:
         """catch up: make sure a request recorded by someone else is locked and applied.
 
         If the item carries the recorded lock, it is adopted; otherwise the
@@ -528,17 +536,17 @@ class ItemSteps:
         the commit catches it up again before deciding.
         """
         req = local.request
-        item = self.p.run(self.p.read_item(req.table, req.key))
+        item = yield from self.p.read_item(req.table, req.key)
         if (item or {}).get(s.ATTR_LOCK, {}).get("S") == new_lock_value(self.tx.id, local.nonce):
             assert item is not None
-            self.adopt_own_lock(local, item)
+            yield from self.adopt_own_lock(local, item)
             return
         if local.seq > 1:
             # A later write needs the earlier ones on the item: never redone from scratch.
-            self.lost_lock(local)
-        taken, won = self.p.run(self.tx.record.take_over(local, new_nonce()))
+            yield from self.lost_lock(local)
+        taken, won = yield from self.tx.record.take_over(local, new_nonce())
         if won:
-            self.lock_and_apply(taken)
+            yield from self.lock_and_apply(taken)
 
 
 def _used(mapping: dict[str, Any], *expressions: str) -> dict[str, Any]:

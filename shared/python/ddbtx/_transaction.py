@@ -15,7 +15,7 @@ from typing import Any
 
 from . import schema as s
 from ._contention import Contender, Patience
-from ._effects import gather
+from ._effects import Step, gather
 from ._exactly import Replay, join, same_request
 from ._items import Item, is_locked_by, write_marker
 from ._protocol import Protocol, user_view
@@ -185,7 +185,9 @@ class Transaction:
         if fresh:
             # Another attempt with the same transaction_id may have added them.
             fresh = self._add(fresh)
-            results = self._guarded(lambda: self.p.parallel(self.steps.lock_and_apply, fresh))
+            results = self._guarded(
+                lambda: self.p.run(gather(self.steps.lock_and_apply(loc) for loc in fresh))
+            )
             for local, result in zip(fresh, results, strict=True):
                 values[local.request.rid] = result.get("Item")
         return [values[req.rid] for req in requests]
@@ -227,7 +229,7 @@ class Transaction:
             return [answers[i] for i in range(len(reqs))]
         locals_ = self._add([self._plan(r) for r in reqs])
         results: list[dict[str, Any]] = self._guarded(
-            lambda: self.p.parallel(self.steps.lock_and_apply, locals_)
+            lambda: self.p.run(gather(self.steps.lock_and_apply(loc) for loc in locals_))
         )
         return results
 
@@ -311,7 +313,7 @@ class Transaction:
         if op == "get" and known is not None and known.confirmed:
             return self.read_own(known)
         (local,) = self._add([self._plan(req)])
-        result: dict[str, Any] = self._guarded(lambda: self.steps.lock_and_apply(local))
+        result: dict[str, Any] = self._guarded(lambda: self.p.run(self.steps.lock_and_apply(local)))
         return result
 
     def _add(self, locals_: list[Local]) -> list[Local]:
@@ -363,12 +365,16 @@ class Transaction:
 
     def read_own(self, local: Local) -> dict[str, Any]:
         """Read-your-writes for an item this transaction already holds."""
+        return self.p.run(self.own(local))
+
+    def own(self, local: Local) -> Step[dict[str, Any]]:
+        """The step of :meth:`read_own`."""
         req = local.request
         if req.op == "delete":
             return {}
-        item = self.p.run(self.p.read_item(req.table, req.key))
+        item = yield from self.p.read_item(req.table, req.key)
         if item is None or not is_locked_by(item, self.id):
-            header = self.read_pending_header()
+            header = yield from self.pending_header()
             raise TransactionRolledBackError(
                 "lost the lock on an item",
                 tx_id=self.id,
@@ -382,23 +388,31 @@ class Transaction:
 
     def read_pending_header(self) -> Header:
         """The record as it is now, if still pending; otherwise complete it and raise."""
-        header = self.p.run(self.p.records.read_header(self.id))
+        return self.p.run(self.pending_header())
+
+    def pending_header(self) -> Step[Header]:
+        """The step of :meth:`read_pending_header`."""
+        header = yield from self.p.records.read_header(self.id)
         if header is None or header.state != s.STATE_PENDING:
-            self._raise_decided(header)
+            yield from self.decided(header)
         assert header is not None
         return header
 
     def _raise_decided(self, header: Header | None) -> None:
+        """The blocking form of :meth:`decided`."""
+        self.p.run(self.decided(header))
+
+    def decided(self, header: Header | None) -> Step[None]:
         """Another coordinator decided (or a janitor deleted) this transaction: help it
-        complete, leave nothing of ours, and tell the caller who won."""
+        complete, leave nothing of ours, and tell the caller who won (a step that raises)."""
         if header is None:
-            raise self._gone()
-        self.p.run(self.record.follow(header))
+            raise (yield from self.gone())
+        yield from self.record.follow(header)
         self.record.state = header.state
         if header.completed:
-            self._undo_late_locks()
+            yield from self.undo_late_locks()
         else:
-            self.p.run(self.p.complete(header, self._known()))
+            yield from self.p.complete(header, self._known())
         self.record.completed = True
         if header.state == s.STATE_COMMITTED:
             raise TransactionCommittedError("transaction was committed", tx_id=self.id)
@@ -408,17 +422,22 @@ class Transaction:
             other_tx_id=header.decided_by,
         )
 
-    def _undo_late_locks(self) -> None:
+    def undo_late_locks(self) -> Step[None]:
         """Once a record is completed or gone, any lock of ours on an item was taken late
         (this coordinator was paused): a stray, undone."""
         touched = list(self.record.touched.values())
-        self.p.run(gather(self.p.undo(self.id, req.table, req.key, None) for req in touched))
+        yield from gather(self.p.undo(self.id, req.table, req.key, None) for req in touched)
 
     def _gone(self) -> TransactionRolledBackError | TransactionOutcomeUnknownError:
+        """The blocking form of :meth:`gone`."""
+        return self.p.run(self.gone())
+
+    def gone(self) -> Step[TransactionRolledBackError | TransactionOutcomeUnknownError]:
         """The record was deleted: only janitors delete a record nobody completed here,
         and they never commit a pending one, so to this caller it was rolled back, unless
-        this coordinator sent a commit decision whose fate it never learned."""
-        self._undo_late_locks()
+        this coordinator sent a commit decision whose fate it never learned (a step whose
+        result is the error to raise)."""
+        yield from self.undo_late_locks()
         self.record.completed = True
         if self.record.commit_unanswered:
             return self._outcome_unknown()
@@ -498,7 +517,7 @@ class Transaction:
 
     def catch_up(self, pending: list[Local]) -> None:
         """Lock and apply recorded requests this coordinator has not seen applied."""
-        self._guarded(lambda: self.p.parallel(self.steps.catch_up, pending))
+        self._guarded(lambda: self.p.run(gather(self.steps.catch_up(loc) for loc in pending)))
 
     def _known(self) -> dict[str, Item]:
         """This coordinator's view of each confirmed item, to complete it without a read."""
@@ -524,7 +543,7 @@ class Transaction:
         if self.record.completed:
             return
         if header is not None and header.completed:
-            self._undo_late_locks()
+            self.p.run(self.undo_late_locks())
             self.record.completed = True
             return
         if header is None:

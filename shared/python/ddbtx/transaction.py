@@ -173,7 +173,6 @@ class TransactionManager(ManagerReads):
         self.images_table = images_table
         self.clock = clock
         self.monotonic = monotonic
-        self.sleep = sleep
         self.lock_wait = lock_wait
         self.stale_after = stale_after
         self.wound_patience = wound_patience
@@ -193,6 +192,16 @@ class TransactionManager(ManagerReads):
             sleep=sleep,
         )
         self.reads = Reads(self)
+
+    @property
+    def sleep(self) -> Callable[[float], None]:
+        """How this manager waits: its protocol steps' pauses (a contention wait is one)
+        are slept with it by the driver, so setting it here changes every wait."""
+        return self.protocol.sleep
+
+    @sleep.setter
+    def sleep(self, sleep: Callable[[float], None]) -> None:
+        self.protocol.sleep = sleep
 
     def close(self) -> None:
         """Stop the pool of per-item step threads; a later step starts a new one."""
