@@ -15,6 +15,8 @@ from ddbtx import (
     TransactionRolledBackError,
 )
 from ddbtx import schema as s
+from ddbtx._drive import drive, perform
+from ddbtx._effects import Call, Gather, Run, Sleep
 from ddbtx.chaos import Chaos, Crash, FaultKind
 from ddbtx.sweeper import CURSOR_SK, Sweeper
 from helpers import Tables, assert_clean, data_state, scan
@@ -185,6 +187,47 @@ def requests_seen(tm: TransactionManager) -> list[tuple[str, str, str]]:
 
     tm.client.meta.events.register("provide-client-params.dynamodb", note)
     return seen
+
+
+def test_given_an_older_holder_when_a_younger_lock_step_waits_then_each_pause_is_a_sleep_effect(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any
+) -> None:
+    # Given an older holder of x, and a younger transaction's recorded write to x, on a
+    # manager whose own sleep must never be called (the driver sleeps, not the step)
+    seed(x=0)
+    older = make_tm().begin()
+    bump(older, tables.data, "x", 2)
+
+    def never(seconds: float) -> None:
+        raise AssertionError("a step slept by itself")
+
+    younger = make_tm(sleep=never).begin()
+    params = {
+        "TableName": tables.data,
+        "Key": {"pk": {"S": "x"}},
+        "UpdateExpression": "ADD balance :n",
+        "ExpressionAttributeValues": {":n": {"N": "1"}},
+    }
+    (local,) = younger._add([younger._plan(younger._build("update", params))])
+    p = younger.p
+    # When its lock step is driven here, and the older commits during its second pause
+    effects: list[Any] = []
+    for effect in (run := Run(younger.steps.lock_and_apply(local))):
+        effects.append(effect)
+        with run.outcome() as out:
+            if isinstance(effect, Sleep):
+                if sum(isinstance(e, Sleep) for e in effects) == 2:
+                    older.commit()
+            elif isinstance(effect, Gather):
+                out.value = [drive(sub, p.client) for sub in effect.steps]
+            else:
+                out.value = perform(p.client, p.sleep, effect)
+    # Then each wait came out as a Sleep effect, between the step's requests
+    assert [type(e) for e in effects].count(Sleep) == 2
+    assert all(isinstance(e, (Call, Sleep)) for e in effects)
+    younger.commit()
+    assert balance(ddb, tables, "x") == "3"
+    assert_clean(ddb, tables)
 
 
 def test_given_an_older_holder_when_a_younger_one_waits_then_each_poll_is_one_item_read(
