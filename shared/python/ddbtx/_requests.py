@@ -127,8 +127,27 @@ def check_values(values: Any, table: str) -> None:
         _check_av(placeholder, value, table)
 
 
+def check_table(table: Any) -> str:
+    """The ``TableName`` of a request, which it must have."""
+    if not isinstance(table, str) or not table:
+        raise _fail("TableName is missing", None)
+    return table
+
+
+def check_expressions(
+    params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
+) -> None:
+    """Each expression of ``expression_params`` absent or a non-empty string, and the
+    placeholders as :func:`check_placeholders` demands."""
+    for name in expression_params:
+        value = params.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise _fail(f"{name} must be a non-empty string", table)
+    check_placeholders(params, table, expression_params)
+
+
 def check_placeholders(
-    params: dict[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
+    params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
     """Every placeholder defined is used, and every one used is defined, as DynamoDB demands.
 
@@ -140,22 +159,30 @@ def check_placeholders(
     expressions = [params[p] for p in expression_params if params.get(p) is not None]
     used = set(_PLACEHOLDER.findall(" ".join(expressions)))
     for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
-        defined = params.get(param)
-        if defined is None:
-            mentioned = ", ".join(sorted(t for t in used if t.startswith(sigil)))
-            if mentioned:
-                raise _fail(f"{mentioned} used in an expression but {param} is missing", table)
-            continue
-        if not defined:
-            raise _fail(f"{param} must not be empty", table)
-        if not expressions:
-            raise _fail(f"{param} can only be specified when using expressions", table)
-        undefined = ", ".join(sorted(t for t in used if t.startswith(sigil) and t not in defined))
-        if undefined:
-            raise _fail(f"{undefined} used in an expression but not defined in {param}", table)
-        unused = ", ".join(sorted(set(defined) - used))
-        if unused:
-            raise _fail(f"{param} has entries no expression uses: {unused}", table)
+        mine = {t for t in used if t.startswith(sigil)}
+        _check_defined(param, params.get(param), mine, used, bool(expressions), table)
+
+
+def _check_defined(
+    param: str, defined: Any, mine: set[str], used: set[str], expressions: bool, table: str
+) -> None:
+    """One placeholder map (``param``) against the placeholders the expressions use:
+    ``mine`` of its kind, ``used`` of both."""
+    if defined is None:
+        mentioned = ", ".join(sorted(mine))
+        if mentioned:
+            raise _fail(f"{mentioned} used in an expression but {param} is missing", table)
+        return
+    if not defined:
+        raise _fail(f"{param} must not be empty", table)
+    if not expressions:
+        raise _fail(f"{param} can only be specified when using expressions", table)
+    undefined = ", ".join(sorted(mine - set(defined)))
+    if undefined:
+        raise _fail(f"{undefined} used in an expression but not defined in {param}", table)
+    unused = ", ".join(sorted(set(defined) - used))
+    if unused:
+        raise _fail(f"{param} has entries no expression uses: {unused}", table)
 
 
 def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
@@ -202,9 +229,7 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
     InvalidRequestError
         Naming the first problem found; nothing has been written.
     """
-    table = params.get("TableName")
-    if not isinstance(table, str) or not table:
-        raise _fail("TableName is missing", None)
+    table = check_table(params.get("TableName"))
     unknown = set(params) - _ALLOWED[op]
     if unknown:
         raise _fail(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
@@ -215,35 +240,37 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:
             raise _fail(f"ReturnValues={rv!r} is not supported for {op}_item", table)
-    for text_param in _EXPRESSIONS:
-        value = params.get(text_param)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise _fail(f"{text_param} must be a non-empty string", table)
-    check_placeholders(params, table)
+    check_expressions(params, table)
     params = dict(params)
     if op == "put":
-        item = params.get("Item")
-        if not isinstance(item, dict) or not item:
-            raise _fail("Item is missing or empty", table)
-        for name, value in item.items():
-            if name.startswith(schema.RESERVED_PREFIX):
-                raise _fail(
-                    f"attribute name {name!r} uses the reserved prefix {schema.RESERVED_PREFIX!r}",
-                    table,
-                )
-            _check_av(name, value, table)
-        missing = [k for k in key_types if k not in item]
-        if missing:
-            raise _fail(f"Item lacks key attributes {missing}", table)
-        key = _check_key({k: item[k] for k in key_types}, key_types, table)
-        params["Item"] = {**item, **key}
-        size = item_size(item)
-        if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
-            raise _fail(too_large(size), table, key)
+        key = _check_item(params, key_types, table)
     else:
         key = _check_key(params.get("Key"), key_types, table)
         params["Key"] = key
     return Request(op=op, table=table, key=key, params=params, rid=request_id(table, key))
+
+
+def _check_item(params: dict[str, Any], key_types: KeyTypes, table: str) -> Item:
+    """A put's key in canonical form, after checking its item (whose key it becomes)."""
+    item = params.get("Item")
+    if not isinstance(item, dict) or not item:
+        raise _fail("Item is missing or empty", table)
+    for name, value in item.items():
+        if name.startswith(schema.RESERVED_PREFIX):
+            raise _fail(
+                f"attribute name {name!r} uses the reserved prefix {schema.RESERVED_PREFIX!r}",
+                table,
+            )
+        _check_av(name, value, table)
+    missing = [k for k in key_types if k not in item]
+    if missing:
+        raise _fail(f"Item lacks key attributes {missing}", table)
+    key = _check_key({k: item[k] for k in key_types}, key_types, table)
+    params["Item"] = {**item, **key}
+    size = item_size(item)
+    if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
+        raise _fail(too_large(size), table, key)
+    return key
 
 
 def too_large(size: int | None = None) -> str:
