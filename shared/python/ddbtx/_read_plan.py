@@ -19,7 +19,7 @@ from typing import Any, Literal
 from . import schema as s
 from ._conditions import Condition, ExpressionError, Path, parse_projection, project
 from ._items import Item, strip
-from ._requests import check_expressions, check_names, check_table, check_values
+from ._requests import check_expressions, check_names, check_table, check_values, grouped
 from .errors import InvalidRequestError
 
 ReadOp = Literal["query", "scan", "get"]
@@ -246,20 +246,6 @@ def plan(
     return read
 
 
-def _grouped(expression: str) -> str:
-    """``expression`` in parentheses, unless one pair already encloses it all: DynamoDB
-    refuses redundant parentheses (boto3's condition builder adds a pair of its own)."""
-    text = expression.strip()
-    depth = 0
-    for position, char in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            # Expressions hold no string literals, so parentheses always pair up.
-            enclosed = position == len(text) - 1 and text.startswith("(")
-            return text if enclosed else f"({text})"
-    return f"({text})"
-
-
 def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
     """Items carry their protocol attributes: add them to the projection, widen the filter."""
     sent = read.params = dict(read.params)
@@ -274,7 +260,7 @@ def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
         if read.count_only:
             sent["Select"] = "SPECIFIC_ATTRIBUTES"
     if sent.get("FilterExpression") and read.level != "uncommitted":
-        sent["FilterExpression"] = f"{_grouped(sent['FilterExpression'])} OR {NEEDS_IMAGE}"
+        sent["FilterExpression"] = f"{grouped(sent['FilterExpression'])} OR {NEEDS_IMAGE}"
         names.update({"#ddbtxp": s.ATTR_APPLIED, "#ddbtxn": s.ATTR_TRANSIENT})
     if names:
         sent["ExpressionAttributeNames"] = names
@@ -286,7 +272,7 @@ def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
     key comes back."""
     sent = read.params = dict(read.params)
     if sent.get("FilterExpression"):
-        sent["FilterExpression"] = f"{_grouped(sent['FilterExpression'])} OR {EVERY_ITEM}"
+        sent["FilterExpression"] = f"{grouped(sent['FilterExpression'])} OR {EVERY_ITEM}"
         names["#ddbtxv"] = s.ATTR_VERDICT
     if read.count_only:
         sent["Select"] = "ALL_PROJECTED_ATTRIBUTES"

@@ -7,7 +7,7 @@ leaves the transaction exactly as it was.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -92,17 +92,7 @@ def _check_av(name: str, value: Any, table: str) -> None:
 
 def check_names(names: Any, table: str) -> None:
     """``ExpressionAttributeNames`` well formed, none reserved by ddbtx."""
-    if names is None:
-        return
-    if not isinstance(names, dict):
-        raise _fail("ExpressionAttributeNames must be a dict", table)
-    for placeholder, real in names.items():
-        if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
-            raise _fail(f"placeholder {placeholder!r} is not '#' and letters, digits or _", table)
-        if not placeholder.startswith("#"):
-            raise _fail(f"placeholder {placeholder!r} must start with '#'", table)
-        if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
-            raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
+    for placeholder, real in _entries(names, "ExpressionAttributeNames", "#", table):
         if not isinstance(real, str) or real.startswith(schema.RESERVED_PREFIX):
             raise _fail(
                 f"attribute name {real!r} (behind {placeholder}) uses the reserved prefix "
@@ -113,18 +103,26 @@ def check_names(names: Any, table: str) -> None:
 
 def check_values(values: Any, table: str) -> None:
     """``ExpressionAttributeValues`` well formed low-level values, none reserved by ddbtx."""
-    if values is None:
+    for placeholder, value in _entries(values, "ExpressionAttributeValues", ":", table):
+        _check_av(placeholder, value, table)
+
+
+def _entries(mapping: Any, param: str, sigil: str, table: str) -> Iterator[tuple[str, Any]]:
+    """A placeholder map's entries (none if it is absent), each placeholder checked as
+    it comes: ``sigil`` then letters, digits or _, and not reserved by ddbtx."""
+    if mapping is None:
         return
-    if not isinstance(values, dict):
-        raise _fail("ExpressionAttributeValues must be a dict", table)
-    for placeholder, value in values.items():
+    if not isinstance(mapping, dict):
+        raise _fail(f"{param} must be a dict", table)
+    for placeholder, value in mapping.items():
         if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
-            raise _fail(f"placeholder {placeholder!r} is not ':' and letters, digits or _", table)
-        if not placeholder.startswith(":"):
-            raise _fail(f"placeholder {placeholder!r} must start with ':'", table)
+            odd = f"placeholder {placeholder!r} is not '{sigil}' and letters, digits or _"
+            raise _fail(odd, table)
+        if not placeholder.startswith(sigil):
+            raise _fail(f"placeholder {placeholder!r} must start with '{sigil}'", table)
         if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
             raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
-        _check_av(placeholder, value, table)
+        yield placeholder, value
 
 
 def check_table(table: Any) -> str:
@@ -137,25 +135,18 @@ def check_table(table: Any) -> str:
 def check_expressions(
     params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
-    """Each expression of ``expression_params`` absent or a non-empty string, and the
-    placeholders as :func:`check_placeholders` demands."""
-    for name in expression_params:
-        value = params.get(name)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise _fail(f"{name} must be a non-empty string", table)
-    check_placeholders(params, table, expression_params)
-
-
-def check_placeholders(
-    params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
-) -> None:
-    """Every placeholder defined is used, and every one used is defined, as DynamoDB demands.
+    """Each expression a non-empty string (or absent); every placeholder defined is used,
+    and every one used is defined, as DynamoDB demands.
 
     DynamoDB rejects the whole request otherwise; the protocol's own writes add
     placeholders of their own, so without this check such a request could be
     applied (or worse, read one of the protocol's placeholders).
     ``expression_params`` names the request's expression parameters.
     """
+    for name in expression_params:
+        value = params.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise _fail(f"{name} must be a non-empty string", table)
     expressions = [params[p] for p in expression_params if params.get(p) is not None]
     used = set(_PLACEHOLDER.findall(" ".join(expressions)))
     for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
@@ -300,6 +291,21 @@ def merge_set(update_expression: str, assignments: str) -> str:
     end = following[0] if following else len(update_expression)
     clause = update_expression[start:end].rstrip()
     return f"{update_expression[:start]}{clause}, {assignments} {update_expression[end:]}".strip()
+
+
+def grouped(expression: str) -> str:
+    """``expression`` in parentheses, unless one pair already encloses it all: DynamoDB
+    refuses redundant parentheses ("The expression has redundant parentheses"; boto3's
+    condition builder adds a pair of its own)."""
+    text = expression.strip()
+    depth = 0
+    for position, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            # Expressions hold no string literals, so parentheses always pair up.
+            enclosed = position == len(text) - 1 and text.startswith("(")
+            return text if enclosed else f"({text})"
+    return f"({text})"
 
 
 def with_user_condition(req: Request, protocol_condition: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from . import schema as s
+from ._requests import grouped
 from .errors import DdbtxError
 
 #: Name placeholder the guard uses for the lock attribute (a suffix is added on a clash).
@@ -142,26 +143,11 @@ def _guard_write(params: Mapping[str, Any], where: str) -> dict[str, Any]:
     # guard: no transaction holds this item's lock (a lock is released by removing the
     # attribute, so an unlocked item passes and only the request's own condition decides).
     mine = f"attribute_not_exists({placeholder})"
-    out["ConditionExpression"] = f"{mine} AND {_operand(condition)}" if condition else mine
+    out["ConditionExpression"] = f"{mine} AND {grouped(condition)}" if condition else mine
     out["ExpressionAttributeNames"] = names
     if values is not None:
         out["ExpressionAttributeValues"] = values
     return out
-
-
-def _operand(expression: str) -> str:
-    """``expression`` in parentheses, unless a pair already encloses all of it: DynamoDB
-    rejects a doubled pair ("The expression has redundant parentheses")."""
-    text = expression.strip()
-    if text.startswith("("):
-        depth = 0
-        for at, char in enumerate(text):
-            depth += {"(": 1, ")": -1}.get(char, 0)
-            if depth == 0:
-                if at == len(text) - 1:
-                    return text
-                break
-    return f"({text})"
 
 
 def _render(
