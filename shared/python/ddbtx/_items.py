@@ -41,6 +41,20 @@ def value_size(value: dict[str, Any]) -> int:
     return _SIZES[kind](raw)
 
 
+def as_json(value: dict[str, Any]) -> dict[str, Any]:
+    """One AttributeValue as JSON data: binary values base64-encoded, as in a Lambda event."""
+    ((kind, raw),) = value.items()
+    if kind == "B":
+        return {"B": base64.b64encode(raw).decode()}
+    if kind == "BS":
+        return {"BS": [base64.b64encode(b).decode() for b in raw]}
+    if kind == "M":
+        return {"M": {k: as_json(v) for k, v in raw.items()}}
+    if kind == "L":
+        return {"L": [as_json(v) for v in raw]}
+    return value
+
+
 def item_size(item: Item) -> int:
     """Approximate size of an item as DynamoDB counts it toward the 400 KB limit."""
     return sum(len(name.encode()) + value_size(value) for name, value in item.items())
