@@ -249,14 +249,13 @@ def plan(
 def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
     """Items carry their protocol attributes: add them to the projection, widen the filter."""
     sent = read.params = dict(read.params)
-    wanted = dict(PROTOCOL_NAMES)
     if read.projection is not None or read.count_only:
         keys = _unprojected_keys(read)
         names.update(keys)
-        names.update({p: a for a, p in wanted.items()})
+        names.update({p: a for a, p in PROTOCOL_NAMES.items()})
         base = [sent["ProjectionExpression"]] if sent.get("ProjectionExpression") else []
-        sent["ProjectionExpression"] = ", ".join([*base, *keys, *wanted.values()])
-        read.added = frozenset(keys.values()) | frozenset(wanted)
+        sent["ProjectionExpression"] = ", ".join([*base, *keys, *PROTOCOL_NAMES.values()])
+        read.added = frozenset(keys.values()) | frozenset(PROTOCOL_NAMES)
         if read.count_only:
             sent["Select"] = "SPECIFIC_ATTRIBUTES"
     if sent.get("FilterExpression") and read.level != "uncommitted":

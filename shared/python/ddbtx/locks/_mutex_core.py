@@ -158,13 +158,9 @@ class MutexSteps:
         (its holder's lock expired: we may take it over), if any."""
         with self._mutex:
             watched = self._seen.get(resource)
-        if (
-            watched is not None
-            and self._expire_after is not None
-            and now - watched.since >= self._expire_after
-        ):
-            return watched.rvn
-        return None
+        if watched is None or self._expire_after is None:
+            return None
+        return watched.rvn if now - watched.since >= self._expire_after else None
 
     def _watch(self, resource: str, exc: ConditionFailed) -> Step[None]:
         """Remember the record that refused us, if we may ever take it over."""
