@@ -127,10 +127,31 @@ def chain_of(listed: Listed, seen: list[Seen]) -> list[tuple[str, str]]:
         and listed.marker in (None, name)
         and len(earlier(i)) == listed.seq - 1
     ]
-    if not mine:
-        return [(listed.op, listed.marker or "")]
-    last = mine[-1]
-    return [*earlier(last), (listed.op, calls[last][1])]
+    if mine:
+        last = mine[-1]
+        return [*earlier(last), (listed.op, calls[last][1])]
+    return _shared_chain(listed, calls) or [(listed.op, listed.marker or "")]
+
+
+def _shared_chain(listed: Listed, calls: list[tuple[Seen, str, str, str]]) -> list[tuple[str, str]]:
+    """A chain built by more than one coordinator: one that resumed after another's write
+    to the item rewrites on top of it. Every write to the item that returned before the
+    listed one, in order, with identical deletes of two coordinators joined as one (a
+    delete carries no marker), must then make exactly the ``seq - 1`` earlier writes."""
+    for last in reversed(range(len(calls))):
+        _, name, op, pk = calls[last]
+        if pk != listed.pk or op != listed.op or listed.marker not in (None, name):
+            continue
+        chain: list[tuple[str, str]] = []
+        for before, n, o, k in calls[:last]:
+            if k != listed.pk or o == "get" or before.outcome != "ok":
+                continue
+            if o == "delete" and chain and chain[-1][0] == "delete":
+                continue  # the same delete, sent by two coordinators: one recorded request
+            chain.append((o, n))
+        if len(chain) == listed.seq - 1:
+            return [*chain, (op, name)]
+    return []
 
 
 @dataclass

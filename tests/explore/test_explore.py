@@ -129,6 +129,12 @@ FOUND_BEFORE_THE_FIXES = {
     # delete, which c1 then updates; c0's delete is the chain's first write.
     "joined-delete": "seed=3127448389 pol=pct3 mw=1 c0=da:commit c1=da,ua:commit sw=0 rc=0 "
     "fault=c0:pause@1",
+    # Not a protocol bug (found by CI's explorer, session 8): c0 updates b; c1 resumes,
+    # having seen that update, and rewrites b (a delete, joined with c0's identical one,
+    # then a put): one chain of three writes by two coordinators, listed as c1's put at
+    # seq 3. The model rebuilt chains from one coordinator's writes and flagged c0's.
+    "cross-coordinator-chain": "seed=1379129627 pol=rand mw=1 c0=ub,db:commit "
+    "c1=db,pb:commit c2=pa:commit sw=0 rc=0 fault=c2:before@2",
     # c0's lock of a landed but its answer was lost; before botocore resent it, c1
     # adopted that lock, applied the update, committed and completed a. The resent lock
     # found a settled, unlocked item, locked it again and the update was applied twice

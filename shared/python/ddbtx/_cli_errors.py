@@ -84,6 +84,23 @@ def explain(
     message does not say which table it did not find. ``region`` is the region
     the client used, named when its endpoint cannot be reached.
     """
+    message = _before_any_request(exc, endpoint, region)
+    if message is not None:
+        return message
+    error = translate(exc) if isinstance(exc, ClientError) else exc
+    if any(isinstance(e, TableNotFound) for e in _causes(error)):
+        named = missing_tables(describe, tables) if describe is not None else []
+        if named:
+            return f"table not found: {', '.join(named)}; create it or name the right table"
+        return f"a table was not found ({error}); check the table options"
+    if isinstance(error, DynamoDBError) and error.code in _REJECTED_CALLER:
+        return f"AWS rejected the request ({error.code}): {error}; check the credentials and region"
+    return None
+
+
+def _before_any_request(exc: BaseException, endpoint: str | None, region: str | None) -> str | None:
+    """The message for a mistake found before DynamoDB answered (options, emulator,
+    region, credentials, endpoint), or None."""
     if isinstance(exc, CliError):
         return str(exc)
     if isinstance(exc, EmulatorError):
@@ -108,14 +125,6 @@ def explain(
             f"cannot reach DynamoDB in region {region!r} at {url}: check the region name"
             " (--region / AWS_REGION) and your network"
         )
-    error = translate(exc) if isinstance(exc, ClientError) else exc
-    if any(isinstance(e, TableNotFound) for e in _causes(error)):
-        named = missing_tables(describe, tables) if describe is not None else []
-        if named:
-            return f"table not found: {', '.join(named)}; create it or name the right table"
-        return f"a table was not found ({error}); check the table options"
-    if isinstance(error, DynamoDBError) and error.code in _REJECTED_CALLER:
-        return f"AWS rejected the request ({error.code}): {error}; check the credentials and region"
     return None
 
 

@@ -33,7 +33,7 @@ reference for the details it leaves out):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -243,27 +243,29 @@ def _kind(value: Item | None) -> str | None:
     return next(iter(value)) if value else None
 
 
+#: Each type's raw value in a form that Python's ``==`` compares as DynamoDB's ``=``
+#: does (lists and maps recurse in :func:`equal`; other types compare as they are).
+_COMPARABLE: dict[str, Callable[[Any], Any]] = {
+    "N": Decimal,
+    "B": _bytes,
+    "SS": set,
+    "NS": lambda raw: {Decimal(n) for n in raw},
+    "BS": lambda raw: {_bytes(v) for v in raw},
+}
+
+
 def equal(a: Item | None, b: Item | None) -> bool:
     """DynamoDB's ``=`` on two AttributeValues (a missing one equals nothing)."""
     kind = _kind(a)
-    if a is None or b is None or kind is None or kind != _kind(b):
+    if kind is None or kind != _kind(b):
         return False
-    x, y = a[kind], b[kind]
-    if kind == "N":
-        return Decimal(x) == Decimal(y)
-    if kind == "B":
-        return _bytes(x) == _bytes(y)
-    if kind == "SS":
-        return set(x) == set(y)
-    if kind == "NS":
-        return {Decimal(n) for n in x} == {Decimal(n) for n in y}
-    if kind == "BS":
-        return {_bytes(v) for v in x} == {_bytes(v) for v in y}
+    x, y = a[kind], b[kind]  # type: ignore[index]
     if kind == "L":
         return len(x) == len(y) and all(equal(p, q) for p, q in zip(x, y, strict=True))
     if kind == "M":
         return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
-    return bool(x == y)
+    comparable = _COMPARABLE.get(kind, lambda raw: raw)
+    return bool(comparable(x) == comparable(y))
 
 
 def _ordered(value: Item) -> Any:
@@ -377,6 +379,11 @@ class Condition:
             return self._eval(node[1], item, values) and self._eval(node[2], item, values)
         if op == "not":
             return not self._eval(node[1], item, values)
+        return self._test(node, item, values)
+
+    def _test(self, node: tuple[Any, ...], item: Item, values: Mapping[str, Item]) -> bool:
+        """A comparison or a function: what the logical operators combine."""
+        op = node[0]
         if op == "cmp":
             left, right = (self._operand(n, item, values) for n in node[2:])
             return _compare(node[1], left, right)
@@ -387,17 +394,20 @@ class Condition:
             x = self._operand(node[1], item, values)
             return any(equal(x, self._operand(n, item, values)) for n in node[2])
         name, args = node[1], node[2]
-        target = self._operand(args[0], item, values)
-        if name == "attribute_exists":
-            return target is not None
-        if name == "attribute_not_exists":
-            return target is None
-        operand = self._operand(args[1], item, values)
-        if name == "attribute_type":
-            return target is not None and operand is not None and operand.get("S") == _kind(target)
-        if name == "begins_with":
-            return _begins_with(target, operand)
-        return _contains(target, operand)
+        return _TESTS[name](*[self._operand(n, item, values) for n in args])
+
+
+#: What each function says of its operands: the value at its path, then its second
+#: operand (the attribute_* functions but attribute_type have none).
+_TESTS: dict[str, Callable[..., bool]] = {
+    "attribute_exists": lambda target: target is not None,
+    "attribute_not_exists": lambda target: target is None,
+    "attribute_type": lambda target, type_name: (
+        target is not None and type_name is not None and type_name.get("S") == _kind(target)
+    ),
+    "begins_with": _begins_with,
+    "contains": _contains,
+}
 
 
 # --- projections ----------------------------------------------------------------------
@@ -444,24 +454,21 @@ _WHOLE: Any = object()
 def _pick(value: Item, tree: Any) -> Item | None:
     if tree is _WHOLE:
         return value
-    kind = _kind(value)
-    if kind == "M":
-        picked = {
-            k: p
-            for k, sub in tree.items()
-            if isinstance(k, str) and k in value["M"]
-            for p in [_pick(value["M"][k], sub)]
-            if p is not None
-        }
-        return {"M": picked} if picked else None
-    if kind == "L":
-        elements = value["L"]
-        chosen = [
-            p
-            for i in sorted(k for k in tree if isinstance(k, int))
-            if i < len(elements)
-            for p in [_pick(elements[i], tree[i])]
-            if p is not None
-        ]
-        return {"L": chosen} if chosen else None
+    if _kind(value) == "M":
+        return _pick_map(value["M"], tree)
+    if _kind(value) == "L":
+        return _pick_list(value["L"], tree)
     return None
+
+
+def _pick_map(members: Item, tree: Any) -> Item | None:
+    picked = {
+        k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub)) is not None
+    }
+    return {"M": picked} if picked else None
+
+
+def _pick_list(elements: list[Item], tree: Any) -> Item | None:
+    indexes = sorted(k for k in tree if isinstance(k, int) and k < len(elements))
+    chosen = [p for i in indexes if (p := _pick(elements[i], tree[i])) is not None]
+    return {"L": chosen} if chosen else None

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -17,28 +18,41 @@ Item = dict[str, Any]
 MAX_ITEM_BYTES = 400 * 1024
 
 
+#: Each type's stored size, from its raw value, after DynamoDB's sizing rules.
+_SIZES: dict[str, Callable[[Any], int]] = {
+    "S": lambda raw: len(raw.encode()),
+    "N": lambda raw: (len(str(raw).lstrip("-").replace(".", "")) + 1) // 2 + 1,
+    "B": len,
+    "BOOL": lambda raw: 1,
+    "NULL": lambda raw: 1,
+    "SS": lambda raw: sum(len(s.encode()) for s in raw),
+    "NS": lambda raw: sum(value_size({"N": n}) for n in raw),
+    "BS": lambda raw: sum(len(b) for b in raw),
+    "L": lambda raw: 3 + sum(1 + value_size(v) for v in raw),
+    "M": lambda raw: 3 + sum(1 + len(k.encode()) + value_size(v) for k, v in raw.items()),
+}
+
+
 def value_size(value: dict[str, Any]) -> int:
     """Approximate stored size of one AttributeValue, after DynamoDB's sizing rules."""
     ((kind, raw),) = value.items()
-    if kind == "S":
-        return len(raw.encode())
-    if kind == "N":
-        return (len(str(raw).lstrip("-").replace(".", "")) + 1) // 2 + 1
+    if kind not in _SIZES:
+        raise ValueError(f"unknown AttributeValue type {kind!r}")
+    return _SIZES[kind](raw)
+
+
+def as_json(value: dict[str, Any]) -> dict[str, Any]:
+    """One AttributeValue as JSON data: binary values base64-encoded, as in a Lambda event."""
+    ((kind, raw),) = value.items()
     if kind == "B":
-        return len(raw)
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(s.encode()) for s in raw)
-    if kind == "NS":
-        return sum(value_size({"N": n}) for n in raw)
+        return {"B": base64.b64encode(raw).decode()}
     if kind == "BS":
-        return sum(len(b) for b in raw)
-    if kind == "L":
-        return 3 + sum(1 + value_size(v) for v in raw)
+        return {"BS": [base64.b64encode(b).decode() for b in raw]}
     if kind == "M":
-        return 3 + sum(1 + len(k.encode()) + value_size(v) for k, v in raw.items())
-    raise ValueError(f"unknown AttributeValue type {kind!r}")
+        return {"M": {k: as_json(v) for k, v in raw.items()}}
+    if kind == "L":
+        return {"L": [as_json(v) for v in raw]}
+    return value
 
 
 def item_size(item: Item) -> int:

@@ -22,7 +22,7 @@ import zlib
 from typing import Any
 
 from . import schema as s
-from ._items import MAX_ITEM_BYTES, Item, item_size
+from ._items import MAX_ITEM_BYTES, Item, as_json, item_size
 
 #: Raw bytes of one part: a row of it, its key and its TTL stay well under 400 KB.
 PART_BYTES = 350_000
@@ -43,7 +43,7 @@ def part_sort_key(sort_key: str, k: int) -> str:
 
 def split(value: dict[str, Any]) -> list[bytes]:
     """The parts of one AttributeValue (at least one)."""
-    data = zlib.compress(json.dumps(_to_json(value), separators=(",", ":")).encode(), 6)
+    data = zlib.compress(json.dumps(as_json(value), separators=(",", ":")).encode(), 6)
     return [data[i : i + PART_BYTES] for i in range(0, max(len(data), 1), PART_BYTES)]
 
 
@@ -74,19 +74,6 @@ def part_keys(key: Item, sort_name: str, parts: int) -> list[Item]:
     """Keys of the further parts (beyond the first row) of a value spanning ``parts`` rows."""
     base = key[sort_name]["S"]
     return [{**key, sort_name: {"S": part_sort_key(base, k)}} for k in range(1, parts)]
-
-
-def _to_json(value: dict[str, Any]) -> Any:
-    ((kind, raw),) = value.items()
-    if kind == "B":
-        return {"B": base64.b64encode(raw).decode()}
-    if kind == "BS":
-        return {"BS": [base64.b64encode(b).decode() for b in raw]}
-    if kind == "M":
-        return {"M": {name: _to_json(v) for name, v in raw.items()}}
-    if kind == "L":
-        return {"L": [_to_json(v) for v in raw]}
-    return value
 
 
 def _from_json(value: dict[str, Any]) -> dict[str, Any]:

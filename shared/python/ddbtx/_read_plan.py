@@ -19,7 +19,7 @@ from typing import Any, Literal
 from . import schema as s
 from ._conditions import Condition, ExpressionError, Path, parse_projection, project
 from ._items import Item, strip
-from ._requests import check_names, check_placeholders, check_values
+from ._requests import check_expressions, check_names, check_table, check_values, grouped
 from .errors import InvalidRequestError
 
 ReadOp = Literal["query", "scan", "get"]
@@ -96,10 +96,7 @@ def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> st
     """
     if not isinstance(params, Mapping):
         raise _fail(f"the {op} parameters must be a dict", table)
-    if op != "batch":
-        table = params.get("TableName")
-    if not isinstance(table, str) or not table:
-        raise _fail("TableName is missing", None)
+    table = check_table(params.get("TableName") if op != "batch" else table)
     legacy = sorted(set(params) & _LEGACY)
     if legacy:
         raise _fail(
@@ -112,11 +109,7 @@ def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> st
         raise _fail(f"{op} does not support {unknown}", table)
     check_names(params.get("ExpressionAttributeNames"), table)
     check_values(params.get("ExpressionAttributeValues"), table)
-    for name in _EXPRESSIONS:
-        value = params.get(name)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise _fail(f"{name} must be a non-empty string", table)
-    check_placeholders(dict(params), table, _EXPRESSIONS)
+    check_expressions(params, table, _EXPRESSIONS)
     if params.get("Select") == "COUNT" and params.get("ProjectionExpression"):
         raise _fail("ProjectionExpression cannot be given with Select=COUNT", table)
     if op == "query" and not params.get("KeyConditionExpression"):
@@ -253,37 +246,20 @@ def plan(
     return read
 
 
-def _grouped(expression: str) -> str:
-    """``expression`` in parentheses, unless one pair already encloses it all: DynamoDB
-    refuses redundant parentheses (boto3's condition builder adds a pair of its own)."""
-    text = expression.strip()
-    depth = 0
-    for position, char in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0:
-            # Expressions hold no string literals, so parentheses always pair up.
-            enclosed = position == len(text) - 1 and text.startswith("(")
-            return text if enclosed else f"({text})"
-    return f"({text})"
-
-
 def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
     """Items carry their protocol attributes: add them to the projection, widen the filter."""
     sent = read.params = dict(read.params)
-    wanted = dict(PROTOCOL_NAMES)
     if read.projection is not None or read.count_only:
-        requested = {path[0] for path in read.projection or ()}
-        missing_keys = [k for k in read.key_names if k not in requested]
-        extra = [*(f"#ddbtxk{i}" for i in range(len(missing_keys))), *wanted.values()]
-        names.update({f"#ddbtxk{i}": k for i, k in enumerate(missing_keys)})
-        names.update({p: a for a, p in wanted.items()})
+        keys = _unprojected_keys(read)
+        names.update(keys)
+        names.update({p: a for a, p in PROTOCOL_NAMES.items()})
         base = [sent["ProjectionExpression"]] if sent.get("ProjectionExpression") else []
-        sent["ProjectionExpression"] = ", ".join([*base, *extra])
-        read.added = frozenset(missing_keys) | frozenset(wanted)
+        sent["ProjectionExpression"] = ", ".join([*base, *keys, *PROTOCOL_NAMES.values()])
+        read.added = frozenset(keys.values()) | frozenset(PROTOCOL_NAMES)
         if read.count_only:
             sent["Select"] = "SPECIFIC_ATTRIBUTES"
     if sent.get("FilterExpression") and read.level != "uncommitted":
-        sent["FilterExpression"] = f"{_grouped(sent['FilterExpression'])} OR {NEEDS_IMAGE}"
+        sent["FilterExpression"] = f"{grouped(sent['FilterExpression'])} OR {NEEDS_IMAGE}"
         names.update({"#ddbtxp": s.ATTR_APPLIED, "#ddbtxn": s.ATTR_TRANSIENT})
     if names:
         sent["ExpressionAttributeNames"] = names
@@ -295,21 +271,32 @@ def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
     key comes back."""
     sent = read.params = dict(read.params)
     if sent.get("FilterExpression"):
-        sent["FilterExpression"] = f"{_grouped(sent['FilterExpression'])} OR {EVERY_ITEM}"
+        sent["FilterExpression"] = f"{grouped(sent['FilterExpression'])} OR {EVERY_ITEM}"
         names["#ddbtxv"] = s.ATTR_VERDICT
     if read.count_only:
         sent["Select"] = "ALL_PROJECTED_ATTRIBUTES"
     if read.projection is not None:
-        requested = {path[0] for path in read.projection}
-        missing_keys = [k for k in read.key_names if k not in requested]
-        names.update({f"#ddbtxk{i}": k for i, k in enumerate(missing_keys)})
-        extra = [f"#ddbtxk{i}" for i in range(len(missing_keys))]
-        sent["ProjectionExpression"] = ", ".join([sent["ProjectionExpression"], *extra])
+        keys = _unprojected_keys(read)
+        names.update(keys)
+        sent["ProjectionExpression"] = ", ".join([sent["ProjectionExpression"], *keys])
     # Placeholders only the filter used would now be unused, which DynamoDB refuses.
+    _keep_used(sent, names, dict(read.values))
+
+
+def _unprojected_keys(read: ReadPlan) -> dict[str, str]:
+    """The table's key attributes the projection leaves out (the read needs them back),
+    by the placeholders that add them."""
+    requested = {path[0] for path in read.projection or ()}
+    missing = [k for k in read.key_names if k not in requested]
+    return {f"#ddbtxk{i}": k for i, k in enumerate(missing)}
+
+
+def _keep_used(sent: dict[str, Any], names: dict[str, str], values: dict[str, Any]) -> None:
+    """Only the placeholders the expressions of ``sent`` use, in its placeholder maps."""
     used = set(_PLACEHOLDER.findall(" ".join(sent.get(e) or "" for e in _EXPRESSIONS)))
     for param, mapping in (
         ("ExpressionAttributeNames", names),
-        ("ExpressionAttributeValues", dict(read.values)),
+        ("ExpressionAttributeValues", values),
     ):
         kept = {p: v for p, v in mapping.items() if p in used}
         if kept:

@@ -7,7 +7,7 @@ leaves the transaction exactly as it was.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -92,17 +92,7 @@ def _check_av(name: str, value: Any, table: str) -> None:
 
 def check_names(names: Any, table: str) -> None:
     """``ExpressionAttributeNames`` well formed, none reserved by ddbtx."""
-    if names is None:
-        return
-    if not isinstance(names, dict):
-        raise _fail("ExpressionAttributeNames must be a dict", table)
-    for placeholder, real in names.items():
-        if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
-            raise _fail(f"placeholder {placeholder!r} is not '#' and letters, digits or _", table)
-        if not placeholder.startswith("#"):
-            raise _fail(f"placeholder {placeholder!r} must start with '#'", table)
-        if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
-            raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
+    for placeholder, real in _entries(names, "ExpressionAttributeNames", "#", table):
         if not isinstance(real, str) or real.startswith(schema.RESERVED_PREFIX):
             raise _fail(
                 f"attribute name {real!r} (behind {placeholder}) uses the reserved prefix "
@@ -113,49 +103,77 @@ def check_names(names: Any, table: str) -> None:
 
 def check_values(values: Any, table: str) -> None:
     """``ExpressionAttributeValues`` well formed low-level values, none reserved by ddbtx."""
-    if values is None:
-        return
-    if not isinstance(values, dict):
-        raise _fail("ExpressionAttributeValues must be a dict", table)
-    for placeholder, value in values.items():
-        if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
-            raise _fail(f"placeholder {placeholder!r} is not ':' and letters, digits or _", table)
-        if not placeholder.startswith(":"):
-            raise _fail(f"placeholder {placeholder!r} must start with ':'", table)
-        if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
-            raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
+    for placeholder, value in _entries(values, "ExpressionAttributeValues", ":", table):
         _check_av(placeholder, value, table)
 
 
-def check_placeholders(
-    params: dict[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
+def _entries(mapping: Any, param: str, sigil: str, table: str) -> Iterator[tuple[str, Any]]:
+    """A placeholder map's entries (none if it is absent), each placeholder checked as
+    it comes: ``sigil`` then letters, digits or _, and not reserved by ddbtx."""
+    if mapping is None:
+        return
+    if not isinstance(mapping, dict):
+        raise _fail(f"{param} must be a dict", table)
+    for placeholder, value in mapping.items():
+        if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
+            odd = f"placeholder {placeholder!r} is not '{sigil}' and letters, digits or _"
+            raise _fail(odd, table)
+        if not placeholder.startswith(sigil):
+            raise _fail(f"placeholder {placeholder!r} must start with '{sigil}'", table)
+        if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
+            raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
+        yield placeholder, value
+
+
+def check_table(table: Any) -> str:
+    """The ``TableName`` of a request, which it must have."""
+    if not isinstance(table, str) or not table:
+        raise _fail("TableName is missing", None)
+    return table
+
+
+def check_expressions(
+    params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
-    """Every placeholder defined is used, and every one used is defined, as DynamoDB demands.
+    """Each expression a non-empty string (or absent); every placeholder defined is used,
+    and every one used is defined, as DynamoDB demands.
 
     DynamoDB rejects the whole request otherwise; the protocol's own writes add
     placeholders of their own, so without this check such a request could be
     applied (or worse, read one of the protocol's placeholders).
     ``expression_params`` names the request's expression parameters.
     """
+    for name in expression_params:
+        value = params.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise _fail(f"{name} must be a non-empty string", table)
     expressions = [params[p] for p in expression_params if params.get(p) is not None]
     used = set(_PLACEHOLDER.findall(" ".join(expressions)))
     for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
-        defined = params.get(param)
-        if defined is None:
-            mentioned = ", ".join(sorted(t for t in used if t.startswith(sigil)))
-            if mentioned:
-                raise _fail(f"{mentioned} used in an expression but {param} is missing", table)
-            continue
-        if not defined:
-            raise _fail(f"{param} must not be empty", table)
-        if not expressions:
-            raise _fail(f"{param} can only be specified when using expressions", table)
-        undefined = ", ".join(sorted(t for t in used if t.startswith(sigil) and t not in defined))
-        if undefined:
-            raise _fail(f"{undefined} used in an expression but not defined in {param}", table)
-        unused = ", ".join(sorted(set(defined) - used))
-        if unused:
-            raise _fail(f"{param} has entries no expression uses: {unused}", table)
+        mine = {t for t in used if t.startswith(sigil)}
+        _check_defined(param, params.get(param), mine, used, bool(expressions), table)
+
+
+def _check_defined(
+    param: str, defined: Any, mine: set[str], used: set[str], expressions: bool, table: str
+) -> None:
+    """One placeholder map (``param``) against the placeholders the expressions use:
+    ``mine`` of its kind, ``used`` of both."""
+    if defined is None:
+        mentioned = ", ".join(sorted(mine))
+        if mentioned:
+            raise _fail(f"{mentioned} used in an expression but {param} is missing", table)
+        return
+    if not defined:
+        raise _fail(f"{param} must not be empty", table)
+    if not expressions:
+        raise _fail(f"{param} can only be specified when using expressions", table)
+    undefined = ", ".join(sorted(mine - set(defined)))
+    if undefined:
+        raise _fail(f"{undefined} used in an expression but not defined in {param}", table)
+    unused = ", ".join(sorted(set(defined) - used))
+    if unused:
+        raise _fail(f"{param} has entries no expression uses: {unused}", table)
 
 
 def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
@@ -202,9 +220,7 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
     InvalidRequestError
         Naming the first problem found; nothing has been written.
     """
-    table = params.get("TableName")
-    if not isinstance(table, str) or not table:
-        raise _fail("TableName is missing", None)
+    table = check_table(params.get("TableName"))
     unknown = set(params) - _ALLOWED[op]
     if unknown:
         raise _fail(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
@@ -215,35 +231,37 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:
             raise _fail(f"ReturnValues={rv!r} is not supported for {op}_item", table)
-    for text_param in _EXPRESSIONS:
-        value = params.get(text_param)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise _fail(f"{text_param} must be a non-empty string", table)
-    check_placeholders(params, table)
+    check_expressions(params, table)
     params = dict(params)
     if op == "put":
-        item = params.get("Item")
-        if not isinstance(item, dict) or not item:
-            raise _fail("Item is missing or empty", table)
-        for name, value in item.items():
-            if name.startswith(schema.RESERVED_PREFIX):
-                raise _fail(
-                    f"attribute name {name!r} uses the reserved prefix {schema.RESERVED_PREFIX!r}",
-                    table,
-                )
-            _check_av(name, value, table)
-        missing = [k for k in key_types if k not in item]
-        if missing:
-            raise _fail(f"Item lacks key attributes {missing}", table)
-        key = _check_key({k: item[k] for k in key_types}, key_types, table)
-        params["Item"] = {**item, **key}
-        size = item_size(item)
-        if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
-            raise _fail(too_large(size), table, key)
+        key = _check_item(params, key_types, table)
     else:
         key = _check_key(params.get("Key"), key_types, table)
         params["Key"] = key
     return Request(op=op, table=table, key=key, params=params, rid=request_id(table, key))
+
+
+def _check_item(params: dict[str, Any], key_types: KeyTypes, table: str) -> Item:
+    """A put's key in canonical form, after checking its item (whose key it becomes)."""
+    item = params.get("Item")
+    if not isinstance(item, dict) or not item:
+        raise _fail("Item is missing or empty", table)
+    for name, value in item.items():
+        if name.startswith(schema.RESERVED_PREFIX):
+            raise _fail(
+                f"attribute name {name!r} uses the reserved prefix {schema.RESERVED_PREFIX!r}",
+                table,
+            )
+        _check_av(name, value, table)
+    missing = [k for k in key_types if k not in item]
+    if missing:
+        raise _fail(f"Item lacks key attributes {missing}", table)
+    key = _check_key({k: item[k] for k in key_types}, key_types, table)
+    params["Item"] = {**item, **key}
+    size = item_size(item)
+    if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
+        raise _fail(too_large(size), table, key)
+    return key
 
 
 def too_large(size: int | None = None) -> str:
@@ -273,6 +291,21 @@ def merge_set(update_expression: str, assignments: str) -> str:
     end = following[0] if following else len(update_expression)
     clause = update_expression[start:end].rstrip()
     return f"{update_expression[:start]}{clause}, {assignments} {update_expression[end:]}".strip()
+
+
+def grouped(expression: str) -> str:
+    """``expression`` in parentheses, unless one pair already encloses it all: DynamoDB
+    refuses redundant parentheses ("The expression has redundant parentheses"; boto3's
+    condition builder adds a pair of its own)."""
+    text = expression.strip()
+    depth = 0
+    for position, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            # Expressions hold no string literals, so parentheses always pair up.
+            enclosed = position == len(text) - 1 and text.startswith("(")
+            return text if enclosed else f"({text})"
+    return f"({text})"
 
 
 def with_user_condition(req: Request, protocol_condition: str) -> str:

@@ -27,6 +27,9 @@ from ._items import applied, lock_owner
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
+
+    from .locks import LockRow
 
 
 @dataclass
@@ -123,6 +126,10 @@ def _print_json(data: Any) -> None:
 
 def _key_text(key: dict[str, Any]) -> str:
     return ", ".join(f"{name}={next(iter(value.values()))}" for name, value in key.items())
+
+
+def _yes(flag: Any) -> str:
+    return "yes" if flag else "no"
 
 
 # --- the commands -----------------------------------------------------------------------
@@ -231,8 +238,8 @@ def _show_transaction(result: dict[str, Any]) -> None:
             item["table"],
             _key_text(item["key"]),
             item["operation"],
-            "yes" if item["locked"] else "no",
-            "yes" if item["write_applied"] else "no",
+            _yes(item["locked"]),
+            _yes(item["write_applied"]),
             other or "",
         )
     console.print(table)
@@ -288,8 +295,6 @@ def cmd_locks(opts: Options) -> int:
     """Who holds what: lock-table rows (with queue positions) and transaction item locks."""
     from dataclasses import asdict
 
-    from rich.table import Table
-
     from .locks import list_locks
 
     if not opts.locks_table and not opts.data_tables:
@@ -311,28 +316,40 @@ def cmd_locks(opts: Options) -> int:
         )
         return 0
     console = _console()
+    if not opts.locks_table:
+        console.print("lock rows: no locks table configured (--locks-table / LOCKS_TABLE)")
+    else:
+        console.print(_row_table(lock_rows) if lock_rows else f"no lock rows in {opts.locks_table}")
+    if not opts.data_tables:
+        console.print("item locks: no data tables configured (--data-tables / DATA_TABLES)")
+    else:
+        empty = f"no item locked by a transaction in {', '.join(opts.data_tables)}"
+        console.print(_item_table(item_locks) if item_locks else empty)
+    return 0
+
+
+def _row_table(lock_rows: list["LockRow"]) -> "Table":
+    from rich.table import Table
+
     table = Table("resource", "kind", "namespace", "state", "owner", "fencing", "ticket", "queue")
     for r in lock_rows:
         table.add_row(
             r.resource, r.kind, r.namespace or "", r.state, r.owner or "",
             str(r.fencing_token or ""), str(r.ticket or ""), str(r.queue_position or ""),
         )  # fmt: skip
-    if not opts.locks_table:
-        console.print("lock rows: no locks table configured (--locks-table / LOCKS_TABLE)")
-    else:
-        console.print(table if lock_rows else f"no lock rows in {opts.locks_table}")
-    items = Table("table", "key", "transaction", "state", "write applied")
+    return table
+
+
+def _item_table(item_locks: list[dict[str, Any]]) -> "Table":
+    from rich.table import Table
+
+    table = Table("table", "key", "transaction", "state", "write applied")
     for i in item_locks:
-        items.add_row(
+        table.add_row(
             i["table"], _key_text(i["key"]), i["transaction_id"], i["state"],
-            "yes" if i["write_applied"] else "no",
+            _yes(i["write_applied"]),
         )  # fmt: skip
-    if not opts.data_tables:
-        console.print("item locks: no data tables configured (--data-tables / DATA_TABLES)")
-    else:
-        tables = ", ".join(opts.data_tables)
-        console.print(items if item_locks else f"no item locked by a transaction in {tables}")
-    return 0
+    return table
 
 
 def cmd_break_lock(
@@ -349,8 +366,6 @@ def cmd_break_lock(
 
     Exit status: 0 broken (or nobody held it), 1 refused.
     """
-    import getpass
-    import socket
     import time
 
     from .errors import LockNotFoundError
@@ -358,13 +373,7 @@ def cmd_break_lock(
 
     if not opts.locks_table:
         raise CliError("no locks table: name it with --locks-table / LOCKS_TABLE")
-    if by is not None:
-        who = by
-    else:
-        try:
-            who = f"{getpass.getuser()}@{socket.gethostname()}"
-        except (OSError, KeyError) as exc:  # a container user with no passwd entry
-            raise CliError("cannot tell who you are: name yourself with --by") from exc
+    who = _operator(by)
     console = _console()
 
     def watch(seconds: float) -> None:
@@ -396,6 +405,19 @@ def cmd_break_lock(
         if result.reason:
             console.print(result.reason)
     return 1 if result.outcome == "refused" else 0
+
+
+def _operator(by: str | None) -> str:
+    """Who breaks a lock: ``--by``, else user@host."""
+    import getpass
+    import socket
+
+    if by is not None:
+        return by
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except (OSError, KeyError) as exc:  # a container user with no passwd entry
+        raise CliError("cannot tell who you are: name yourself with --by") from exc
 
 
 def cmd_add_lock_index(opts: Options, table: str, *, wait: bool = True) -> int:

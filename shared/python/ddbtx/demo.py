@@ -304,15 +304,16 @@ def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
         for r in _scan_all(client, DEMO_TABLES["transactions"])
         if r[s.TX_SK]["S"] == s.TX_HEADER_SK
     ]
-    unfinished = [r for r in headers if not flag(r, s.TX_FINISHED)]
     return Health(
         raw_total=raw,
         committed_total=committed,
-        unfinished=Counter(STATE_NAMES[r[s.TX_STATE]["S"]] for r in unfinished),
-        locked_items=sum(1 for i in items if s.ATTR_LOCK in i),
+        unfinished=Counter(
+            STATE_NAMES[r[s.TX_STATE]["S"]] for r in headers if not flag(r, s.TX_FINISHED)
+        ),
+        locked_items=sum(s.ATTR_LOCK in i for i in items),
         images=len(_scan_all(client, DEMO_TABLES["images"])),
         # A free mutex row stays for its fencing counter: only held locks are left over.
-        lock_rows=sum(1 for r in list_locks(client, DEMO_TABLES["locks"]) if r.state != "free"),
+        lock_rows=sum(r.state != "free" for r in list_locks(client, DEMO_TABLES["locks"])),
         records=frozenset(r[s.TX_PK]["S"] for r in headers),
     )
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from . import schema as s
+from ._requests import grouped
 from .errors import DdbtxError
 
 #: Name placeholder the guard uses for the lock attribute (a suffix is added on a clash).
@@ -133,42 +134,25 @@ def _guard_write(params: Mapping[str, Any], where: str) -> dict[str, Any]:
     if condition is not None and not isinstance(condition, str):
         # A boto3.dynamodb.conditions object: rendered here, with placeholders renamed
         # clear of the request's own, instead of leaving boto3 to number them.
-        condition, built_names, built_values = _render(condition, names, values or {})
-        names.update(built_names)
-        if built_values:
-            values = {**(values or {}), **built_values}
+        condition, names, values = _render(condition, names, values)
     placeholder = _free(PLACEHOLDER, names, params)
     names[placeholder] = s.ATTR_LOCK
     # guard: no transaction holds this item's lock (a lock is released by removing the
     # attribute, so an unlocked item passes and only the request's own condition decides).
     mine = f"attribute_not_exists({placeholder})"
-    out["ConditionExpression"] = f"{mine} AND {_operand(condition)}" if condition else mine
+    out["ConditionExpression"] = f"{mine} AND {grouped(condition)}" if condition else mine
     out["ExpressionAttributeNames"] = names
     if values is not None:
         out["ExpressionAttributeValues"] = values
     return out
 
 
-def _operand(expression: str) -> str:
-    """``expression`` in parentheses, unless a pair already encloses all of it: DynamoDB
-    rejects a doubled pair ("The expression has redundant parentheses")."""
-    text = expression.strip()
-    if text.startswith("("):
-        depth = 0
-        for at, char in enumerate(text):
-            depth += {"(": 1, ")": -1}.get(char, 0)
-            if depth == 0:
-                if at == len(text) - 1:
-                    return text
-                break
-    return f"({text})"
-
-
 def _render(
-    condition: Any, names: Mapping[str, str], values: Mapping[str, Any]
-) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """A conditions object as (expression, names, values) with placeholders free in the
-    request (boto3 numbers them ``#n0``, ``:v0`` ...; a request may use those too)."""
+    condition: Any, names: dict[str, str], values: dict[str, Any] | None
+) -> tuple[str, dict[str, str], dict[str, Any] | None]:
+    """A conditions object as (expression, names, values): the request's ``names`` and
+    ``values`` with the object's placeholders added, renamed free in the request (boto3
+    numbers them ``#n0``, ``:v0`` ...; a request may use those too)."""
     from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 
     if not isinstance(condition, ConditionBase):
@@ -177,7 +161,7 @@ def _render(
             f"condition, not {type(condition)!r}"
         )
     built = ConditionExpressionBuilder().build_expression(condition)
-    taken = set(names) | set(values)
+    taken = set(names) | set(values or {})
     renamed: dict[str, str] = {}
     for old in [*built.attribute_name_placeholders, *built.attribute_value_placeholders]:
         new = old.replace("#n", "#ddbtxN", 1).replace(":v", ":ddbtxV", 1)
@@ -188,10 +172,11 @@ def _render(
     expression = re.sub(
         r"[#:][nv]\d+\b", lambda m: renamed.get(m.group(0), m.group(0)), built.condition_expression
     )
+    built_values = {renamed[k]: v for k, v in built.attribute_value_placeholders.items()}
     return (
         expression,
-        {renamed[k]: v for k, v in built.attribute_name_placeholders.items()},
-        {renamed[k]: v for k, v in built.attribute_value_placeholders.items()},
+        {**names, **{renamed[k]: v for k, v in built.attribute_name_placeholders.items()}},
+        {**(values or {}), **built_values} if built_values else values,
     )
 
 

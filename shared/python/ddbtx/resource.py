@@ -178,28 +178,8 @@ class Table:
         params: dict[str, Any] = {"TableName": self.name, **kwargs}
         names = dict(params.get("ExpressionAttributeNames") or {})
         python_values = dict(params.get("ExpressionAttributeValues") or {})
-        builder = ConditionExpressionBuilder()
         try:
-            for param in _CONDITIONS:
-                condition = params.get(param)
-                if not isinstance(condition, ConditionBase):
-                    continue
-                built = builder.build_expression(
-                    condition, is_key_condition=param == "KeyConditionExpression"
-                )
-                clash = sorted(
-                    (set(built.attribute_name_placeholders) & set(names))
-                    | (set(built.attribute_value_placeholders) & set(python_values))
-                )
-                if clash:
-                    raise InvalidRequestError(
-                        f"placeholders {clash} are both given and made by boto3's condition "
-                        "builder; rename them",
-                        table=self.name,
-                    )
-                params[param] = built.condition_expression
-                names.update(built.attribute_name_placeholders)
-                python_values.update(built.attribute_value_placeholders)
+            self._render(params, names, python_values)
             for param in _ITEMS:
                 if param in params:
                     params[param] = _to_low(params[param], param)
@@ -212,6 +192,33 @@ class Table:
         except (TypeError, ValueError, Boto3Error) as exc:
             raise InvalidRequestError(f"{exc} (boto3 cannot convert it)", table=self.name) from exc
         return params
+
+    def _render(
+        self, params: dict[str, Any], names: dict[str, str], python_values: dict[str, Any]
+    ) -> None:
+        """Each boto3 conditions object in ``params`` as its expression text, its
+        placeholders added to ``names`` and ``python_values``."""
+        builder = ConditionExpressionBuilder()
+        for param in _CONDITIONS:
+            condition = params.get(param)
+            if not isinstance(condition, ConditionBase):
+                continue
+            built = builder.build_expression(
+                condition, is_key_condition=param == "KeyConditionExpression"
+            )
+            clash = sorted(
+                (set(built.attribute_name_placeholders) & set(names))
+                | (set(built.attribute_value_placeholders) & set(python_values))
+            )
+            if clash:
+                raise InvalidRequestError(
+                    f"placeholders {clash} are both given and made by boto3's condition "
+                    "builder; rename them",
+                    table=self.name,
+                )
+            params[param] = built.condition_expression
+            names.update(built.attribute_name_placeholders)
+            python_values.update(built.attribute_value_placeholders)
 
 
 def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,9 @@ Examples
 
 from __future__ import annotations
 
-import base64
 from typing import Any
+
+from ._items import as_json
 
 __all__ = ["StreamReader", "lambda_record"]
 
@@ -103,17 +104,3 @@ def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
         "eventSourceARN": stream_arn,
         "dynamodb": body,
     }
-
-
-def as_json(value: dict[str, Any]) -> dict[str, Any]:
-    """One AttributeValue with binary values base64-encoded, as in a Lambda event."""
-    ((kind, raw),) = value.items()
-    if kind == "B":
-        return {"B": base64.b64encode(raw).decode()}
-    if kind == "BS":
-        return {"BS": [base64.b64encode(b).decode() for b in raw]}
-    if kind == "M":
-        return {"M": {k: as_json(v) for k, v in raw.items()}}
-    if kind == "L":
-        return {"L": [as_json(v) for v in raw]}
-    return value

@@ -318,13 +318,7 @@ class _Parsed:
         key = body.get("Keys")
         if not isinstance(key, Mapping) or not key:
             raise StreamRecordError("no dynamodb.Keys", sequence_number=seq)
-        old = _image(body, "OldImage", seq)
-        new = _image(body, "NewImage", seq)
-        for missing in (n for n in _IMAGES_OF[name] if body.get(n) is None):
-            raise StreamRecordError(
-                f"a {name} record without its {missing} (is the stream {_VIEW_TYPE}?)",
-                sequence_number=seq,
-            )
+        old, new = _images(body, name, seq)
         return cls(_table_of(record, seq), name, dict(key), old, new, seq)
 
     def change(
@@ -346,6 +340,18 @@ class _Parsed:
             sequence_number=self.sequence_number,
             old_known=old_known,
         )
+
+
+def _images(body: Mapping[str, Any], name: str, seq: str) -> tuple[Item | None, Item | None]:
+    """The old and new images of a ``name`` record, which must carry those of its event."""
+    old = _image(body, "OldImage", seq)
+    new = _image(body, "NewImage", seq)
+    for missing in (n for n in _IMAGES_OF[name] if body.get(n) is None):
+        raise StreamRecordError(
+            f"a {name} record without its {missing} (is the stream {_VIEW_TYPE}?)",
+            sequence_number=seq,
+        )
+    return old, new
 
 
 def _image(body: Mapping[str, Any], name: str, seq: str) -> Item | None:
@@ -391,16 +397,22 @@ def _canonical(value: Any) -> Any:
     if not isinstance(value, Mapping) or len(value) != 1:
         return value
     ((kind, raw),) = value.items()
-    if kind == "N":
-        return ("N", _number(raw))
-    if kind in ("SS", "NS", "BS") and isinstance(raw, list):
-        members = [_number(m) if kind == "NS" else m for m in raw]
-        return (kind, tuple(sorted(members, key=repr)))
-    if kind == "M" and isinstance(raw, Mapping):
-        return ("M", tuple(sorted((k, _canonical(v)) for k, v in raw.items())))
-    if kind == "L" and isinstance(raw, list):
-        return ("L", tuple(_canonical(v) for v in raw))
-    return (kind, raw)
+    case = _CANONICAL.get(kind)
+    if case is None or not isinstance(raw, case[0]):
+        return (kind, raw)
+    return (kind, case[1](raw))
+
+
+#: Each type's one form for comparing: the raw value it applies to (a malformed one is
+#: compared as it is), and the form (sets sorted, numbers spelled one way).
+_CANONICAL: dict[str, tuple[type, Callable[[Any], Any]]] = {
+    "N": (object, _number),
+    "SS": (list, lambda raw: tuple(sorted(raw, key=repr))),
+    "NS": (list, lambda raw: tuple(sorted((_number(m) for m in raw), key=repr))),
+    "BS": (list, lambda raw: tuple(sorted(raw, key=repr))),
+    "M": (Mapping, lambda raw: tuple(sorted((k, _canonical(v)) for k, v in raw.items()))),
+    "L": (list, lambda raw: tuple(_canonical(v) for v in raw)),
+}
 
 
 # -- Powertools' batch processor ---------------------------------------------------------------

@@ -22,7 +22,6 @@ from ._rows import (
     MUTEX_SK,
     OWNER,
     RVN,
-    Item,
     check_duration,
     check_owner,
     check_resource,
@@ -31,6 +30,7 @@ from ._rows import (
     get_str,
     key,
     new_id,
+    returned_row,
     was_retried,
 )
 
@@ -116,15 +116,9 @@ class MutexSteps:
         rvn = new_id()
         sent = self._clock()
         now = self._wall()
-        with self._mutex:
-            watched = self._seen.get(resource)
-        expired = (
-            watched is not None
-            and self._expire_after is not None
-            and sent - watched.since >= self._expire_after
-        )
+        expired_rvn = self._expired(resource, sent)
         # A fresh id as ":seen" matches no record: only free rows (or our replay) pass.
-        seen = watched.rvn if expired and watched is not None else new_id()
+        seen = expired_rvn if expired_rvn is not None else new_id()
         try:
             response = yield from request(
                 "update_item",
@@ -155,16 +149,24 @@ class MutexSteps:
         with self._mutex:
             self._seen.pop(resource, None)
             self._acquired[resource] = (sent, token)
-        if expired:
+        if expired_rvn is not None:
             logger.info("took over mutex %r after %ss unreleased", resource, self._expire_after)
         return token
+
+    def _expired(self, resource: str, now: float) -> str | None:
+        """The rvn of the record we watched unchanged for ``expire_after`` until ``now``
+        (its holder's lock expired: we may take it over), if any."""
+        with self._mutex:
+            watched = self._seen.get(resource)
+        if watched is None or self._expire_after is None:
+            return None
+        return watched.rvn if now - watched.since >= self._expire_after else None
 
     def _watch(self, resource: str, exc: ConditionFailed) -> Step[None]:
         """Remember the record that refused us, if we may ever take it over."""
         if self._expire_after is None:
             return
-        response = getattr(exc.__cause__, "response", None)
-        item: Item | None = response.get("Item") if isinstance(response, dict) else None
+        item = returned_row(exc)
         if not item:  # dynalite does not return the row with the failure: read it
             read = yield from request(
                 "get_item", TableName=self.table, Key=key(resource, MUTEX_SK), ConsistentRead=True

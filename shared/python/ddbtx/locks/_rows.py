@@ -256,11 +256,12 @@ def expressions(
     ``names`` adds placeholders of its own (a FIFO entry's attribute names).
     """
     params: dict[str, Any] = dict(texts)
-    used = {p for text in texts.values() for p in _NAME_TOKEN.findall(text)}
+    text = " ".join(texts.values())
+    used = set(_NAME_TOKEN.findall(text))
     if used:
         known = {**_NAMES, **(names or {})}
         params["ExpressionAttributeNames"] = {p: known[p] for p in sorted(used)}
-    wanted = {p for text in texts.values() for p in _VALUE_TOKEN.findall(text)}
+    wanted = set(_VALUE_TOKEN.findall(text))
     if wanted:
         given = values or {}
         missing = wanted - given.keys()
@@ -292,6 +293,14 @@ def get_bool(item: Item, name: str) -> bool:
 def get_bytes(item: Item, name: str) -> bytes | None:
     value = item.get(name, {}).get("B")
     return bytes(value) if isinstance(value, bytes | bytearray) else None
+
+
+def returned_row(exc: BaseException) -> Item | None:
+    """The row as a failed condition found it, where DynamoDB returns it with the failure
+    (``ReturnValuesOnConditionCheckFailure``: AWS and moto, not dynalite)."""
+    response = getattr(exc.__cause__, "response", None)
+    row: Item | None = response.get("Item") if isinstance(response, dict) else None
+    return row
 
 
 def was_retried(exc: BaseException) -> bool:

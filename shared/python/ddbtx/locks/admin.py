@@ -155,19 +155,8 @@ def _rows(item: Item) -> list[LockRow]:
     """What one table row says: one lock row, or a FIFO head's holder and waiters."""
     resource = get_str(item, schema.LOCK_PK) or ""
     sort_key = get_str(item, schema.LOCK_SK) or ""
-    owner = get_str(item, OWNER)
-    rvn = get_str(item, RVN)
     if sort_key in (MUTEX_SK, LEASE_SK):
-        kind: Literal["mutex", "lease"] = "mutex" if sort_key == MUTEX_SK else "lease"
-        # A mutex written before mutexes kept their row (no counter) is held while it exists.
-        held = get_str(item, HOLD) or (kind == "mutex" and owner is not None)
-        state: Literal["held", "free"] = "held" if held else "free"
-        expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
-        return [
-            LockRow(resource, kind, None, state, owner, get_int(item, FENCE), None, None,
-                    expiry, rvn),
-            *_waiting(resource, kind, None, line_entries(item)),
-        ]  # fmt: skip
+        return _single_rows(item, resource, "mutex" if sort_key == MUTEX_SK else "lease")
     parsed = parse_fifo_sk(sort_key)
     if parsed is None:
         return []
@@ -183,6 +172,20 @@ def _rows(item: Item) -> list[LockRow]:
                 holder.expires, holder.rvn)
     ]  # fmt: skip
     return rows + _waiting(resource, "fifo", namespace, waiters)
+
+
+def _single_rows(item: Item, resource: str, kind: Literal["mutex", "lease"]) -> list[LockRow]:
+    """A mutex or lease row: its holder, and who waits in its line."""
+    owner = get_str(item, OWNER)
+    # A mutex written before mutexes kept their row (no counter) is held while it exists.
+    held = get_str(item, HOLD) or (kind == "mutex" and owner is not None)
+    state: Literal["held", "free"] = "held" if held else "free"
+    expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
+    return [
+        LockRow(resource, kind, None, state, owner, get_int(item, FENCE), None, None,
+                expiry, get_str(item, RVN)),
+        *_waiting(resource, kind, None, line_entries(item)),
+    ]  # fmt: skip
 
 
 def _waiting(
@@ -283,30 +286,34 @@ def sweep_expired_page(
         **params,
         **expressions({":cutoff": cutoff, ":mutex": MUTEX_SK}, FilterExpression=SWEEP_FILTER),
     )
-    deleted = 0
-    for item in items:
-        sort_key = get_str(item, schema.LOCK_SK) or ""
-        if FENCE in item:
-            deleted += _free_expired_mutex(client, table, item)
-            continue
-        parsed = parse_fifo_sk(sort_key)
-        is_queue_row = parsed is not None and parsed[1] is not None
-        rvn = get_str(item, RVN)
-        expiry = get_num(item, schema.LOCK_TTL)
-        if not (sort_key == MUTEX_SK or is_queue_row) or rvn is None or expiry is None:
-            continue  # not a row this package wrote: leave it alone
-        try:
-            call(
-                client,
-                "delete_item",
-                TableName=table,
-                Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
-                **expressions({":rvn": rvn, ":ttl": expiry}, ConditionExpression=SWEEP_DELETE),
-            )
-        except ConditionFailed:
-            continue  # renewed or re-acquired since the scan read it
-        deleted += 1
+    deleted = sum(
+        _free_expired_mutex(client, table, item)
+        if FENCE in item
+        else _delete_expired_row(client, table, item)
+        for item in items
+    )
     return SweepResult(deleted=deleted, scanned=scanned, next_key=next_key)
+
+
+def _delete_expired_row(client: Any, table: str, item: Item) -> int:
+    sort_key = get_str(item, schema.LOCK_SK) or ""
+    parsed = parse_fifo_sk(sort_key)
+    is_queue_row = parsed is not None and parsed[1] is not None
+    rvn = get_str(item, RVN)
+    expiry = get_num(item, schema.LOCK_TTL)
+    if not (sort_key == MUTEX_SK or is_queue_row) or rvn is None or expiry is None:
+        return 0  # not a row this package wrote: leave it alone
+    try:
+        call(
+            client,
+            "delete_item",
+            TableName=table,
+            Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
+            **expressions({":rvn": rvn, ":ttl": expiry}, ConditionExpression=SWEEP_DELETE),
+        )
+    except ConditionFailed:
+        return 0  # renewed or re-acquired since the scan read it
+    return 1
 
 
 def _free_expired_mutex(client: Any, table: str, item: Item) -> int:

@@ -80,6 +80,13 @@ _BREAK_LEASE = "SET #brk = :mark REMOVE #hold, #owner, #rvn, #exp, #data"
 BREAK_FIFO = "#t = :ticket AND #w.#rvn = :rvn"
 _BREAK_FIFO = f"SET #brk = :mark {LEAVE}"
 
+#: Each kind's break: its condition and its update.
+_BREAKS: dict[Kind, tuple[str, str]] = {
+    "mutex": (BREAK_MUTEX, _BREAK_MUTEX),
+    "lease": (BREAK_LEASE, _BREAK_LEASE),
+    "fifo": (BREAK_FIFO, _BREAK_FIFO),
+}
+
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
 
@@ -197,13 +204,7 @@ def break_lock(
     """
     check_resource(resource)
     check_name(by, "by", MAX_OWNER_BYTES)
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
-    if namespace is not None:
-        check_namespace(namespace)
-        if kind not in (None, "fifo"):
-            raise ValueError(f"a namespace names a FIFO lock, not a {kind}")
-        kind = "fifo"
+    kind = _check_kind(kind, namespace)
     if not isinstance(force, bool):
         raise ValueError(f"force must be a bool, not {type(force).__name__}")
     if seen is not None:
@@ -217,6 +218,18 @@ def break_lock(
         raise ValueError(f"max_wait must be a number of seconds >= 0, not {max_wait!r}")
     breaker = _Breaker(client, table, resource, by, clock, wall_clock, sleep)
     return breaker.run(kind, namespace, force=force, seen=seen, max_wait=float(max_wait))
+
+
+def _check_kind(kind: Kind | None, namespace: str | None) -> Kind | None:
+    """The kind of lock row asked for: ``kind``, which a namespace makes ``fifo``."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if namespace is None:
+        return kind
+    check_namespace(namespace)
+    if kind not in (None, "fifo"):
+        raise ValueError(f"a namespace names a FIFO lock, not a {kind}")
+    return "fifo"
 
 
 class _Breaker:
@@ -259,6 +272,26 @@ class _Breaker:
 
     def find(self, kind: Kind | None, namespace: str | None) -> tuple[Kind, str | None, Item]:
         """The one lock row asked for."""
+        rows = self.rows()
+        wanted = [
+            r for r in rows if kind in (None, r[0]) and namespace in (None, r[1])
+        ]  # fmt: skip
+        if not wanted:
+            there = ", ".join(_name(k, ns) for k, ns, _ in rows) or "none"
+            raise LockNotFoundError(
+                f"no {_asked(kind, namespace)}lock row for resource {self.resource!r} in "
+                f"{self.table!r} (its lock rows: {there})"
+            )
+        if len(wanted) > 1:
+            there = ", ".join(_name(k, ns) for k, ns, _ in wanted)
+            raise ValueError(
+                f"resource {self.resource!r} has several lock rows ({there}): name one by its "
+                "kind or namespace"
+            )
+        return wanted[0]
+
+    def rows(self) -> list[tuple[Kind, str | None, Item]]:
+        """The resource's lock rows: each one's kind, namespace (FIFO only) and item."""
         items: list[Item] = []
         start: Item | None = None
         while True:
@@ -282,38 +315,12 @@ class _Breaker:
                 rows.append(("mutex" if sort_key == MUTEX_SK else "lease", None, item))
             elif parsed is not None and parsed[1] is None:
                 rows.append(("fifo", parsed[0], item))
-        wanted = [
-            r for r in rows if kind in (None, r[0]) and namespace in (None, r[1])
-        ]  # fmt: skip
-        if not wanted:
-            parts = (kind or "", f"namespace {namespace!r}" if namespace else "")
-            asked = " ".join(part for part in parts if part)
-            there = ", ".join(_name(k, ns) for k, ns, _ in rows) or "none"
-            raise LockNotFoundError(
-                f"no {asked + ' ' if asked else ''}lock row for resource {self.resource!r} in "
-                f"{self.table!r} (its lock rows: {there})"
-            )
-        if len(wanted) > 1:
-            there = ", ".join(_name(k, ns) for k, ns, _ in wanted)
-            raise ValueError(
-                f"resource {self.resource!r} has several lock rows ({there}): name one by its "
-                "kind or namespace"
-            )
-        return wanted[0]
+        return rows
 
     def holder(self, item: Item) -> _Holder | None:
         """Who holds the lock, as the row says."""
         if self.kind == "fifo":
-            line = entries(item)
-            if not line:
-                return None
-            first = line[0]
-            body = {n: item[n] for n in entry_names(first.hold).values() if n in item}
-            counters: Item = {n: item[n] for n in (NEXT, COUNT) if n in item}
-            return _Holder(
-                first.hold, first.owner, first.rvn, first.ticket, first.lease, first.expires,
-                _json({**counters, **body}),
-            )  # fmt: skip
+            return _first_in_line(item)
         owner = get_str(item, OWNER)
         rvn = get_str(item, RVN) or ""
         before = _json({k: v for k, v in item.items() if k != BROKEN})
@@ -344,14 +351,7 @@ class _Breaker:
     def judge(self, holder: _Holder, seen: Seen | None, max_wait: float) -> BreakResult | None:
         """``None`` if the holder is dead (so the break may go ahead), else why not."""
         if holder.lease is None:  # a mutex: no heartbeats to watch
-            if holder.expires is not None and holder.expires < self.wall():
-                return None
-            until = "no expire_after" if holder.expires is None else "expire_after not over"
-            return self.refused(
-                holder,
-                f"a mutex holder never heartbeats, so a live one cannot be told from a dead one "
-                f"({until}); break it with force if you know it is gone",
-            )
+            return self.judge_mutex(holder)
         if seen is not None:
             if (seen.hold, seen.rvn) != (holder.hold, holder.rvn):
                 return self.refused(holder, "its record version moved since it was seen: alive")
@@ -375,26 +375,33 @@ class _Breaker:
             )
         return None
 
+    def judge_mutex(self, holder: _Holder) -> BreakResult | None:
+        """``None`` once a mutex holder's own expiry has passed, else why not."""
+        if holder.expires is not None and holder.expires < self.wall():
+            return None
+        until = "no expire_after" if holder.expires is None else "expire_after not over"
+        return self.refused(
+            holder,
+            f"a mutex holder never heartbeats, so a live one cannot be told from a dead one "
+            f"({until}); break it with force if you know it is gone",
+        )
+
     # -- the break ------------------------------------------------------------------------
 
     def write(self, holder: _Holder, force: bool) -> BreakResult:
         mark_id = new_id()
+        owner, token = holder.owner or "", holder.token or 0
         mark = {
-            "id": mark_id, "by": self.by, "at": self.wall(), "owner": holder.owner or "",
-            "token": holder.token or 0, "forced": force,
+            "id": mark_id, "by": self.by, "at": self.wall(), "owner": owner, "token": token,
+            "forced": force,
         }  # fmt: skip
-        values: dict[str, object] = {":mark": mark, ":rvn": holder.rvn}
-        names = None
-        if self.kind == "mutex":
-            condition, update = BREAK_MUTEX, _BREAK_MUTEX
-            values[":owner"] = holder.owner or ""
-        elif self.kind == "lease":
-            condition, update = BREAK_LEASE, _BREAK_LEASE
-            values[":hold"] = holder.hold
-        else:
-            condition, update = BREAK_FIFO, _BREAK_FIFO
-            values.update({":ticket": holder.token or 0, ":minus": -1})
-            names = entry_names(holder.hold)
+        # Each break's texts take the values they name (expressions() picks them).
+        values = {
+            ":mark": mark, ":rvn": holder.rvn, ":owner": owner, ":hold": holder.hold,
+            ":ticket": token, ":minus": -1,
+        }  # fmt: skip
+        condition, update = _BREAKS[self.kind]
+        names = entry_names(holder.hold) if self.kind == "fifo" else None
         try:
             call(
                 self.client,
@@ -445,6 +452,20 @@ class _Breaker:
         return self.result("observing", holder, reason, seen)
 
 
+def _first_in_line(item: Item) -> _Holder | None:
+    """Who holds a FIFO lock: the first entry in its head row's line."""
+    line = entries(item)
+    if not line:
+        return None
+    first = line[0]
+    body = {n: item[n] for n in entry_names(first.hold).values() if n in item}
+    counters: Item = {n: item[n] for n in (NEXT, COUNT) if n in item}
+    return _Holder(
+        first.hold, first.owner, first.rvn, first.ticket, first.lease, first.expires,
+        _json({**counters, **body}),
+    )  # fmt: skip
+
+
 def _check_seen(seen: object) -> None:
     """A ``seen`` passed back: its time must be a real instant, since a NaN or infinite
     one would make any lease look watched through (a break with no watch)."""
@@ -459,6 +480,13 @@ def _check_seen(seen: object) -> None:
 
 def _name(kind: Kind, namespace: str | None) -> str:
     return kind if namespace is None else f"{kind}/{namespace}"
+
+
+def _asked(kind: Kind | None, namespace: str | None) -> str:
+    """The lock row asked for, as a message names it before "lock row" (or nothing)."""
+    parts = (kind or "", f"namespace {namespace!r}" if namespace else "")
+    asked = " ".join(part for part in parts if part)
+    return asked + " " if asked else ""
 
 
 def _json(item: Item) -> dict[str, Any]:

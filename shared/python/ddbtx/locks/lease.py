@@ -39,6 +39,7 @@ from ._rows import (
     get_str,
     key,
     new_id,
+    returned_row,
     was_retried,
 )
 
@@ -104,6 +105,13 @@ def _row(item: Item, default_lease: float) -> _Row:
         rvn=get_str(item, RVN) or "",
         lease=get_num(item, LEASE) or default_lease,
     )
+
+
+def _signs_of_life(held: _Row, line: list[Entry]) -> tuple[str, float]:
+    """Everything that shows life (the holder's rvn and every entry's), and the longest
+    lease among them."""
+    signature = " ".join([held.rvn, *(f"{e.hold}={e.rvn}" for e in line)])
+    return signature, max([held.lease, *(e.lease for e in line)])
 
 
 class LeaseLockSteps(HeldLockSteps):
@@ -264,9 +272,7 @@ class LeaseClientSteps(LockClientSteps):
                 if get_str(item, HOLD) != hold:
                     return item
             else:
-                response = getattr(exc.__cause__, "response", None)
-                old = response.get("Item") if isinstance(response, dict) else None
-                return old or None
+                return returned_row(exc) or None
         return (yield from self._held(resource, hold, item, sent))
 
     def _held(
@@ -483,11 +489,8 @@ class _Acquire(LineWaiter):
             lc._remember(self.resource, None)
             raise self.not_granted()  # just released: somebody else was faster
         now = lc._clock()
-        # Everything that shows life: the holder's rvn and every entry's.
-        signature = " ".join([held.rvn, *(f"{e.hold}={e.rvn}" for e in line)])
-        lease = max([held.lease, *(e.lease for e in line)])
         previous = lc._remember(self.resource, None)
-        fresh = observe(previous, ("lease", 0), signature, lease, now)
+        fresh = observe(previous, ("lease", 0), *_signs_of_life(held, line), now)
         if fresh is not previous or fresh.remaining(now) > 0:
             lc._remember(self.resource, fresh)
             raise self.not_granted()
