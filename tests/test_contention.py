@@ -208,7 +208,7 @@ def test_given_an_older_holder_when_a_younger_lock_step_waits_then_each_pause_is
         "UpdateExpression": "ADD balance :n",
         "ExpressionAttributeValues": {":n": {"N": "1"}},
     }
-    (local,) = younger._add([younger._plan(younger._build("update", params))])
+    (local,) = younger.p.run(younger.add([younger.plan(younger.build("update", params))]))
     p = younger.p
     # When its lock step is driven here, and the older commits during its second pause
     effects: list[Any] = []

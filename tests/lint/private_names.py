@@ -24,9 +24,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "shared" / "python" / "ddbtx"
 #: (a count above it, or an expression not listed, fails; so does a count below it, so that
 #: this list shrinks with every one removed). Each is left for a reason given here.
 ALLOWED: dict[tuple[str, str], int] = {
-    # A replay rolls its transaction back the way a failed request does (Transaction._abort,
-    # which keeps the caller's error); making that public would grow Transaction's API.
-    ("_exactly.py", "self.tx._abort"): 2,
     # The module's own class: its botocore event handlers, registered by count_requests.
     ("instrumentation.py", "counts._on_call"): 2,
     ("instrumentation.py", "counts._on_send"): 2,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+from ._effects import Step
 from ._items import canonical_number, strip
 from ._protocol import Protocol
 from ._record import Header
@@ -63,7 +64,8 @@ def check_transaction_id(value: object) -> str:
 
 
 class Resumed(typing.Protocol):
-    """What a replay and a join use of their transaction (:class:`ddbtx.Transaction`)."""
+    """What a replay and a join use of their coordinator
+    (:class:`~ddbtx._coordinator.CoordinatorSteps`)."""
 
     @property
     def id(self) -> str: ...
@@ -73,10 +75,10 @@ class Resumed(typing.Protocol):
     def p(self) -> Protocol: ...
     @property
     def record(self) -> RecordView: ...
-    def read_own(self, local: Local) -> dict[str, Any]: ...
-    def read_pending_header(self) -> Header: ...
-    def catch_up(self, pending: list[Local]) -> None: ...
-    def _abort(self) -> None: ...
+    def own(self, local: Local) -> Step[dict[str, Any]]: ...
+    def pending_header(self) -> Step[Header]: ...
+    def catch_up(self, pending: list[Local]) -> Step[None]: ...
+    def abort(self) -> Step[None]: ...
 
 
 # --- matching a run's requests with the recorded ones --------------------------------
@@ -157,7 +159,7 @@ class Replay:
         """Recorded requests this run has not made again yet."""
         return [rid for rid in list(self.tx.record.requests) if rid not in self.issued]
 
-    def request(self, req: Request) -> dict[str, Any] | None:
+    def request(self, req: Request) -> Step[dict[str, Any] | None]:
         """Match ``req``: its answer when it was made before, None to go the usual way."""
         tx = self.tx
         if req.rid in self.issued:
@@ -177,34 +179,37 @@ class Replay:
         earlier = self.writes.get(req.rid, 0)
         if req.op == "get" and recorded.request.op != "get":
             if earlier:
-                raise self._start_over(req, "a read between writes of an earlier attempt")
-            return self._read_before_write(recorded)
+                raise (
+                    yield from self._start_over(req, "a read between writes of an earlier attempt")
+                )
+            return (yield from self._read_before_write(recorded))
         if req.op != "get" and earlier + 1 < recorded.seq:
             if req.return_values != "NONE":
-                raise self._start_over(req, "the values around a write of an earlier attempt")
+                what = "the values around a write of an earlier attempt"
+                raise (yield from self._start_over(req, what))
             self.writes[req.rid] = earlier + 1
             return {}
         if same_request(recorded.request, req):
             self.issued.add(req.rid)
-            return self._answer(recorded) if recorded.confirmed else None
+            return (yield from self._answer(recorded)) if recorded.confirmed else None
         raise self._reused(req, "the request differs from the one recorded on this item")
 
-    def _answer(self, local: Local) -> dict[str, Any]:
+    def _answer(self, local: Local) -> Step[dict[str, Any]]:
         """The answer to a request an earlier attempt made and this run makes again."""
         req = local.request
         if req.op == "get" or req.return_values in ("ALL_NEW", "UPDATED_NEW"):
-            item = self.tx.read_own(local).get("Item", {})
+            item = (yield from self.tx.own(local)).get("Item", {})
             return wrap(item) if req.op == "get" else return_values(local, item)
         return return_values(local, {})
 
-    def _read_before_write(self, local: Local) -> dict[str, Any]:
+    def _read_before_write(self, local: Local) -> Step[dict[str, Any]]:
         """A read the earlier attempt made of an item it then wrote: the item before the
         transaction, as that read saw it (the write is caught up first, which saves it)."""
         tx = self.tx
         for _ in range(COMMIT_ROUNDS):
             if local.confirmed:
                 break
-            tx.catch_up([local])
+            yield from tx.catch_up([local])
             local = tx.record.current(local)
         else:
             raise TransactionError("a recorded request kept moving", tx_id=tx.id)
@@ -212,28 +217,29 @@ class Replay:
             return {}
         if local.pre is None:  # a later write learnt its earlier ones from the item: read it
             req = local.request
-            item = tx.p.run(tx.p.read_item(req.table, req.key)) or {}
-            image = tx.p.run(tx.p.image_of(tx.id, req.rid, item))
+            item = (yield from tx.p.read_item(req.table, req.key)) or {}
+            image = yield from tx.p.image_of(tx.id, req.rid, item)
             local.pre = strip(image if image is not None else item)
         return wrap(local.pre)
 
-    def check_complete(self) -> None:
+    def check_complete(self) -> Step[None]:
         """Before a commit: every recorded request was made again by this run."""
         missing = self.pending()
         if not missing:
             return
         if self.added:
-            self.tx._abort()  # our own requests must not commit with another work's
+            yield from self.tx.abort()  # our own requests must not commit with another work's
         raise TransactionIdReusedError(
             f"commit before {len(missing)} recorded request(s) were made again: the "
             "transaction_id carries other work",
             tx_id=self.tx.id,
         )
 
-    def _start_over(self, req: Request, what: str) -> TransactionRolledBackError:
+    def _start_over(self, req: Request, what: str) -> Step[TransactionRolledBackError]:
         """A request whose answer the record does not keep: roll back, so the work can
-        run again from the start in a new transaction under the same id."""
-        self.tx._abort()
+        run again from the start in a new transaction under the same id (a step whose
+        result is the error to raise)."""
+        yield from self.tx.abort()
         return TransactionRolledBackError(
             f"resumed by its transaction_id, the transaction cannot answer {what} to this "
             "item; it was rolled back so that the work runs again from the start",
@@ -251,15 +257,15 @@ class Replay:
         )
 
 
-def join(tx: Resumed, locals_: list[Local]) -> list[Local] | None:
+def join(tx: Resumed, locals_: list[Local]) -> Step[list[Local] | None]:
     """Two attempts of one id at once: requests another recorded first are ours to join.
 
     Returns the requests to go on with, or None when the refusal was not
     about the same items (the caller raises it). A different request on the
     same item means the id carries other work.
     """
-    header = tx.read_pending_header()
-    tx.p.run(tx.record.follow(header))
+    header = yield from tx.pending_header()
+    yield from tx.record.follow(header)
     out: list[Local] = []
     for local in locals_:
         mine = tx.record.requests.get(local.request.rid)

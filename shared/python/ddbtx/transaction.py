@@ -19,6 +19,7 @@ from typing import Any, TypeVar, overload
 
 from . import schema as s
 from ._contention import Contention
+from ._coordinator import parse_batch
 from ._dynamo import call
 from ._exactly import Replay, check_transaction_id
 from ._items import item_size
@@ -28,7 +29,7 @@ from ._protocol import Protocol, SweepOutcome, new_tx_id
 from ._record import Header
 from ._requests import KeyTypes, Request, build
 from ._steps import INLINE_IMAGE_LIMIT
-from ._transaction import Transaction, parse_batch
+from ._transaction import Transaction
 from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES
 from .errors import (
     DuplicateRequestError,
