@@ -302,15 +302,15 @@ def test_given_the_core_as_it_is_then_no_module_reaches_into_private_names(
     [
         (
             ("from ._steps import _probe_value  # noqa: F401\n", ""),
-            "_transaction.py:10: imports the private name _probe_value from ddbtx._steps",
+            "_transaction.py:11: imports the private name _probe_value from ddbtx._steps",
         ),
         (
             ("", "\n\ndef _planted(tx: Any) -> Any:\n    return tx._check_pending\n"),
             "reaches into a private name: tx._check_pending",
         ),
         (
-            ("", "\n\ndef _planted(self: Any) -> Any:\n    return self.tx._abort\n"),
-            "reaches into a private name: self.tx._abort (1 found, 0 allowed",
+            ("", "\n\ndef _planted(lc: Any) -> Any:\n    return lc._clock\n"),
+            "reaches into a private name: lc._clock (1 found, 0 allowed",
         ),
     ],
     ids=["import", "attribute", "attribute-allowed-elsewhere"],
