@@ -194,7 +194,7 @@ def measure(
         ]
         client.batch_write_item(RequestItems={table: batch})
     tm.key_types(table)
-    tm.reads.index(table, GSI_ALL)
+    tm.protocol.run(tm.reads.index(table, GSI_ALL))
     rows: list[Row] = []
     for state in STATES:
         with _state(other, client, table, state, items, locked):

@@ -76,7 +76,7 @@ def table(ddb: Any, table_name: Callable[[str], str], tables: Tables) -> str:
 def warm(tm: TransactionManager, table: str) -> TransactionManager:
     """The manager after its one-time DescribeTable calls (key schema, indexes)."""
     tm.key_types(table)
-    tm.reads.index(table, GSI)
+    tm.protocol.run(tm.reads.index(table, GSI))
     return tm
 
 
@@ -191,7 +191,7 @@ def test_given_an_index_without_the_lock_attributes_then_each_page_reads_its_bas
         "KeyConditionExpression": "g = :a",
         "ExpressionAttributeValues": {":a": {"S": "a"}},
     }
-    warm.reads.index(table, GSI_KEYS)
+    warm.protocol.run(warm.reads.index(table, GSI_KEYS))
     # When read committed
     with count_requests(warm.client) as counts:
         page = warm.query(**params)

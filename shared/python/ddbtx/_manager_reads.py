@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._items import Item
+from ._protocol import Protocol
 from .reads import Isolation, Reads
 from .resource import Table
 
@@ -18,6 +19,7 @@ class ManagerReads:
     """Reads of one item or many, at an isolation level, in boto3's request shapes."""
 
     reads: Reads
+    protocol: Protocol
 
     def get_item(
         self,
@@ -38,7 +40,7 @@ class ManagerReads:
         {'Item': {'id': {'S': 'a'}, 'balance': {'N': '90'}}}
         """
         params.update(TableName=TableName, Key=Key, ConsistentRead=ConsistentRead)
-        return self.reads.read("get", params, Isolation(isolation).value)
+        return self.protocol.run(self.reads.read("get", params, Isolation(isolation).value))
 
     def query(self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any) -> dict[str, Any]:
         """One page of a Query at the given isolation level, in boto3's response shape.
@@ -56,7 +58,7 @@ class ManagerReads:
         ...          ExpressionAttributeValues={":c": {"S": "alice"}})["Items"]
         [{'customer': {'S': 'alice'}, 'order': {'S': 'o-1'}}]
         """
-        return self.reads.read("query", params, Isolation(isolation).value)
+        return self.protocol.run(self.reads.read("query", params, Isolation(isolation).value))
 
     def scan(self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any) -> dict[str, Any]:
         """One page of a Scan at the given isolation level (see :meth:`query`).
@@ -67,7 +69,7 @@ class ManagerReads:
         ...         ExpressionAttributeValues={":z": {"N": "0"}})["Count"]
         0
         """
-        return self.reads.read("scan", params, Isolation(isolation).value)
+        return self.protocol.run(self.reads.read("scan", params, Isolation(isolation).value))
 
     def query_pages(
         self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
@@ -105,7 +107,7 @@ class ManagerReads:
         [{'id': {'S': 'a'}, 'balance': {'N': '90'}}, {'id': {'S': 'b'}, 'balance': {'N': '10'}}]
         """
         params["RequestItems"] = RequestItems
-        return self.reads.batch_get_item(params, Isolation(isolation).value)
+        return self.protocol.run(self.reads.batch_get_item(params, Isolation(isolation).value))
 
     def table(self, name: str) -> Table:
         """A boto3-``Table``-like view of a data table: Python values, ``conditions`` objects.

@@ -62,11 +62,11 @@ class Transaction(CoordinatorSteps):
         ...          ExpressionAttributeValues={":c": {"S": "alice"}})["Count"]
         2
         """
-        return locked_read(self, "query", params)
+        return self.p.run(locked_read(self, "query", params))
 
     def scan(self, **params: Any) -> dict[str, Any]:
         """One page of a Scan that read-locks every item it returns (see :meth:`query`)."""
-        return locked_read(self, "scan", params)
+        return self.p.run(locked_read(self, "scan", params))
 
     def query_pages(self, **params: Any) -> Iterator[dict[str, Any]]:
         """Every page of :meth:`query`, following ``LastEvaluatedKey`` (a generator)."""
@@ -78,7 +78,7 @@ class Transaction(CoordinatorSteps):
 
     def batch_get_item(self, **params: Any) -> dict[str, Any]:
         """``BatchGetItem`` that read-locks every key; nothing is left unprocessed."""
-        return locked_batch_get(self, params)
+        return self.p.run(locked_batch_get(self, params))
 
     def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]:
         """Read-lock every key of ``table`` (one add, then every lock at once); each item's

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import schema as s
-from ._dynamo import call
+from ._effects import Step, pause, request
 from ._items import Item, applied, flag, key_of, lock_owner, request_id, strip
 from ._protocol import Protocol, user_view
 from ._read_plan import IndexInfo, Level, ReadOp, ReadPlan, plan, validate
@@ -68,8 +68,17 @@ class HasReads(typing.Protocol):
     def reads(self) -> Reads: ...
 
 
+class Ends(typing.Protocol):
+    """The end of a transaction, as steps (:class:`~ddbtx._ending.Ending`)."""
+
+    def commit(self) -> Step[None]: ...
+    def rollback(self) -> Step[None]: ...
+    def delete(self) -> Step[None]: ...
+
+
 class InTransaction(typing.Protocol):
-    """What the reads use of a transaction (:class:`ddbtx.Transaction`)."""
+    """What the reads use of a transaction's coordinator
+    (:class:`~ddbtx._coordinator.CoordinatorSteps`, either driver's transaction)."""
 
     @property
     def id(self) -> str: ...
@@ -77,23 +86,20 @@ class InTransaction(typing.Protocol):
     def state(self) -> str: ...
     @property
     def manager(self) -> HasReads: ...
-    def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]: ...
-    def commit(self) -> None: ...
-    def rollback(self) -> None: ...
-    def delete(self) -> None: ...
+    @property
+    def p(self) -> Protocol: ...
+    @property
+    def end(self) -> Ends: ...
+    def read_many(self, table: str, keys: list[Item]) -> Step[list[Item | None]]: ...
 
 
 class Reader(typing.Protocol):
     """What the reads use of their :class:`~ddbtx.TransactionManager`."""
 
     @property
-    def client(self) -> Any: ...
-    @property
     def images_table(self) -> str: ...
     @property
     def protocol(self) -> Protocol: ...
-    @property
-    def sleep(self) -> Callable[[float], None]: ...
     def key_types(self, table: str) -> KeyTypes: ...
     def begin(self, *, priority: str | None = None) -> InTransaction: ...
 
@@ -133,39 +139,39 @@ class Reads:
 
     def __init__(self, manager: Reader) -> None:
         self.tm = manager
-        self.client = manager.client
         self._indexes: dict[str, dict[str, IndexInfo]] = {}
 
     # -- entry points ------------------------------------------------------------------
 
-    def read(self, op: ReadOp, params: Mapping[str, Any], level: str) -> dict[str, Any]:
+    def read(self, op: ReadOp, params: Mapping[str, Any], level: str) -> Step[dict[str, Any]]:
         """One Query, Scan or GetItem page at ``level`` (or ``serializable``)."""
         if level == "serializable":
-            return self.serializable(lambda tx: locked_read(tx, op, params, snapshot=True))
-        read = self.plan(op, params, level)  # type: ignore[arg-type]
+            locked = lambda tx: locked_read(tx, op, params, snapshot=True)  # noqa: E731
+            return (yield from self.serializable(locked))
+        read = yield from self.plan(op, params, level)  # type: ignore[arg-type]
         if op == "get":
-            return self._get(read)
-        response = self.send(read)
+            return (yield from self._get(read))
+        response = yield from self.send(read)
         items = response.get("Items", [])
         judge = self._base_items if read.base_fetch else self.judge_all
-        return page(read, response, judge(read, items))
+        return page(read, response, (yield from judge(read, items)))
 
-    def batch_get_item(self, params: Mapping[str, Any], level: str) -> dict[str, Any]:
+    def batch_get_item(self, params: Mapping[str, Any], level: str) -> Step[dict[str, Any]]:
         """``BatchGetItem`` at ``level``; ``UnprocessedKeys`` are the caller's to resend."""
         if level == "serializable":
-            return self.serializable(lambda tx: locked_batch_get(tx, params))
+            return (yield from self.serializable(lambda tx: locked_batch_get(tx, params)))
         reads, keys = self.batch_plans(params, level)  # type: ignore[arg-type]
-        request = {
+        wanted = {
             table: {**_without(read.params, "TableName"), "Keys": keys[table]}
             for table, read in reads.items()
         }
         extra = _without(params, "RequestItems")
-        response = self._call("batch_get_item", None, RequestItems=request, **extra)
+        response = yield from self._call("batch_get_item", None, RequestItems=wanted, **extra)
+        responses: dict[str, list[Item]] = {}
+        for table, items in response.get("Responses", {}).items():
+            responses[table] = yield from self.judge_all(reads[table], items)
         out: dict[str, Any] = {
-            "Responses": {
-                table: self.judge_all(reads[table], items)
-                for table, items in response.get("Responses", {}).items()
-            },
+            "Responses": responses,
             "UnprocessedKeys": {
                 table: {**_without(params["RequestItems"][table], "Keys"), "Keys": left["Keys"]}
                 for table, left in (response.get("UnprocessedKeys") or {}).items()
@@ -187,7 +193,9 @@ class Reads:
                 return
             current["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
-    def serializable(self, work: Callable[[InTransaction], dict[str, Any]]) -> dict[str, Any]:
+    def serializable(
+        self, work: Callable[[InTransaction], Step[dict[str, Any]]]
+    ) -> Step[dict[str, Any]]:
         """Run ``work`` in a short transaction that read-locks, commit it, release every lock.
 
         The commit is what makes the answer a snapshot: an older transaction that
@@ -202,15 +210,15 @@ class Reads:
             tx = self.tm.begin(priority=first)
             first = first or tx.id
             try:
-                result = work(tx)
-                tx.commit()
+                result = yield from work(tx)
+                yield from tx.end.commit()
                 return result
             except TransactionRolledBackError as exc:
                 wounded = exc
             finally:
                 if tx.state == s.STATE_PENDING:
-                    tx.rollback()
-                tx.delete()
+                    yield from tx.end.rollback()
+                yield from tx.end.delete()
         assert wounded is not None
         raise TransactionConflictError(
             f"a serializable read was rolled back by an older transaction on each of its "
@@ -220,14 +228,14 @@ class Reads:
 
     # -- planning ----------------------------------------------------------------------
 
-    def plan(self, op: ReadOp, params: Mapping[str, Any], level: Level) -> ReadPlan:
+    def plan(self, op: ReadOp, params: Mapping[str, Any], level: Level) -> Step[ReadPlan]:
         """Validate a read and plan it (the table's key schema is read once and cached)."""
         table = validate(op, params)
         key_types = self.tm.key_types(table)
         if op == "get":
             build("get", {"TableName": table, "Key": params.get("Key")}, key_types)
         name = params.get("IndexName")
-        index = self.index(table, name) if name is not None else None
+        index = (yield from self.index(table, name)) if name is not None else None
         return plan(op, params, level, tuple(key_types), index)
 
     def batch_plans(
@@ -262,11 +270,11 @@ class Reads:
             reads[table] = plan("get", as_get, level, tuple(key_types))
         return reads, keys
 
-    def index(self, table: str, name: Any) -> IndexInfo:
+    def index(self, table: str, name: Any) -> Step[IndexInfo]:
         """A secondary index's keys and projection (one DescribeTable per table, cached)."""
         known = self._indexes.get(table)
         if known is None:
-            description = call(self.client, "describe_table", TableName=table)["Table"]
+            description = (yield from request("describe_table", TableName=table))["Table"]
             known = {
                 d["IndexName"]: IndexInfo.from_description(d, local)
                 for local, group in (
@@ -282,22 +290,25 @@ class Reads:
 
     # -- sending -----------------------------------------------------------------------
 
-    def send(self, read: ReadPlan) -> dict[str, Any]:
+    def send(self, read: ReadPlan) -> Step[dict[str, Any]]:
+        """The read's own request, sent as planned."""
         operation = {"query": "query", "scan": "scan", "get": "get_item"}[read.op]
-        return self._call(operation, read.table, **read.params)
+        return (yield from self._call(operation, read.table, **read.params))
 
-    def _call(self, operation: str, table: str | None, **params: Any) -> dict[str, Any]:
+    def _call(self, operation: str, table: str | None, **params: Any) -> Step[dict[str, Any]]:
         try:
-            return call(self.client, operation, **params)
+            response: dict[str, Any] = yield from request(operation, **params)
         except ValidationFailed as exc:
             raise InvalidRequestError(f"DynamoDB rejected the read: {exc}", table=table) from exc
+        return response
 
     # -- judging -----------------------------------------------------------------------
 
-    def judge_all(self, read: ReadPlan, items: list[Item]) -> list[Item]:
+    def judge_all(self, read: ReadPlan, items: list[Item]) -> Step[list[Item]]:
         """The items a page returns, in order, judged at the read's level."""
         out: list[Item] = []
-        for item, (kind, view) in zip(items, self.resolve(read, items), strict=True):
+        seen = yield from self.resolve(read, items)
+        for item, (kind, view) in zip(items, seen, strict=True):
             if kind == "trusted":
                 out.append(read.trusted(item))
             elif kind == "view":
@@ -306,40 +317,42 @@ class Reads:
                     out.append(judged)
         return out
 
-    def _base_items(self, read: ReadPlan, items: list[Item]) -> list[Item]:
+    def _base_items(self, read: ReadPlan, items: list[Item]) -> Step[list[Item]]:
         """Index items judged on their base items (the index cannot show locks)."""
         keys = [key_of(item, read.key_names) for item in items]
-        base = self.batch_get(read.table, keys)
+        base = yield from self.batch_get(read.table, keys)
         found = [b for b in (base.get(request_id(read.table, k)) for k in keys) if b is not None]
         out: list[Item] = []
-        for item, (kind, view) in zip(found, self.resolve(read, found), strict=True):
+        seen = yield from self.resolve(read, found)
+        for item, (kind, view) in zip(found, seen, strict=True):
             value = strip(item) if kind == "trusted" else view
             judged = read.judge(value) if value is not None else None
             if judged is not None:
                 out.append(judged)
         return out
 
-    def resolve(self, read: ReadPlan, items: list[Item]) -> list[_Seen]:
+    def resolve(self, read: ReadPlan, items: list[Item]) -> Step[list[_Seen]]:
         """How each item is seen, with every image kept apart fetched in one go: "trusted"
         (the item as DynamoDB returned it), "view" (a full value to judge) or "hidden"."""
         seen = [classify(item, read.level, read.table, read.key_names) for item in items]
         external = [x for kind, x in seen if kind == "external"]
-        images = self.images(external) if external else {}
+        images = (yield from self.images(external)) if external else {}
         out: list[_Seen] = []
         for item, (kind, x) in zip(items, seen, strict=True):
             if kind == "external":
                 view = images.get(x)
                 if view is None:  # completed meanwhile: read the item again
-                    view = self.reread(read.table, key_of(item, read.key_names), read.level)
+                    key = key_of(item, read.key_names)
+                    view = yield from self.reread(read.table, key, read.level)
                 kind, x = ("view", view) if view is not None else ("hidden", None)
             out.append((kind, x))
         return out
 
-    def reread(self, table: str, key: Item, level: str) -> Item | None:
+    def reread(self, table: str, key: Item, level: str) -> Step[Item | None]:
         """An item read again (its external image went with a completion meanwhile)."""
         key_names = tuple(key)
         for _ in range(ATTEMPTS):
-            item = call(self.client, "get_item", TableName=table, Key=key, ConsistentRead=True)
+            item = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
             stored = item.get("Item")
             if stored is None:
                 return None
@@ -348,37 +361,34 @@ class Reads:
                 return strip(stored)
             if kind != "external":
                 return x  # type: ignore[no-any-return]  # a view, or None when hidden
-            image = self.images([x]).get(x)
+            image = (yield from self.images([x])).get(x)
             if image is not None:
                 return image
         raise TransactionError(f"an item in {table} kept changing under a committed read")
 
-    def images(self, refs: list[_External]) -> dict[_External, Item]:
+    def images(self, refs: list[_External]) -> Step[dict[_External, Item]]:
         """External images by reference (absent: removed by a completion)."""
         keys = [{s.IMAGE_PK: {"S": r.tx_id}, s.IMAGE_SK: {"S": r.rid}} for r in refs]
-        rows = self.batch_get(self.tm.images_table, keys)
+        rows = yield from self.batch_get(self.tm.images_table, keys)
         out: dict[_External, Item] = {}
         for ref, key in zip(refs, keys, strict=True):
             row = rows.get(request_id(self.tm.images_table, key))
             # An image near 400 KB spans several rows: the first says how many.
             image = (
-                self.tm.protocol.run(self.tm.protocol.read_image(ref.tx_id, ref.rid, row))
-                if row
-                else None
+                (yield from self.tm.protocol.read_image(ref.tx_id, ref.rid, row)) if row else None
             )
             if image is not None:
                 out[ref] = strip(image)
         return out
 
-    def batch_get(self, table: str, keys: list[Item]) -> dict[str, Item]:
+    def batch_get(self, table: str, keys: list[Item]) -> Step[dict[str, Item]]:
         """Consistent reads of ``keys`` (BatchGetItem, 100 at a time), by request id."""
         found: dict[str, Item] = {}
         unique = list({request_id(table, k): k for k in keys}.values())
         for start in range(0, len(unique), BATCH_KEYS):
             wanted = unique[start : start + BATCH_KEYS]
             for attempt in range(ATTEMPTS):
-                response = call(
-                    self.client,
+                response = yield from request(
                     "batch_get_item",
                     RequestItems={table: {"Keys": wanted, "ConsistentRead": True}},
                 )
@@ -387,7 +397,7 @@ class Reads:
                 wanted = (response.get("UnprocessedKeys") or {}).get(table, {}).get("Keys", [])
                 if not wanted:
                     break
-                self.tm.sleep(0.05 * 2**attempt)
+                yield from pause(0.05 * 2**attempt)
             else:
                 raise DynamoDBError(
                     f"BatchGetItem left {len(wanted)} keys of {table} unprocessed",
@@ -396,13 +406,13 @@ class Reads:
                 )
         return found
 
-    def _get(self, read: ReadPlan) -> dict[str, Any]:
-        response = self.send(read)
+    def _get(self, read: ReadPlan) -> Step[dict[str, Any]]:
+        response = yield from self.send(read)
         item = response.get("Item")
         extra = {k: v for k, v in response.items() if k == "ConsumedCapacity"}
         if item is None:
             return extra
-        found = self.judge_all(read, [item])
+        found = yield from self.judge_all(read, [item])
         return {"Item": found[0], **extra} if found else extra
 
 
@@ -426,7 +436,7 @@ def _without(params: Mapping[str, Any], *names: str) -> dict[str, Any]:
 
 def locked_read(
     tx: InTransaction, op: ReadOp, params: Mapping[str, Any], *, snapshot: bool = False
-) -> dict[str, Any]:
+) -> Step[dict[str, Any]]:
     """A Query, Scan or GetItem in ``tx``: every item returned is read-locked, and judged on
     the value read under its lock.
 
@@ -434,22 +444,24 @@ def locked_read(
     nothing it has not locked (see :func:`_settled_page`).
     """
     reads = tx.manager.reads
-    read = reads.plan(op, params, "locking")
+    read = yield from reads.plan(op, params, "locking")
     if op == "get":
-        (value,) = tx.lock_for_read(read.table, [read.params["Key"]])
+        (value,) = yield from tx.read_many(read.table, [read.params["Key"]])
         one = read.judge(value) if value is not None else None
         return {"Item": one} if one is not None else {}
     if snapshot:
-        response, values = _settled_page(tx, read)
+        response, values = yield from _settled_page(tx, read)
     else:
-        response = reads.send(read)
+        response = yield from reads.send(read)
         keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
-        values = tx.lock_for_read(read.table, keys)
+        values = yield from tx.read_many(read.table, keys)
     judged = (read.judge(value) for value in values if value is not None)
     return page(read, response, [item for item in judged if item is not None])
 
 
-def _settled_page(tx: InTransaction, read: ReadPlan) -> tuple[dict[str, Any], list[Item | None]]:
+def _settled_page(
+    tx: InTransaction, read: ReadPlan
+) -> Step[tuple[dict[str, Any], list[Item | None]]]:
     """A page whose every item ``tx`` holds, read at a moment it holds them all.
 
     The items of a page are locked after DynamoDB listed them, so a transaction
@@ -464,17 +476,18 @@ def _settled_page(tx: InTransaction, read: ReadPlan) -> tuple[dict[str, Any], li
     """
     reads = tx.manager.reads
     held: dict[str, Item | None] = {}
-    response = reads.send(read)
+    response = yield from reads.send(read)
     for _ in range(ATTEMPTS):
         keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
         new = [k for k in keys if request_id(read.table, k) not in held]
         if not new and held:
             return response, [held[request_id(read.table, k)] for k in keys]
-        for k, value in zip(new, tx.lock_for_read(read.table, new), strict=True):
+        values = yield from tx.read_many(read.table, new)
+        for k, value in zip(new, values, strict=True):
             held[request_id(read.table, k)] = value
         if not held:
             return response, []  # an empty page: nothing listed, nothing to hold
-        response = reads.send(read)
+        response = yield from reads.send(read)
     raise TransactionConflictError(
         f"a serializable {read.op} page of {read.table} kept gaining items under it "
         f"({ATTEMPTS} reads); retry it later",
@@ -482,12 +495,12 @@ def _settled_page(tx: InTransaction, read: ReadPlan) -> tuple[dict[str, Any], li
     )
 
 
-def locked_batch_get(tx: InTransaction, params: Mapping[str, Any]) -> dict[str, Any]:
+def locked_batch_get(tx: InTransaction, params: Mapping[str, Any]) -> Step[dict[str, Any]]:
     """A BatchGetItem in ``tx``: every key read-locked (nothing is left unprocessed)."""
     read_plans, keys = tx.manager.reads.batch_plans(params, "locking")
     responses: dict[str, list[Item]] = {}
     for table, read in read_plans.items():
-        values = tx.lock_for_read(table, keys[table])
+        values = yield from tx.read_many(table, keys[table])
         judged_items = (read.judge(value) for value in values if value is not None)
         responses[table] = [item for item in judged_items if item is not None]
     return {"Responses": responses, "UnprocessedKeys": {}}

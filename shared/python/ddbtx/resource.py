@@ -138,7 +138,7 @@ class Table:
             )
         if set(params) <= {"TableName", "Key", "ConsistentRead"}:
             return _python(tx.get_item(**params))
-        return _python(locked_read(tx, "get", params))
+        return _python(tx.p.run(locked_read(tx, "get", params)))
 
     def query(self, *, isolation: Isolation | None = None, **kwargs: Any) -> dict[str, Any]:
         """One page of a ``Query`` (``KeyConditionExpression=Key(...)...``); see
