@@ -22,7 +22,7 @@ from ._exactly import Replay, join, same_request
 from ._items import Item, is_locked_by, write_marker
 from ._protocol import Protocol, user_view
 from ._record import Header, new_lock_value, new_nonce
-from ._requests import KeyTypes, Op, Request, build
+from ._requests import KeySchemas, Op, Request, build
 from ._responses import wrap
 from ._steps import ItemSteps
 from ._view import AddRefused, Decided, Local, RecordView
@@ -64,7 +64,8 @@ class Manager(Patience, HasReads, typing.Protocol):
 
     @property
     def protocol(self) -> Protocol: ...
-    def key_types(self, table: str) -> KeyTypes: ...
+    @property
+    def schemas(self) -> KeySchemas: ...
 
 
 class CoordinatorSteps:
@@ -114,7 +115,7 @@ class CoordinatorSteps:
     def request(self, op: Op, params: dict[str, Any]) -> Step[dict[str, Any]]:
         """One request (boto3's parameters): its answer once its item is locked and written."""
         self.check_pending()
-        req = self.build(op, params)
+        req = yield from self.build(op, params)
         if self.replay is not None:
             replayed = yield from self.replay.request(req)
             if replayed is not None:
@@ -130,7 +131,9 @@ class CoordinatorSteps:
         write at once; the answers in order."""
         self.check_pending()
         batch = parse_batch(requests)
-        reqs = [self.build(op, params) for op, params in batch]
+        reqs = []
+        for op, params in batch:
+            reqs.append((yield from self.build(op, params)))
         if len({r.rid for r in reqs}) != len(reqs):
             raise DuplicateRequestError("an item appears twice in the batch", tx_id=self.id)
         if self.replay is not None and self.replay.pending():
@@ -148,7 +151,9 @@ class CoordinatorSteps:
         value under its lock, None where there is none; items already held read as this
         transaction sees them."""
         self.check_pending()
-        requests = [self.build("get", {"TableName": table, "Key": key}) for key in keys]
+        requests = []
+        for key in keys:
+            requests.append((yield from self.build("get", {"TableName": table, "Key": key})))
         values: dict[str, Item | None] = {}
         if self.replay is not None:
             # Resumed by its transaction_id: each read is matched with the recorded ones (those
@@ -180,11 +185,16 @@ class CoordinatorSteps:
         if self.record.state == s.STATE_ROLLED_BACK:
             raise TransactionRolledBackError("transaction was rolled back", tx_id=self.id)
 
-    def build(self, op: Op, params: dict[str, Any]) -> Request:
-        """A validated request, its errors naming this transaction."""
+    def build(self, op: Op, params: dict[str, Any]) -> Step[Request]:
+        """A validated request, its errors naming this transaction (the table's keys are
+        read once, on its first request)."""
         table = params.get("TableName") if isinstance(params, dict) else None
         try:
-            key_types = self.manager.key_types(table) if isinstance(table, str) and table else {}
+            key_types = (
+                (yield from self.manager.schemas.types(table))
+                if isinstance(table, str) and table
+                else {}
+            )
             return build(op, params, key_types)
         except InvalidRequestError as exc:
             raise InvalidRequestError(

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import schema
+from ._effects import Step, request
 from ._items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, request_id
-from .errors import InvalidRequestError
+from .errors import InvalidRequestError, TableNotFound
 
 Op = Literal["put", "update", "delete", "get"]
 
@@ -52,6 +53,34 @@ PROTOCOL_OVERHEAD = (
 #: A table's key attributes, hash first, each with its type (S, N or B), or None
 #: where only the name is known. A plain sequence of names checks names only.
 KeyTypes = Mapping[str, str | None]
+
+
+class KeySchemas:
+    """Each data table's key attributes (hash first) and their types, read once (one
+    ``DescribeTable``) and kept; ``known`` seeds tables whose keys the caller gave."""
+
+    def __init__(self, known: Mapping[str, Sequence[str] | KeyTypes] | None = None) -> None:
+        self._known: dict[str, KeyTypes] = {
+            table: keys if isinstance(keys, Mapping) else dict.fromkeys(keys)
+            for table, keys in (known or {}).items()
+        }
+
+    def types(self, table: str) -> Step[KeyTypes]:
+        """The step of ``table``'s key types: no request once known; an unknown table is an
+        :class:`~ddbtx.errors.InvalidRequestError` naming it."""
+        keys = self._known.get(table)
+        if keys is None:
+            try:
+                response = yield from request("describe_table", TableName=table)
+            except TableNotFound as exc:
+                raise InvalidRequestError(f"table {table!r} does not exist", table=table) from exc
+            desc = response["Table"]
+            schema_ = sorted(desc["KeySchema"], key=lambda k: k["KeyType"] != "HASH")
+            types = {a["AttributeName"]: a["AttributeType"] for a in desc["AttributeDefinitions"]}
+            keys = {k["AttributeName"]: types.get(k["AttributeName"]) for k in schema_}
+            self._known[table] = keys
+        return keys
+
 
 #: Placeholders in expressions: DynamoDB's grammar has no string literals, so a
 #: ``#`` or ``:`` always starts one (no quoting can hide one).

@@ -32,7 +32,7 @@ from ._effects import Step, pause, request
 from ._items import Item, applied, flag, key_of, lock_owner, request_id, strip
 from ._protocol import Protocol, user_view
 from ._read_plan import IndexInfo, Level, ReadOp, ReadPlan, plan, validate
-from ._requests import KeyTypes, build
+from ._requests import KeySchemas, build
 from .errors import (
     DynamoDBError,
     InvalidRequestError,
@@ -100,7 +100,8 @@ class Reader(typing.Protocol):
     def images_table(self) -> str: ...
     @property
     def protocol(self) -> Protocol: ...
-    def key_types(self, table: str) -> KeyTypes: ...
+    @property
+    def schemas(self) -> KeySchemas: ...
     def begin(self, *, priority: str | None = None) -> InTransaction: ...
 
 
@@ -160,7 +161,7 @@ class Reads:
         """``BatchGetItem`` at ``level``; ``UnprocessedKeys`` are the caller's to resend."""
         if level == "serializable":
             return (yield from self.serializable(lambda tx: locked_batch_get(tx, params)))
-        reads, keys = self.batch_plans(params, level)  # type: ignore[arg-type]
+        reads, keys = yield from self.batch_plans(params, level)  # type: ignore[arg-type]
         wanted = {
             table: {**_without(read.params, "TableName"), "Keys": keys[table]}
             for table, read in reads.items()
@@ -231,7 +232,7 @@ class Reads:
     def plan(self, op: ReadOp, params: Mapping[str, Any], level: Level) -> Step[ReadPlan]:
         """Validate a read and plan it (the table's key schema is read once and cached)."""
         table = validate(op, params)
-        key_types = self.tm.key_types(table)
+        key_types = yield from self.tm.schemas.types(table)
         if op == "get":
             build("get", {"TableName": table, "Key": params.get("Key")}, key_types)
         name = params.get("IndexName")
@@ -240,7 +241,7 @@ class Reads:
 
     def batch_plans(
         self, params: Mapping[str, Any], level: Level
-    ) -> tuple[dict[str, ReadPlan], dict[str, list[Item]]]:
+    ) -> Step[tuple[dict[str, ReadPlan], dict[str, list[Item]]]]:
         """One plan per table of a BatchGetItem, and each table's keys in canonical form."""
         if not isinstance(params, Mapping) or set(params) - {
             "RequestItems",
@@ -256,7 +257,7 @@ class Reads:
         keys: dict[str, list[Item]] = {}
         for table, table_params in items.items():
             validate("batch", table_params, table)
-            key_types = self.tm.key_types(table)
+            key_types = yield from self.tm.schemas.types(table)
             table_keys = table_params.get("Keys")
             if not isinstance(table_keys, list) or not table_keys:
                 raise InvalidRequestError("Keys must be a non-empty list", table=table)
@@ -497,7 +498,7 @@ def _settled_page(
 
 def locked_batch_get(tx: InTransaction, params: Mapping[str, Any]) -> Step[dict[str, Any]]:
     """A BatchGetItem in ``tx``: every key read-locked (nothing is left unprocessed)."""
-    read_plans, keys = tx.manager.reads.batch_plans(params, "locking")
+    read_plans, keys = yield from tx.manager.reads.batch_plans(params, "locking")
     responses: dict[str, list[Item]] = {}
     for table, read in read_plans.items():
         values = yield from tx.read_many(table, keys[table])

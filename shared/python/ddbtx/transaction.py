@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,21 +20,19 @@ from typing import Any, TypeVar, overload
 from . import schema as s
 from ._contention import Contention
 from ._coordinator import parse_batch
-from ._dynamo import call
 from ._exactly import Replay, check_transaction_id
 from ._items import item_size
 from ._manager_reads import ManagerReads
 from ._oneshot import native_write
 from ._protocol import Protocol, SweepOutcome, new_tx_id
 from ._record import Header
-from ._requests import KeyTypes, Request, build
+from ._requests import KeySchemas, KeyTypes, Request, build
 from ._steps import INLINE_IMAGE_LIMIT
 from ._transaction import Transaction
 from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES
 from .errors import (
     DuplicateRequestError,
     InvalidRequestError,
-    TableNotFound,
     TransactionCommittedError,
     TransactionConflictError,
     TransactionError,
@@ -179,10 +177,7 @@ class TransactionManager(ManagerReads):
         self.wound_patience = wound_patience
         self.contention = Contention(contention)
         self.rng = rng or random.Random()
-        self._keys: dict[str, KeyTypes] = {
-            table: keys if isinstance(keys, Mapping) else dict.fromkeys(keys)
-            for table, keys in (key_schemas or {}).items()
-        }
+        self.schemas = KeySchemas(key_schemas)
         self.protocol = self.p = Protocol(
             client,
             transactions_table,
@@ -227,17 +222,7 @@ class TransactionManager(ManagerReads):
 
     def key_types(self, table: str) -> KeyTypes:
         """A data table's key attributes (hash first) and their types, read once and cached."""
-        keys = self._keys.get(table)
-        if keys is None:
-            try:
-                desc = call(self.client, "describe_table", TableName=table)["Table"]
-            except TableNotFound as exc:
-                raise InvalidRequestError(f"table {table!r} does not exist", table=table) from exc
-            schema_ = sorted(desc["KeySchema"], key=lambda k: k["KeyType"] != "HASH")
-            types = {a["AttributeName"]: a["AttributeType"] for a in desc["AttributeDefinitions"]}
-            keys = {k["AttributeName"]: types.get(k["AttributeName"]) for k in schema_}
-            self._keys[table] = keys
-        return keys
+        return self.protocol.run(self.schemas.types(table))
 
     # -- transactions ----------------------------------------------------------
 
