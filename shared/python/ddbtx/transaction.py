@@ -20,12 +20,12 @@ from typing import Any, TypeVar, overload
 from . import schema as s
 from ._contention import Contention
 from ._coordinator import parse_batch
-from ._exactly import Replay, check_transaction_id
+from ._exactly import check_transaction_id
 from ._items import item_size
 from ._manager_reads import ManagerReads
+from ._manager_steps import Opener, sweep
 from ._oneshot import native_write
 from ._protocol import Protocol, SweepOutcome, new_tx_id
-from ._record import Header
 from ._requests import KeySchemas, KeyTypes, Request, build
 from ._steps import INLINE_IMAGE_LIMIT
 from ._transaction import Transaction
@@ -35,9 +35,7 @@ from .errors import (
     InvalidRequestError,
     TransactionCommittedError,
     TransactionConflictError,
-    TransactionError,
     TransactionIdReusedError,
-    TransactionNotFoundError,
     TransactionRolledBackError,
 )
 from .reads import Isolation, Reads
@@ -57,9 +55,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: Rounds of "claim, read, act" before giving up on an alias that keeps changing.
-RESOLVE_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -188,6 +183,7 @@ class TransactionManager(ManagerReads):
             sleep=sleep,
         )
         self.reads = Reads(self)
+        self.opener = Opener(self.protocol, self.schemas, self._make)
 
     @property
     def sleep(self) -> Callable[[float], None]:
@@ -259,45 +255,12 @@ class TransactionManager(ManagerReads):
         ...     tx.commit()
         """
         if transaction_id is not None:
-            return self._begin_by_id(check_transaction_id(transaction_id), priority)
+            caller_id = check_transaction_id(transaction_id)
+            return self.protocol.run(self.opener.by_caller_id(caller_id, self._new_id(priority)))
         return Transaction(self, self._new_id(priority))
 
-    def _begin_by_id(self, caller_id: str, priority: str | None) -> Transaction:
-        """The transaction that carries ``caller_id``: new, resumed, or already committed."""
-        p = self.protocol
-        fresh = self._new_id(priority)
-        for _ in range(RESOLVE_ROUNDS):
-            if p.run(p.aliases.claim(caller_id, fresh)):
-                return Transaction(self, fresh, transaction_id=caller_id)
-            named = p.run(p.aliases.read(caller_id))
-            if named is None:
-                continue  # deleted with its expired record since the claim failed: claim again
-            if named == fresh:  # our claim or move landed; its answer was lost
-                return Transaction(self, fresh, transaction_id=caller_id)
-            header = p.run(p.records.read_header(named))
-            if header is None:
-                # Never created (its coordinator died, or is about to create it) or removed
-                # by TTL: a rolled-back record in its place settles which, for everyone.
-                p.run(p.records.create_completed(named, caller_id, s.STATE_ROLLED_BACK))
-                header = p.run(p.records.read_header(named))
-                if header is None:
-                    continue
-            if header.state == s.STATE_ROLLED_BACK:
-                if not header.completed:
-                    p.run(p.complete(header))  # its locks would hold up the new attempt
-                if p.run(p.aliases.move(caller_id, named, fresh)):
-                    return Transaction(self, fresh, transaction_id=caller_id)
-                continue  # another retry started over first: join that one
-            tx = self._adopt(header)
-            tx.transaction_id = caller_id
-            if header.state == s.STATE_COMMITTED:
-                tx.already_committed = True
-            else:
-                tx.replay = Replay(tx)
-            return tx
-        raise TransactionError(
-            f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
-        )
+    def _make(self, tx_id: str, transaction_id: str | None) -> Transaction:
+        return Transaction(self, tx_id, transaction_id=transaction_id)
 
     def _new_id(self, priority: str | None) -> str:
         clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
@@ -416,21 +379,7 @@ class TransactionManager(ManagerReads):
         A pending transaction can then receive more requests, commit or roll
         back; a decided one is driven to completion before this returns.
         """
-        header = self.protocol.run(self.protocol.records.read_header(tx_id))
-        if header is None:
-            raise TransactionNotFoundError("no such transaction", tx_id=tx_id)
-        return self._adopt(header)
-
-    def _adopt(self, header: Header) -> Transaction:
-        """A coordinator for the transaction ``header`` was read from; a decided one completed."""
-        tx = Transaction(self, header.tx_id, transaction_id=header.caller_id)
-        self.protocol.run(tx.record.follow(header))
-        for table in {entry.table for entry in header.entries.values()}:
-            self.key_names(table)  # further requests on these tables are validated without a call
-        if header.state != s.STATE_PENDING:
-            self.protocol.run(self.protocol.complete(header))
-            tx.record.completed = True
-        return tx
+        return self.protocol.run(self.opener.resume(tx_id))
 
     def sweep(
         self,
@@ -446,19 +395,7 @@ class TransactionManager(ManagerReads):
         changed since it was read, so a live coordinator is never overtaken by
         a sweeper that read an old version.
         """
-        p = self.protocol
-        header = p.run(p.records.read_header(tx_id))
-        if header is None:
-            return SweepOutcome.MISSING
-        age_ms = p.now_ms() - header.updated_ms
-        if not header.completed:
-            if header.state == s.STATE_PENDING and age_ms < rollback_after.total_seconds() * 1000:
-                return SweepOutcome.ACTIVE
-            return p.run(p.settle(tx_id, header, expect_version=header.version))
-        if age_ms < delete_after.total_seconds() * 1000:
-            return SweepOutcome.KEPT
-        p.run(p.delete_record(header))
-        return SweepOutcome.DELETED
+        return self.protocol.run(sweep(self.protocol, tx_id, rollback_after, delete_after))
 
     # -- one-shot writes ---------------------------------------------------------
 

@@ -1,0 +1,125 @@
+"""The manager's protocol, as steps: open the transaction that carries a caller's
+exactly-once id, take over one begun elsewhere, move one TX record along.
+
+Both managers (the sync :class:`~ddbtx.transaction.TransactionManager` and the asyncio
+one) run these steps on their driver; each makes its own kind of transaction through
+the ``make`` it gives :class:`Opener`.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Generic, TypeVar
+
+from . import schema as s
+from ._effects import Step
+from ._exactly import Replay, Resumed
+from ._protocol import Protocol, SweepOutcome
+from ._record import Header
+from ._requests import KeySchemas
+from ._view import RecordView
+from .errors import TransactionError, TransactionNotFoundError
+
+#: Rounds of "claim, read, act" before giving up on an alias that keeps changing.
+RESOLVE_ROUNDS = 8
+
+
+class Opened(Resumed, typing.Protocol):
+    """What opening sets up on a transaction (:class:`~ddbtx._coordinator.CoordinatorSteps`)."""
+
+    @property
+    def record(self) -> RecordView: ...
+
+    already_committed: bool
+    replay: Replay | None
+
+
+Tx = TypeVar("Tx", bound=Opened)
+
+
+class Opener(Generic[Tx]):
+    """Opens transactions for one manager: ``make(tx_id, transaction_id)`` makes one."""
+
+    def __init__(
+        self, p: Protocol, schemas: KeySchemas, make: Callable[[str, str | None], Tx]
+    ) -> None:
+        self.p = p
+        self.schemas = schemas
+        self.make = make
+
+    def by_caller_id(self, caller_id: str, fresh: str) -> Step[Tx]:
+        """The transaction that carries ``caller_id``: new (as ``fresh``), resumed, or
+        already committed."""
+        aliases, records = self.p.aliases, self.p.records
+        for _ in range(RESOLVE_ROUNDS):
+            if (yield from aliases.claim(caller_id, fresh)):
+                return self.make(fresh, caller_id)
+            named = yield from aliases.read(caller_id)
+            if named is None:
+                continue  # deleted with its expired record since the claim failed: claim again
+            if named == fresh:  # our claim or move landed; its answer was lost
+                return self.make(fresh, caller_id)
+            header = yield from records.read_header(named)
+            if header is None:
+                # Never created (its coordinator died, or is about to create it) or removed
+                # by TTL: a rolled-back record in its place settles which, for everyone.
+                yield from records.create_completed(named, caller_id, s.STATE_ROLLED_BACK)
+                header = yield from records.read_header(named)
+                if header is None:
+                    continue
+            if header.state == s.STATE_ROLLED_BACK:
+                if not header.completed:
+                    yield from self.p.complete(header)  # its locks would hold up the new attempt
+                if (yield from aliases.move(caller_id, named, fresh)):
+                    return self.make(fresh, caller_id)
+                continue  # another retry started over first: join that one
+            tx = yield from self.adopt(header)
+            tx.record.caller_id = caller_id
+            if header.state == s.STATE_COMMITTED:
+                tx.already_committed = True
+            else:
+                tx.replay = Replay(tx)
+            return tx
+        raise TransactionError(
+            f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
+        )
+
+    def resume(self, tx_id: str) -> Step[Tx]:
+        """Take over a transaction started elsewhere; a decided one is completed first."""
+        header = yield from self.p.records.read_header(tx_id)
+        if header is None:
+            raise TransactionNotFoundError("no such transaction", tx_id=tx_id)
+        return (yield from self.adopt(header))
+
+    def adopt(self, header: Header) -> Step[Tx]:
+        """A coordinator for the transaction ``header`` was read from; a decided one completed."""
+        tx = self.make(header.tx_id, header.caller_id)
+        yield from tx.record.follow(header)
+        for table in sorted({entry.table for entry in header.entries.values()}):
+            # Further requests on these tables are validated without a call.
+            yield from self.schemas.types(table)
+        if header.state != s.STATE_PENDING:
+            yield from self.p.complete(header)
+            tx.record.completed = True
+        return tx
+
+
+def sweep(
+    p: Protocol, tx_id: str, rollback_after: timedelta, delete_after: timedelta
+) -> Step[SweepOutcome]:
+    """Move one TX record along: roll back if stale, complete if decided, delete if old
+    (ages from the record's last change, by ``p``'s clock)."""
+    header = yield from p.records.read_header(tx_id)
+    if header is None:
+        return SweepOutcome.MISSING
+    age_ms = p.now_ms() - header.updated_ms
+    if not header.completed:
+        if header.state == s.STATE_PENDING and age_ms < rollback_after.total_seconds() * 1000:
+            return SweepOutcome.ACTIVE
+        return (yield from p.settle(tx_id, header, expect_version=header.version))
+    if age_ms < delete_after.total_seconds() * 1000:
+        return SweepOutcome.KEPT
+    yield from p.delete_record(header)
+    return SweepOutcome.DELETED
