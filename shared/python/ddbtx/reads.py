@@ -102,7 +102,7 @@ class Reader(typing.Protocol):
     def protocol(self) -> Protocol: ...
     @property
     def schemas(self) -> KeySchemas: ...
-    def begin(self, *, priority: str | None = None) -> InTransaction: ...
+    def new_transaction(self, priority: str | None = None) -> InTransaction: ...
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class Reads:
         first: str | None = None
         wounded: TransactionRolledBackError | None = None
         for _ in range(ATTEMPTS):
-            tx = self.tm.begin(priority=first)
+            tx = self.tm.new_transaction(first)
             first = first or tx.id
             try:
                 result = yield from work(tx)

@@ -9,36 +9,29 @@ applies; :mod:`ddbtx._contention` handles items other transactions hold.
 from __future__ import annotations
 
 import logging
-import random
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
-from . import schema as s
 from ._contention import Contention
 from ._coordinator import parse_batch
 from ._exactly import check_transaction_id
 from ._items import item_size
+from ._manager_core import RETRIED, AlreadyCommitted, ManagerCore, after_failure, closing, deletes
 from ._manager_reads import ManagerReads
-from ._manager_steps import Opener, sweep
+from ._manager_steps import sweep
 from ._oneshot import native_write
-from ._protocol import Protocol, SweepOutcome, new_tx_id
-from ._requests import KeySchemas, KeyTypes, Request, build
+from ._protocol import SweepOutcome
+from ._requests import KeyTypes, Request, build
 from ._steps import INLINE_IMAGE_LIMIT
 from ._transaction import Transaction
 from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES
 from .errors import (
     DuplicateRequestError,
     InvalidRequestError,
-    TransactionCommittedError,
-    TransactionConflictError,
-    TransactionIdReusedError,
-    TransactionRolledBackError,
 )
-from .reads import Isolation, Reads
+from .reads import Isolation
 
 __all__ = [
     "HEADER_SOFT_LIMIT",
@@ -57,24 +50,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class AlreadyCommitted:
-    """What :meth:`TransactionManager.run` returns when an earlier attempt with the same
-    ``transaction_id`` committed: the work was not run again.
-
-    Attributes
-    ----------
-    transaction_id
-        The caller's id.
-    tx_id
-        The internal id of the transaction that committed it.
-    """
-
-    transaction_id: str
-    tx_id: str
-
-
-class TransactionManager(ManagerReads):
+class TransactionManager(ManagerCore[Transaction], ManagerReads):
     """Entry point: begins, resumes and sweeps transactions, and reads with isolation.
 
     Parameters
@@ -125,65 +101,6 @@ class TransactionManager(ManagerReads):
     ...                    UpdateExpression="ADD balance :n",
     ...                    ExpressionAttributeValues={":n": {"N": "10"}})
     """
-
-    def __init__(
-        self,
-        client: Any,
-        transactions_table: str = "Transactions",
-        images_table: str = "TransactionImages",
-        *,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        lock_wait: float = 10.0,
-        stale_after: float = 30.0,
-        wound_patience: float = 0.5,
-        contention: Contention = Contention.WOUND_WAIT,
-        max_workers: int = 32,
-        finished_ttl: timedelta = timedelta(days=1),
-        key_schemas: dict[str, Sequence[str] | KeyTypes] | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        if lock_wait < 0 or stale_after <= 0 or wound_patience < 0 or max_workers < 1:
-            raise ValueError(
-                "lock_wait >= 0, stale_after > 0, wound_patience >= 0 and max_workers >= 1 "
-                "are required"
-            )
-        try:
-            pool = client.meta.config.max_pool_connections
-        except Exception:  # not a botocore client (e.g. a test double): nothing to size
-            pool = None
-        if isinstance(pool, int) and pool < max_workers:
-            # Steps beyond the pool open and drop a connection each: slower, and noisy in logs.
-            logger.warning(
-                "the client keeps %d HTTP connections but max_workers is %d; create it with "
-                "botocore Config(max_pool_connections=%d)",
-                pool,
-                max_workers,
-                max_workers,
-            )
-        self.client = client
-        self.transactions_table = transactions_table
-        self.images_table = images_table
-        self.clock = clock
-        self.monotonic = monotonic
-        self.lock_wait = lock_wait
-        self.stale_after = stale_after
-        self.wound_patience = wound_patience
-        self.contention = Contention(contention)
-        self.rng = rng or random.Random()
-        self.schemas = KeySchemas(key_schemas)
-        self.protocol = self.p = Protocol(
-            client,
-            transactions_table,
-            images_table,
-            clock=clock,
-            max_workers=max_workers,
-            completed_ttl_seconds=int(finished_ttl.total_seconds()),
-            sleep=sleep,
-        )
-        self.reads = Reads(self)
-        self.opener = Opener(self.protocol, self.schemas, self._make)
 
     @property
     def sleep(self) -> Callable[[float], None]:
@@ -256,15 +173,12 @@ class TransactionManager(ManagerReads):
         """
         if transaction_id is not None:
             caller_id = check_transaction_id(transaction_id)
-            return self.protocol.run(self.opener.by_caller_id(caller_id, self._new_id(priority)))
-        return Transaction(self, self._new_id(priority))
+            return self.protocol.run(self.opener.by_caller_id(caller_id, self.new_id(priority)))
+        return self.new_transaction(priority)
 
-    def _make(self, tx_id: str, transaction_id: str | None) -> Transaction:
+    def make(self, tx_id: str, transaction_id: str | None = None) -> Transaction:
+        """A coordinator of transaction ``tx_id`` (nothing is sent)."""
         return Transaction(self, tx_id, transaction_id=transaction_id)
-
-    def _new_id(self, priority: str | None) -> str:
-        clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
-        return new_tx_id(clock_ns, priority=priority)
 
     @contextmanager
     def transaction(
@@ -288,26 +202,14 @@ class TransactionManager(ManagerReads):
         ...     if not tx.already_committed:
         ...         tx.put_item(TableName="Orders", Item={"id": {"S": "order-42"}})
         """
-        if delete is None:
-            delete = transaction_id is None
-        elif delete and transaction_id is not None:
-            raise ValueError("delete=True would forget the transaction_id as soon as it commits")
+        delete = deletes(delete, transaction_id)
         tx = self.begin(priority=priority, transaction_id=transaction_id)
         try:
             yield tx
         except BaseException as exc:
-            try:
-                # A reuse found at a request wrote nothing: the transaction is another work's.
-                if tx.state == s.STATE_PENDING and not isinstance(exc, TransactionIdReusedError):
-                    tx.rollback()
-                if delete:
-                    tx.delete()
-            except Exception:  # the caller's exception matters more; the sweeper completes it
-                logger.exception("rollback of %s on exception did not complete", tx.id)
+            self.protocol.run(closing(tx, exc, delete))
             raise
-        tx.commit()
-        if delete:
-            tx.delete()
+        self.protocol.run(closing(tx, None, delete))
 
     @overload
     def run(self, work: Callable[[Transaction], T], *, attempts: int = 10) -> T: ...
@@ -363,14 +265,10 @@ class TransactionManager(ManagerReads):
                         return AlreadyCommitted(tx.transaction_id or "", tx.id)
                     result = work(tx)
                 return result
-            except TransactionCommittedError as exc:
-                # Another attempt with the same id committed this transaction meanwhile.
-                if tx is None or transaction_id is None or exc.tx_id != tx.id:
-                    raise
-                return AlreadyCommitted(transaction_id, tx.id)
-            except (TransactionRolledBackError, TransactionConflictError):
-                if attempt == attempts:
-                    raise
+            except RETRIED as exc:
+                done = after_failure(exc, tx, transaction_id, attempt == attempts)
+                if done is not None:
+                    return done
         raise AssertionError("unreachable")
 
     def resume(self, tx_id: str) -> Transaction:

@@ -1,0 +1,181 @@
+"""What both transaction managers are made of: their settings, their stores and reads,
+how they name and open transactions, and the decisions around a block of work.
+
+The sync :class:`~ddbtx.transaction.TransactionManager` and the asyncio one
+(:mod:`ddbtx.aio`) derive from :class:`ManagerCore`; they differ only in how they
+run a step (the sync driver, or the asyncio one) and in the transactions they make.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from . import schema as s
+from ._contention import Contention
+from ._coordinator import CoordinatorSteps
+from ._effects import Step
+from ._manager_steps import Opener
+from ._protocol import Protocol, new_tx_id
+from ._requests import KeySchemas, KeyTypes
+from .errors import (
+    TransactionCommittedError,
+    TransactionConflictError,
+    TransactionIdReusedError,
+    TransactionRolledBackError,
+)
+from .reads import Reads
+
+logger = logging.getLogger(__name__)
+
+Tx = TypeVar("Tx", bound=CoordinatorSteps)
+
+
+@dataclass(frozen=True)
+class AlreadyCommitted:
+    """What :meth:`TransactionManager.run` returns when an earlier attempt with the same
+    ``transaction_id`` committed: the work was not run again.
+
+    Attributes
+    ----------
+    transaction_id
+        The caller's id.
+    tx_id
+        The internal id of the transaction that committed it.
+    """
+
+    transaction_id: str
+    tx_id: str
+
+
+class ManagerCore(Generic[Tx]):
+    """A manager's settings and parts (see :class:`~ddbtx.TransactionManager` for each
+    parameter); ``sleep`` is the one its protocol's blocking driver uses."""
+
+    protocol: Protocol
+    reads: Reads
+
+    def __init__(
+        self,
+        client: Any,
+        transactions_table: str,
+        images_table: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        lock_wait: float = 10.0,
+        stale_after: float = 30.0,
+        wound_patience: float = 0.5,
+        contention: Contention = Contention.WOUND_WAIT,
+        max_workers: int = 32,
+        finished_ttl: timedelta = timedelta(days=1),
+        key_schemas: Mapping[str, Sequence[str] | KeyTypes] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if lock_wait < 0 or stale_after <= 0 or wound_patience < 0 or max_workers < 1:
+            raise ValueError(
+                "lock_wait >= 0, stale_after > 0, wound_patience >= 0 and max_workers >= 1 "
+                "are required"
+            )
+        try:
+            pool = client.meta.config.max_pool_connections
+        except Exception:  # not a botocore client (e.g. a test double): nothing to size
+            pool = None
+        if isinstance(pool, int) and pool < max_workers:
+            # Steps beyond the pool open and drop a connection each: slower, and noisy in logs.
+            logger.warning(
+                "the client keeps %d HTTP connections but max_workers is %d; create it with "
+                "botocore Config(max_pool_connections=%d)",
+                pool,
+                max_workers,
+                max_workers,
+            )
+        self.client = client
+        self.transactions_table = transactions_table
+        self.images_table = images_table
+        self.clock = clock
+        self.monotonic = monotonic
+        self.lock_wait = lock_wait
+        self.stale_after = stale_after
+        self.wound_patience = wound_patience
+        self.contention = Contention(contention)
+        self.rng = rng or random.Random()
+        self.schemas = KeySchemas(key_schemas)
+        self.protocol = self.p = Protocol(
+            client,
+            transactions_table,
+            images_table,
+            clock=clock,
+            max_workers=max_workers,
+            completed_ttl_seconds=int(finished_ttl.total_seconds()),
+            sleep=sleep,
+        )
+        self.reads = Reads(self)
+        self.opener = Opener(self.protocol, self.schemas, self.make)
+
+    def make(self, tx_id: str, transaction_id: str | None = None) -> Tx:
+        """A coordinator of transaction ``tx_id`` (nothing is sent)."""
+        raise NotImplementedError
+
+    def new_id(self, priority: str | None) -> str:
+        """A new transaction id, as old as ``priority`` when given (wound-wait)."""
+        clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
+        return new_tx_id(clock_ns, priority=priority)
+
+    def new_transaction(self, priority: str | None = None) -> Tx:
+        """A new transaction (nothing is written until its first request)."""
+        return self.make(self.new_id(priority))
+
+
+def deletes(delete: bool | None, transaction_id: str | None) -> bool:
+    """Whether a ``transaction()`` block deletes its record on exit (the default: unless
+    it carries a ``transaction_id``, which the record remembers)."""
+    if delete is None:
+        return transaction_id is None
+    if delete and transaction_id is not None:
+        raise ValueError("delete=True would forget the transaction_id as soon as it commits")
+    return delete
+
+
+def closing(tx: CoordinatorSteps, failure: BaseException | None, delete: bool) -> Step[None]:
+    """The end of a ``transaction()`` block: commit (and delete) after a normal exit; after
+    ``failure``, roll back (and delete) without hiding it (the caller re-raises it)."""
+    if failure is None:
+        yield from tx.end.commit()
+        if delete:
+            yield from tx.end.delete()
+        return
+    try:
+        # A reuse found at a request wrote nothing: the transaction is another work's.
+        if tx.state == s.STATE_PENDING and not isinstance(failure, TransactionIdReusedError):
+            yield from tx.end.rollback()
+        if delete:
+            yield from tx.end.delete()
+    except Exception:  # the caller's exception matters more; the sweeper completes it
+        logger.exception("rollback of %s on exception did not complete", tx.id)
+
+
+#: The errors ``run`` looks at: contention (retried) and a commit by another attempt.
+RETRIED = (TransactionCommittedError, TransactionRolledBackError, TransactionConflictError)
+
+
+def after_failure(
+    exc: Exception, tx: CoordinatorSteps | None, transaction_id: str | None, last: bool
+) -> AlreadyCommitted | None:
+    """What ``run`` does after an attempt failed with ``exc`` (one of :data:`RETRIED`):
+    return what it returns (another attempt with the id committed it), None to try again,
+    or raise ``exc``."""
+    if isinstance(exc, TransactionCommittedError):
+        # Another attempt with the same id committed this transaction meanwhile.
+        if tx is None or transaction_id is None or exc.tx_id != tx.id:
+            raise exc
+        return AlreadyCommitted(transaction_id, tx.id)
+    if last:
+        raise exc
+    return None
