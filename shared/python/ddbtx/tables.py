@@ -73,8 +73,12 @@ def _wait_active(name: str) -> Step[None]:
 
 def create_transactions_table(client: Any, name: str) -> None:
     """Transactions table: hash ``id`` + range ``sk``, with the sparse sweep index."""
-    create_table_if_missing(
-        client,
+    drive(transactions_table(name), client)
+
+
+def transactions_table(name: str) -> Step[None]:
+    """The step of :func:`create_transactions_table`, for any driver."""
+    return ensure_table(
         name,
         s.TX_TTL,
         KeySchema=[
@@ -102,8 +106,12 @@ def create_transactions_table(client: Any, name: str) -> None:
 
 def create_images_table(client: Any, name: str) -> None:
     """Images table: hash ``id`` (transaction) + range ``rid`` (request)."""
-    create_table_if_missing(
-        client,
+    drive(images_table(name), client)
+
+
+def images_table(name: str) -> Step[None]:
+    """The step of :func:`create_images_table`, for any driver."""
+    return ensure_table(
         name,
         s.IMAGE_TTL,
         KeySchema=[

@@ -4,15 +4,25 @@ Install with ``pip install '.[aio]'`` from a checkout. Every step is the one :mo
 (:mod:`ddbtx._effects`); only the driver differs, so a sync and an async process work
 on the same tables, locks and rows alike.
 
-Available so far: :mod:`ddbtx.aio.locks` (:class:`~ddbtx.aio.locks.Mutex`,
-:func:`~ddbtx.aio.locks.create_lock_table`). The transaction manager follows as its
-steps move into the driver-free core.
+:class:`TransactionManager` and :class:`Transaction` are :class:`ddbtx.TransactionManager`
+and :class:`ddbtx.Transaction` with coroutines; :mod:`ddbtx.aio.locks` has the locks.
 
 Examples
 --------
 >>> from aiobotocore.session import get_session                    # doctest: +SKIP
+>>> from ddbtx.aio import TransactionManager
 >>> from ddbtx.aio.locks import Mutex
 >>> async with get_session().create_client("dynamodb") as client:  # doctest: +SKIP
 ...     m = Mutex(client, "Locks", owner="worker-1")
 ...     token = await m.acquire_token("invoice-42")
+...     tm = TransactionManager(client, "Transactions", "TransactionImages")
+...     async with tm.transaction() as tx:
+...         await tx.put_item(TableName="Orders", Item={"id": {"S": "o-1"}})
 """
+
+from .._manager_core import AlreadyCommitted
+from ..reads import Isolation
+from ._transaction import Transaction
+from .transaction import TransactionManager
+
+__all__ = ["AlreadyCommitted", "Isolation", "Transaction", "TransactionManager"]

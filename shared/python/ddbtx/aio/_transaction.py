@@ -1,0 +1,111 @@
+"""One transaction for asyncio: each coroutine runs one step of the coordinator
+(:class:`~ddbtx._coordinator.CoordinatorSteps`) on the asyncio driver."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from .._coordinator import CoordinatorSteps
+from .._effects import Step
+from .._items import Item
+from ..reads import locked_batch_get, locked_read
+
+T = TypeVar("T")
+
+
+class Driving(typing.Protocol):
+    """What an asyncio transaction uses of its manager beyond the coordinator's needs."""
+
+    def drive(self, step: Step[T], /) -> Awaitable[T]: ...
+
+
+async def pages(
+    read: Callable[..., Awaitable[dict[str, Any]]], params: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """Every page of a paged read, following ``LastEvaluatedKey`` from ``params``'s start."""
+    current = dict(params)
+    while True:
+        response = await read(**current)
+        yield response
+        if not response.get("LastEvaluatedKey"):
+            return
+        current["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+class Transaction(CoordinatorSteps):
+    """One multi-item transaction, for asyncio: :class:`ddbtx.Transaction`'s methods as
+    coroutines, with the same parameters, results and errors. Make one with
+    :meth:`ddbtx.aio.TransactionManager.begin`.
+
+    Examples
+    --------
+    >>> tx = await tm.begin()                                           # doctest: +SKIP
+    >>> await tx.update_item(TableName="Accounts", Key={"id": {"S": "a"}},
+    ...                      UpdateExpression="ADD balance :n",
+    ...                      ExpressionAttributeValues={":n": {"N": "-10"}})
+    >>> await tx.commit()
+    """
+
+    manager: Any
+
+    async def _run(self, step: Step[T]) -> T:
+        driving: Driving = self.manager
+        return await driving.drive(step)
+
+    async def put_item(self, **params: Any) -> dict[str, Any]:
+        """Put an item inside the transaction (as :meth:`ddbtx.Transaction.put_item`)."""
+        return await self._run(self.request("put", params))
+
+    async def update_item(self, **params: Any) -> dict[str, Any]:
+        """Update an item inside the transaction (as :meth:`ddbtx.Transaction.update_item`)."""
+        return await self._run(self.request("update", params))
+
+    async def delete_item(self, **params: Any) -> dict[str, Any]:
+        """Delete an item when the transaction commits."""
+        return await self._run(self.request("delete", params))
+
+    async def get_item(self, **params: Any) -> dict[str, Any]:
+        """Read an item under a read lock; sees this transaction's own writes."""
+        return await self._run(self.request("get", params))
+
+    async def query(self, **params: Any) -> dict[str, Any]:
+        """One page of a Query that read-locks every item it returns."""
+        return await self._run(locked_read(self, "query", params))
+
+    async def scan(self, **params: Any) -> dict[str, Any]:
+        """One page of a Scan that read-locks every item it returns."""
+        return await self._run(locked_read(self, "scan", params))
+
+    def query_pages(self, **params: Any) -> AsyncIterator[dict[str, Any]]:
+        """Every page of :meth:`query` (``async for``)."""
+        return pages(self.query, params)
+
+    def scan_pages(self, **params: Any) -> AsyncIterator[dict[str, Any]]:
+        """Every page of :meth:`scan` (``async for``)."""
+        return pages(self.scan, params)
+
+    async def batch_get_item(self, **params: Any) -> dict[str, Any]:
+        """``BatchGetItem`` that read-locks every key; nothing is left unprocessed."""
+        return await self._run(locked_batch_get(self, params))
+
+    async def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]:
+        """Read-lock every key of ``table``; each item's value under the lock, or None."""
+        return await self._run(self.read_many(table, keys))
+
+    async def write_all(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several writes at once (``TransactItems``' shape); the results in order."""
+        return await self._run(self.write_many(requests))
+
+    async def commit(self) -> None:
+        """commit + complete: decide the transaction committed, then unlock every item."""
+        await self._run(self.end.commit())
+
+    async def rollback(self) -> None:
+        """Roll back: restore every item to its state before the transaction and unlock it."""
+        await self._run(self.end.rollback())
+
+    async def delete(self) -> None:
+        """delete: remove the completed TX record (the caller has noted the outcome)."""
+        await self._run(self.end.delete())

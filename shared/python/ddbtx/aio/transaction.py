@@ -1,0 +1,232 @@
+"""The transaction manager for asyncio: :class:`ddbtx.TransactionManager`'s methods as
+coroutines, each running the same steps on an aiobotocore client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+from .._exactly import check_transaction_id
+from .._manager_core import (
+    RETRIED,
+    AlreadyCommitted,
+    ManagerCore,
+    after_failure,
+    closing,
+    deletes,
+)
+from .._manager_steps import sweep
+from .._protocol import SweepOutcome
+from .._requests import KeyTypes
+from ..reads import Isolation
+from ..tables import images_table, transactions_table
+from ._drive import drive
+from ._transaction import Transaction, pages
+
+T = TypeVar("T")
+
+
+def _never_blocks(seconds: float) -> None:
+    raise RuntimeError("the asyncio manager's steps pause through its driver, never blocking")
+
+
+class TransactionManager(ManagerCore[Transaction]):
+    """Entry point for asyncio: begins, resumes and sweeps transactions, and reads with
+    isolation, on an aiobotocore DynamoDB client.
+
+    Takes :class:`ddbtx.TransactionManager`'s parameters; ``sleep`` is a coroutine
+    function (``asyncio.sleep``). A sync and an asyncio coordinator may work on one
+    transaction: both run the same steps on the same rows.
+
+    Examples
+    --------
+    >>> from aiobotocore.session import get_session                    # doctest: +SKIP
+    >>> async with get_session().create_client("dynamodb") as client:  # doctest: +SKIP
+    ...     tm = TransactionManager(client, "Transactions", "TransactionImages")
+    ...     async with tm.transaction() as tx:
+    ...         await tx.update_item(TableName="Accounts", Key={"id": {"S": "a"}},
+    ...                              UpdateExpression="ADD balance :n",
+    ...                              ExpressionAttributeValues={":n": {"N": "-10"}})
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        transactions_table: str = "Transactions",
+        images_table: str = "TransactionImages",
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        **settings: Any,
+    ) -> None:
+        super().__init__(client, transactions_table, images_table, sleep=_never_blocks, **settings)
+        self.sleep = sleep
+
+    def make(self, tx_id: str, transaction_id: str | None = None) -> Transaction:
+        """A coordinator of transaction ``tx_id`` (nothing is sent)."""
+        return Transaction(self, tx_id, transaction_id=transaction_id)
+
+    async def drive(self, step: Any) -> Any:
+        """Run a protocol step on this manager's client and sleep (the asyncio driver)."""
+        return await drive(step, self.client, self.sleep)
+
+    async def create_tables(self) -> None:
+        """Create the transactions and images tables if missing; wait until active."""
+        await self.drive(transactions_table(self.transactions_table))
+        await self.drive(images_table(self.images_table))
+
+    async def key_types(self, table: str) -> KeyTypes:
+        """A data table's key attributes (hash first) and their types, read once and cached."""
+        types: KeyTypes = await self.drive(self.schemas.types(table))
+        return types
+
+    # -- transactions ----------------------------------------------------------------
+
+    async def begin(
+        self, *, priority: str | None = None, transaction_id: str | None = None
+    ) -> Transaction:
+        """Start a transaction, as :meth:`ddbtx.TransactionManager.begin`."""
+        if transaction_id is not None:
+            caller_id = check_transaction_id(transaction_id)
+            opened: Transaction = await self.drive(
+                self.opener.by_caller_id(caller_id, self.new_id(priority))
+            )
+            return opened
+        return self.new_transaction(priority)
+
+    @asynccontextmanager
+    async def transaction(
+        self,
+        *,
+        delete: bool | None = None,
+        priority: str | None = None,
+        transaction_id: str | None = None,
+    ) -> AsyncIterator[Transaction]:
+        """Commit on normal exit; roll back and re-raise on an exception (``async with``)."""
+        delete = deletes(delete, transaction_id)
+        tx = await self.begin(priority=priority, transaction_id=transaction_id)
+        try:
+            yield tx
+        except BaseException as exc:
+            await self.drive(closing(tx, exc, delete))
+            raise
+        await self.drive(closing(tx, None, delete))
+
+    @overload
+    async def run(
+        self, work: Callable[[Transaction], Awaitable[T]], *, attempts: int = 10
+    ) -> T: ...
+
+    @overload
+    async def run(
+        self,
+        work: Callable[[Transaction], Awaitable[T]],
+        *,
+        attempts: int = 10,
+        transaction_id: str,
+    ) -> T | AlreadyCommitted: ...
+
+    async def run(
+        self,
+        work: Callable[[Transaction], Awaitable[T]],
+        *,
+        attempts: int = 10,
+        transaction_id: str | None = None,
+    ) -> T | AlreadyCommitted:
+        """``await work(tx)`` in a transaction and commit, retrying as
+        :meth:`ddbtx.TransactionManager.run` does."""
+        if attempts < 1:
+            raise ValueError("attempts >= 1 is required")
+        priority: str | None = None
+        for attempt in range(1, attempts + 1):
+            tx: Transaction | None = None
+            try:
+                async with self.transaction(priority=priority, transaction_id=transaction_id) as tx:
+                    priority = priority or tx.id
+                    if tx.already_committed:
+                        return AlreadyCommitted(tx.transaction_id or "", tx.id)
+                    result = await work(tx)
+                return result
+            except RETRIED as exc:
+                done = after_failure(exc, tx, transaction_id, attempt == attempts)
+                if done is not None:
+                    return done
+        raise AssertionError("unreachable")
+
+    async def resume(self, tx_id: str) -> Transaction:
+        """Take over a transaction started elsewhere (any process, either driver)."""
+        resumed: Transaction = await self.drive(self.opener.resume(tx_id))
+        return resumed
+
+    async def sweep(
+        self, tx_id: str, *, rollback_after: timedelta, delete_after: timedelta
+    ) -> SweepOutcome:
+        """Move one TX record along, as :meth:`ddbtx.TransactionManager.sweep`."""
+        outcome: SweepOutcome = await self.drive(
+            sweep(self.protocol, tx_id, rollback_after, delete_after)
+        )
+        return outcome
+
+    # -- reads outside transactions ----------------------------------------------------
+
+    async def get_item(
+        self,
+        *,
+        TableName: str,  # noqa: N803 - boto3's parameter names
+        Key: dict[str, Any],  # noqa: N803
+        isolation: Isolation = Isolation.COMMITTED,
+        ConsistentRead: bool = True,  # noqa: N803
+        **params: Any,
+    ) -> dict[str, Any]:
+        """Read one item at the given isolation level; ``{"Item": ...}`` or ``{}``."""
+        params.update(TableName=TableName, Key=Key, ConsistentRead=ConsistentRead)
+        got: dict[str, Any] = await self.drive(
+            self.reads.read("get", params, Isolation(isolation).value)
+        )
+        return got
+
+    async def query(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> dict[str, Any]:
+        """One page of a Query at the given isolation level."""
+        page: dict[str, Any] = await self.drive(
+            self.reads.read("query", params, Isolation(isolation).value)
+        )
+        return page
+
+    async def scan(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> dict[str, Any]:
+        """One page of a Scan at the given isolation level."""
+        page: dict[str, Any] = await self.drive(
+            self.reads.read("scan", params, Isolation(isolation).value)
+        )
+        return page
+
+    def query_pages(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every page of a Query (``async for``)."""
+        return pages(lambda **p: self.query(isolation=isolation, **p), params)
+
+    def scan_pages(
+        self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every page of a Scan (``async for``)."""
+        return pages(lambda **p: self.scan(isolation=isolation, **p), params)
+
+    async def batch_get_item(
+        self,
+        *,
+        RequestItems: dict[str, Any],  # noqa: N803 - boto3's parameter names
+        isolation: Isolation = Isolation.COMMITTED,
+        **params: Any,
+    ) -> dict[str, Any]:
+        """``BatchGetItem`` at the given isolation level."""
+        params["RequestItems"] = RequestItems
+        got: dict[str, Any] = await self.drive(
+            self.reads.batch_get_item(params, Isolation(isolation).value)
+        )
+        return got
