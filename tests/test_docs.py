@@ -70,7 +70,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any], str], bool]] = {
     "README.md": lambda ns, out: bob(ns) == 6 and "billing invoice-42" in out,
     # Its own example checks bob's balance; on moto the page then stops its emulator.
     "docs/getting-started.md": lambda ns, out: ns["accounts"].name == "Accounts",
-    "docs/transactions.md": lambda ns, out: bob(ns) == 10,
+    "docs/transactions.md": lambda ns, out: bob(ns) == 10 and "then AlreadyCommitted" in out,
     "docs/locks.md": lambda ns, out: "billing invoice-42" in out and "updating Moe" in out,
     "docs/operations.md": lambda ns, out: ns["report"].complete is True,
 }

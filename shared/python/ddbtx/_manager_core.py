@@ -59,6 +59,9 @@ class ManagerCore(Generic[Tx]):
 
     protocol: Protocol
     reads: Reads
+    #: Whether ``max_workers`` threads share the client's connection pool (the sync
+    #: driver's), so a smaller pool is worth a warning; aiohttp's queues for a connection.
+    sized_pool = True
 
     def __init__(
         self,
@@ -87,7 +90,7 @@ class ManagerCore(Generic[Tx]):
             pool = client.meta.config.max_pool_connections
         except Exception:  # not a botocore client (e.g. a test double): nothing to size
             pool = None
-        if isinstance(pool, int) and pool < max_workers:
+        if self.sized_pool and isinstance(pool, int) and pool < max_workers:
             # Steps beyond the pool open and drop a connection each: slower, and noisy in logs.
             logger.warning(
                 "the client keeps %d HTTP connections but max_workers is %d; create it with "

@@ -52,6 +52,8 @@ class TransactionManager(ManagerCore[Transaction]):
     ...                              ExpressionAttributeValues={":n": {"N": "-10"}})
     """
 
+    sized_pool = False
+
     def __init__(
         self,
         client: Any,
