@@ -19,7 +19,7 @@ from aws.backend import RemoteDynamo, remote_selected, table_prefix
 from ddbtx import TransactionManager
 from ddbtx.local import KINDS, LocalDynamo
 from ddbtx.tables import create_data_table
-from drivers import EventLoopThread
+from drivers import EventLoopThread, Scenario
 from helpers import FakeClock, Tables
 
 #: moto and dynalite; or only real DynamoDB under ``python -m tests.aws.run`` (see tests/aws).
@@ -87,6 +87,16 @@ def event_loop_thread() -> Iterator[EventLoopThread]:
     loop = EventLoopThread()
     yield loop
     loop.close()
+
+
+@pytest.fixture
+def run(event_loop_thread: EventLoopThread) -> Callable[[Scenario], Any]:
+    """``run(scenario)``: run a coroutine function to its end on the event-loop thread."""
+
+    def go(scenario: Scenario) -> Any:
+        return event_loop_thread.run(scenario())
+
+    return go
 
 
 @pytest.fixture

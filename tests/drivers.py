@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ddbtx._dynamo import client_config
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
 
 T = TypeVar("T")
+#: A test's asyncio scenario: a coroutine function, run with the ``run`` fixture.
+Scenario = Callable[[], Coroutine[Any, Any, Any]]
 
 #: The drivers a parametrized test runs through.
 DRIVERS = ("sync", "aio")

@@ -10,7 +10,7 @@ drivers are equal, request for request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -26,20 +26,8 @@ from ddbtx import (
 )
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
-from drivers import EventLoopThread
+from drivers import EventLoopThread, Scenario
 from helpers import FakeClock, Tables, assert_clean
-
-Scenario = Callable[[], Coroutine[Any, Any, Any]]
-
-
-@pytest.fixture
-def run(event_loop_thread: EventLoopThread) -> Callable[[Scenario], Any]:
-    """``run(scenario)``: run a coroutine function to its end on the event-loop thread."""
-
-    def go(scenario: Scenario) -> Any:
-        return event_loop_thread.run(scenario())
-
-    return go
 
 
 @pytest.fixture

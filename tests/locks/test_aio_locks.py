@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,11 +21,9 @@ from ddbtx.aio import locks as aio
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import FifoLock, LeaseLockClient, LockLostError, LockNotGrantedError, list_locks
-from drivers import EventLoopThread
+from drivers import EventLoopThread, Scenario
 
 from .conftest import LEASE, WALL_START
-
-Scenario = Callable[[], Coroutine[Any, Any, Any]]
 
 
 class AsyncClock:
@@ -40,16 +38,6 @@ class AsyncClock:
     async def sleep(self, seconds: float) -> None:
         self.now += seconds
         await asyncio.sleep(0)
-
-
-@pytest.fixture
-def run(event_loop_thread: EventLoopThread) -> Callable[[Scenario], Any]:
-    """``run(scenario)``: run a coroutine function to its end on the event-loop thread."""
-
-    def go(scenario: Scenario) -> Any:
-        return event_loop_thread.run(scenario())
-
-    return go
 
 
 @pytest.fixture

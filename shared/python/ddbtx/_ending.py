@@ -12,11 +12,10 @@ import typing
 
 from . import schema as s
 from ._effects import Step
-from ._exactly import Replay
+from ._exactly import Replay, Resumed
 from ._items import Item
-from ._protocol import Protocol
 from ._record import Header
-from ._view import COMMIT_ROUNDS, Local, RecordView
+from ._view import COMMIT_ROUNDS, Local
 from .errors import (
     TransactionCommittedError,
     TransactionError,
@@ -27,17 +26,9 @@ from .errors import (
 logger = logging.getLogger(__name__)
 
 
-class Ended(typing.Protocol):
+class Ended(Resumed, typing.Protocol):
     """What the end uses of its coordinator."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def transaction_id(self) -> str | None: ...
-    @property
-    def p(self) -> Protocol: ...
-    @property
-    def record(self) -> RecordView: ...
     @property
     def replay(self) -> Replay | None: ...
     def check_pending(self) -> None: ...

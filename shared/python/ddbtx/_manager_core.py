@@ -168,17 +168,43 @@ def closing(tx: CoordinatorSteps, failure: BaseException | None, delete: bool) -
 RETRIED = (TransactionCommittedError, TransactionRolledBackError, TransactionConflictError)
 
 
-def after_failure(
-    exc: Exception, tx: CoordinatorSteps | None, transaction_id: str | None, last: bool
-) -> AlreadyCommitted | None:
-    """What ``run`` does after an attempt failed with ``exc`` (one of :data:`RETRIED`):
-    return what it returns (another attempt with the id committed it), None to try again,
-    or raise ``exc``."""
-    if isinstance(exc, TransactionCommittedError):
-        # Another attempt with the same id committed this transaction meanwhile.
-        if tx is None or transaction_id is None or exc.tx_id != tx.id:
+class Attempts:
+    """The attempts of ``run``: the options of each one's ``transaction()`` block (a
+    retry is as old as the first attempt, so under wound-wait it only gets older), and
+    what follows one's end."""
+
+    def __init__(self, attempts: int, transaction_id: str | None) -> None:
+        if attempts < 1:
+            raise ValueError("attempts >= 1 is required")
+        self.left = attempts
+        self.transaction_id = transaction_id
+        self.priority: str | None = None
+        self.tx: CoordinatorSteps | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The next attempt's ``transaction()`` options."""
+        self.left -= 1
+        self.tx = None
+        return {"priority": self.priority, "transaction_id": self.transaction_id}
+
+    def began(self, tx: CoordinatorSteps) -> AlreadyCommitted | None:
+        """The attempt's transaction is open: what ``run`` returns without running the
+        work (an earlier attempt with the id committed it), or None to run it."""
+        self.tx = tx
+        self.priority = self.priority or tx.id
+        if tx.already_committed:
+            return AlreadyCommitted(tx.transaction_id or "", tx.id)
+        return None
+
+    def failed(self, exc: Exception) -> AlreadyCommitted | None:
+        """The attempt failed with ``exc`` (one of :data:`RETRIED`): what ``run`` returns
+        (another attempt with the id committed it), None to try again, or ``exc`` raised."""
+        tx = self.tx
+        if isinstance(exc, TransactionCommittedError):
+            # Another attempt with the same id committed this transaction meanwhile.
+            if tx is None or self.transaction_id is None or exc.tx_id != tx.id:
+                raise exc
+            return AlreadyCommitted(self.transaction_id, tx.id)
+        if not self.left:
             raise exc
-        return AlreadyCommitted(transaction_id, tx.id)
-    if last:
-        raise exc
-    return None
+        return None

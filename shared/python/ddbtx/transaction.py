@@ -18,7 +18,7 @@ from ._contention import Contention
 from ._coordinator import parse_batch
 from ._exactly import check_transaction_id
 from ._items import item_size
-from ._manager_core import RETRIED, AlreadyCommitted, ManagerCore, after_failure, closing, deletes
+from ._manager_core import RETRIED, AlreadyCommitted, Attempts, ManagerCore, closing, deletes
 from ._manager_reads import ManagerReads
 from ._manager_steps import sweep
 from ._oneshot import native_write
@@ -253,23 +253,14 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         >>> isinstance(outcome, AlreadyCommitted)                   # doctest: +SKIP
         False
         """
-        if attempts < 1:
-            raise ValueError("attempts >= 1 is required")
-        priority: str | None = None
-        for attempt in range(1, attempts + 1):
-            tx: Transaction | None = None
+        tries = Attempts(attempts, transaction_id)
+        while True:
             try:
-                with self.transaction(priority=priority, transaction_id=transaction_id) as tx:
-                    priority = priority or tx.id
-                    if tx.already_committed:
-                        return AlreadyCommitted(tx.transaction_id or "", tx.id)
-                    result = work(tx)
-                return result
+                with self.transaction(**tries.options()) as tx:
+                    return tries.began(tx) or work(tx)
             except RETRIED as exc:
-                done = after_failure(exc, tx, transaction_id, attempt == attempts)
-                if done is not None:
+                if done := tries.failed(exc):
                     return done
-        raise AssertionError("unreachable")
 
     def resume(self, tx_id: str) -> Transaction:
         """Take over a transaction started elsewhere (any process may).

@@ -13,8 +13,8 @@ from .._exactly import check_transaction_id
 from .._manager_core import (
     RETRIED,
     AlreadyCommitted,
+    Attempts,
     ManagerCore,
-    after_failure,
     closing,
     deletes,
 )
@@ -139,23 +139,14 @@ class TransactionManager(ManagerCore[Transaction]):
     ) -> T | AlreadyCommitted:
         """``await work(tx)`` in a transaction and commit, retrying as
         :meth:`ddbtx.TransactionManager.run` does."""
-        if attempts < 1:
-            raise ValueError("attempts >= 1 is required")
-        priority: str | None = None
-        for attempt in range(1, attempts + 1):
-            tx: Transaction | None = None
+        tries = Attempts(attempts, transaction_id)
+        while True:
             try:
-                async with self.transaction(priority=priority, transaction_id=transaction_id) as tx:
-                    priority = priority or tx.id
-                    if tx.already_committed:
-                        return AlreadyCommitted(tx.transaction_id or "", tx.id)
-                    result = await work(tx)
-                return result
+                async with self.transaction(**tries.options()) as tx:
+                    return tries.began(tx) or await work(tx)
             except RETRIED as exc:
-                done = after_failure(exc, tx, transaction_id, attempt == attempts)
-                if done is not None:
+                if done := tries.failed(exc):
                     return done
-        raise AssertionError("unreachable")
 
     async def resume(self, tx_id: str) -> Transaction:
         """Take over a transaction started elsewhere (any process, either driver)."""
