@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from . import coldstart, contention, large, latency, locks, requests, streams, sweep
+from . import coldstart, contention, large, latency, locks, requests, streams, sweep, transfers
 from ._common import backend_argument
 
 #: Every benchmark taking ``--backend``, in the order they run.
@@ -37,6 +37,9 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         out(f"== benchmarks.{name} ==\n")
         run(["--backend", args.backend], out)
         out("")
+    out("== benchmarks.transfers ==\n")  # one emulator: the two drivers side by side
+    transfers.main(["--backend", "moto" if args.backend == "moto" else "dynalite"], out)
+    out("")
     out("== benchmarks.coldstart ==\n")
     coldstart.main([], out)
     if args.backend != "dynalite":  # streams exist on moto only

@@ -14,7 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # benchmarks/ is a top-level package, not installed
 
-from benchmarks import coldstart, contention, latency, locks, requests, sweep  # noqa: E402
+from benchmarks import (  # noqa: E402
+    coldstart,
+    contention,
+    latency,
+    locks,
+    requests,
+    sweep,
+    transfers,
+)
 from benchmarks.requests import BackendResult, TxCount, target_total  # noqa: E402
 
 from ddbtx.instrumentation import count_requests  # noqa: E402
@@ -306,3 +314,18 @@ def test_given_the_sweep_script_when_run_on_a_tiny_size_then_it_prints_its_table
     results = sweep.main(args, lines.append)
     assert [(r.kind, r.rolled_back, r.meets_target) for r in results] == [("moto", 1, True)]
     assert "One Sweeper.run() on 6 records" in "\n".join(lines)
+
+
+def test_given_concurrent_transfers_when_run_as_tasks_and_as_threads_then_each_applies_once(
+    backend: LocalDynamo,
+) -> None:
+    # Given six transfers, each between its own two accounts
+    # When they run as asyncio tasks, then as threads (measure checks every balance)
+    tasks, threads = transfers.measure(backend, 6)
+
+    # Then both drivers sent the same requests for the same work, and the report shows both
+    assert tasks.transfers == threads.transfers == 6
+    assert tasks.requests == threads.requests > 0
+    assert tasks.peak_bytes > 0 and threads.peak_bytes > 0
+    printed = transfers.report(backend.kind, [tasks, threads])
+    assert "asyncio tasks" in printed and "threads (sync)" in printed
