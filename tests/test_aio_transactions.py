@@ -329,3 +329,31 @@ def test_given_a_rolled_back_async_transaction_when_used_again_then_the_sync_err
     # Then it refuses as the sync API does
     with pytest.raises(TransactionRolledBackError, match="rolled back"):
         run(use_after_rollback)
+
+
+def test_given_a_batch_when_async_transact_write_runs_then_as_sync_one_call_or_the_protocol(
+    make_aio_tm: Callable[..., aio.TransactionManager],
+    make_tm: Callable[..., TransactionManager],
+    run: Callable[[Scenario], Any],
+    ddb: Any,
+    tables: Tables,
+    seed: Any,
+) -> None:
+    # Given two accounts, and the same batch for each driver
+    seed(a=10, b=0)
+    batch = [{"Update": add(tables.data, "a", -1)}, {"Update": add(tables.data, "b", 1)}]
+    sync_tm, aio_tm = make_tm(), make_aio_tm()
+    assert run(lambda: aio_tm.key_names(tables.data)) == sync_tm.key_names(tables.data) == ("pk",)
+
+    # When the sync manager writes it, then the asyncio one
+    with count_requests(sync_tm.client) as sync_sent:
+        sync_route = sync_tm.transact_write(batch)
+    with count_requests(aio_tm.client) as aio_sent:
+        aio_route = run(lambda: aio_tm.transact_write(batch))
+
+    # Then both took the same route (native where the emulator has the call) with the
+    # same requests, and both applied
+    assert aio_route == sync_route
+    assert aio_sent.by_operation == sync_sent.by_operation
+    assert balances(ddb, tables, "a", "b") == ["8", "2"]
+    assert_clean(ddb, tables)

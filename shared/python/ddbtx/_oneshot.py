@@ -6,14 +6,36 @@ import logging
 from typing import Any
 
 from . import schema as s
-from ._dynamo import call
-from ._requests import Request
-from .errors import DynamoDBError, InvalidRequestError, ValidationFailed
+from ._coordinator import parse_batch
+from ._effects import Step, request
+from ._items import item_size
+from ._requests import KeySchemas, Request, build
+from .errors import DuplicateRequestError, DynamoDBError, InvalidRequestError, ValidationFailed
 
 logger = logging.getLogger(__name__)
 
 
-def native_write(client: Any, requests: list[Request]) -> bool:
+def one_call(schemas: KeySchemas, requests: list[dict[str, Any]]) -> Step[bool]:
+    """``transact_write``'s first step: validate the batch, then write it in one
+    ``TransactWriteItems`` call when it fits one; False when the protocol must take over."""
+    built: list[Request] = []
+    for op, params in parse_batch(requests):
+        if "ReturnValues" in params:
+            raise InvalidRequestError("ReturnValues is not supported in transact_write")
+        table = params.get("TableName")
+        key_types = (yield from schemas.types(table)) if isinstance(table, str) and table else {}
+        built.append(build(op, params, key_types))
+    if not built:
+        return True
+    if len({(r.table, r.rid) for r in built}) != len(built):
+        raise DuplicateRequestError("an item appears twice in transact_write")
+    size = sum(item_size(r.params.get("Item") or r.key) for r in built)
+    if len(built) > 100 or size > 4 * 1024 * 1024:
+        return False
+    return (yield from native_write(built))
+
+
+def native_write(requests: list[Request]) -> Step[bool]:
     """One TransactWriteItems call; False when the protocol must take over."""
     items = []
     for r in requests:
@@ -38,7 +60,7 @@ def native_write(client: Any, requests: list[Request]) -> bool:
         # ClientRequestToken botocore fills in and reuses on every attempt (10
         # minutes). moto ignores the token and dynalite lacks the call, so this
         # is the one step no emulator test can check.
-        call(client, "transact_write_items", TransactItems=items)
+        yield from request("transact_write_items", TransactItems=items)
         return True
     except ValidationFailed as exc:
         raise InvalidRequestError(f"DynamoDB rejected the request: {exc}") from exc

@@ -15,22 +15,16 @@ from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from ._contention import Contention
-from ._coordinator import parse_batch
 from ._exactly import check_transaction_id
-from ._items import item_size
 from ._manager_core import RETRIED, AlreadyCommitted, Attempts, ManagerCore, closing, deletes
 from ._manager_reads import ManagerReads
 from ._manager_steps import sweep
-from ._oneshot import native_write
+from ._oneshot import one_call
 from ._protocol import SweepOutcome
-from ._requests import KeyTypes, Request, build
+from ._requests import KeyTypes
 from ._steps import INLINE_IMAGE_LIMIT
 from ._transaction import Transaction
 from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES
-from .errors import (
-    DuplicateRequestError,
-    InvalidRequestError,
-)
 from .reads import Isolation
 
 __all__ = [
@@ -316,19 +310,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         ... ])
         'native'
         """
-        built: list[Request] = []
-        for op, params in parse_batch(requests):
-            if "ReturnValues" in params:
-                raise InvalidRequestError("ReturnValues is not supported in transact_write")
-            table = params.get("TableName")
-            key_types = self.key_types(table) if isinstance(table, str) and table else {}
-            built.append(build(op, params, key_types))
-        if not built:
-            return "native"
-        if len({(r.table, r.rid) for r in built}) != len(built):
-            raise DuplicateRequestError("an item appears twice in transact_write")
-        size = sum(item_size(r.params.get("Item") or r.key) for r in built)
-        if len(built) <= 100 and size <= 4 * 1024 * 1024 and native_write(self.client, built):
+        if self.protocol.run(one_call(self.schemas, requests)):
             return "native"
         # As a `with` block: a failure to clean up after an error never hides the error.
         with self.transaction() as tx:

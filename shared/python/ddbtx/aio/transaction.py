@@ -19,6 +19,7 @@ from .._manager_core import (
     deletes,
 )
 from .._manager_steps import sweep
+from .._oneshot import one_call
 from .._protocol import SweepOutcome
 from .._requests import KeyTypes
 from ..reads import Isolation
@@ -83,6 +84,10 @@ class TransactionManager(ManagerCore[Transaction]):
         """A data table's key attributes (hash first) and their types, read once and cached."""
         types: KeyTypes = await self.drive(self.schemas.types(table))
         return types
+
+    async def key_names(self, table: str) -> tuple[str, ...]:
+        """The key attribute names of a data table (hash first), read once and cached."""
+        return tuple(await self.key_types(table))
 
     # -- transactions ----------------------------------------------------------------
 
@@ -161,6 +166,15 @@ class TransactionManager(ManagerCore[Transaction]):
             sweep(self.protocol, tx_id, rollback_after, delete_after)
         )
         return outcome
+
+    async def transact_write(self, requests: list[dict[str, Any]]) -> str:
+        """Write several items atomically, as :meth:`ddbtx.TransactionManager.transact_write`:
+        ``"native"`` (one ``TransactWriteItems`` call) or ``"protocol"``."""
+        if await self.drive(one_call(self.schemas, requests)):
+            return "native"
+        async with self.transaction() as tx:
+            await tx.write_all(requests)
+        return "protocol"
 
     # -- reads outside transactions ----------------------------------------------------
 
