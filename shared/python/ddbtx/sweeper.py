@@ -164,7 +164,7 @@ class JanitorSettings:
         )
 
     def manager(self, client: Any, **options: Any) -> TransactionManager:
-        """A :class:`TransactionManager` on these tables."""
+        """A :class:`~ddbtx.TransactionManager` on these tables."""
         return TransactionManager(client, self.transactions_table, self.images_table, **options)
 
     def sweeper(self, manager: TransactionManager, **options: Any) -> Sweeper:
@@ -214,7 +214,7 @@ class Sweeper:
     Parameters
     ----------
     manager
-        The :class:`TransactionManager` whose tables, client and clock are swept.
+        The :class:`~ddbtx.TransactionManager` whose tables, client and clock are swept.
     rollback_after
         A pending record unchanged for this long is rolled back.
     delete_after
