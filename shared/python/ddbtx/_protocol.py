@@ -189,10 +189,6 @@ class Protocol:
         """Run a protocol step on this manager's client, clock and pool (the sync driver)."""
         return drive(step, self.client, self.sleep, self.parallel)
 
-    def batch_write(self, table: str, rows: list[dict[str, Any]]) -> None:
-        """The blocking form of :meth:`write_batches`."""
-        self.run(self.write_batches(table, rows))
-
     def write_batches(self, table: str, rows: list[dict[str, Any]]) -> Step[None]:
         """Put or delete ``rows`` (``PutRequest``/``DeleteRequest``s) in batches sent together.
 
