@@ -208,7 +208,8 @@ def test_given_an_older_holder_when_a_younger_lock_step_waits_then_each_pause_is
         "UpdateExpression": "ADD balance :n",
         "ExpressionAttributeValues": {":n": {"N": "1"}},
     }
-    (local,) = younger.p.run(younger.add([younger.plan(younger.build("update", params))]))
+    req = younger.p.run(younger.build("update", params))
+    (local,) = younger.p.run(younger.add([younger.plan(req)]))
     p = younger.p
     # When its lock step is driven here, and the older commits during its second pause
     effects: list[Any] = []
