@@ -4,8 +4,9 @@ Install with ``pip install '.[aio]'`` from a checkout. Every step is the one :mo
 (:mod:`ddbtx._effects`); only the driver differs, so a sync and an async process work
 on the same tables, locks and rows alike.
 
-:class:`~ddbtx.aio.TransactionManager` and :class:`~ddbtx.aio.Transaction` are :class:`ddbtx.TransactionManager`
-and :class:`ddbtx.Transaction` with coroutines; :mod:`ddbtx.aio.locks` has the locks.
+:class:`~ddbtx.aio.TransactionManager` and :class:`~ddbtx.aio.Transaction` are
+:class:`ddbtx.TransactionManager` and :class:`ddbtx.Transaction` with coroutines;
+:mod:`ddbtx.aio.locks` has the locks.
 
 Examples
 --------
