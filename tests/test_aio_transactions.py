@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from boto3.dynamodb.conditions import Attr
 
 from ddbtx import (
     ConditionalCheckFailedError,
@@ -356,4 +358,54 @@ def test_given_a_batch_when_async_transact_write_runs_then_as_sync_one_call_or_t
     assert aio_route == sync_route
     assert aio_sent.by_operation == sync_sent.by_operation
     assert balances(ddb, tables, "a", "b") == ["8", "2"]
+    assert_clean(ddb, tables)
+
+
+def test_given_tables_when_written_async_through_boto3_table_shapes_then_as_the_sync_table(
+    make_aio_tm: Callable[..., aio.TransactionManager],
+    make_tm: Callable[..., TransactionManager],
+    run: Callable[[Scenario], Any],
+    clock: FakeClock,
+    ddb: Any,
+    tables: Tables,
+    seed: Any,
+) -> None:
+    # Given two accounts, one of them held by a sync transaction that then went quiet
+    seed(a=100, b=0)
+    stalled = make_tm().begin()
+    stalled.update_item(**add(tables.data, "b", 1000))
+    tm = make_aio_tm()
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        # When a transaction writes and reads through its Table with Python values
+        async with tm.transaction() as tx:
+            accounts = tx.table(tables.data)
+            await accounts.update_item(
+                Key={"pk": "a"},
+                UpdateExpression="SET balance = balance - :n",
+                ConditionExpression=Attr("balance").gte(Decimal(10)),
+                ExpressionAttributeValues={":n": Decimal(10)},
+            )
+            got = await accounts.get_item(Key={"pk": "a"}, ProjectionExpression="balance")
+            seen["in tx"] = got["Item"]
+        # And a write outside any transaction meets the stalled holder's lock
+        clock.advance(10)
+        await tm.table(tables.data).update_item(
+            Key={"pk": "b"},
+            UpdateExpression="ADD balance :n",
+            ExpressionAttributeValues={":n": Decimal(10)},
+        )
+        got = await tm.table(tables.data).get_item(Key={"pk": "b"})
+        seen["outside"] = got["Item"]["balance"]
+        return seen
+
+    seen = run(scenario)
+
+    # Then the reads show Python values, the stalled holder was rolled back first, and
+    # the outside write landed once
+    assert seen == {"in tx": {"balance": Decimal(90)}, "outside": Decimal(10)}
+    with pytest.raises(TransactionRolledBackError):
+        stalled.commit()
+    assert balances(ddb, tables, "a", "b") == ["90", "10"]
     assert_clean(ddb, tables)

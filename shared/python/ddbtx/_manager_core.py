@@ -22,7 +22,7 @@ from ._coordinator import CoordinatorSteps
 from ._effects import Step
 from ._manager_steps import Opener
 from ._protocol import Protocol, new_tx_id
-from ._requests import KeySchemas, KeyTypes
+from ._requests import KeySchemas, KeyTypes, Op
 from .errors import (
     TransactionCommittedError,
     TransactionConflictError,
@@ -208,3 +208,32 @@ class Attempts:
         if not self.left:
             raise exc
         return None
+
+
+#: Attempts of a request in a transaction of its own (``run``'s default).
+OWN_ATTEMPTS = 10
+
+
+def own_transaction(
+    new: Callable[[str | None], CoordinatorSteps], op: Op, params: dict[str, Any]
+) -> Step[dict[str, Any]]:
+    """One request in a transaction of its own (made by ``new(priority)``), committed and
+    deleted, retried as ``run`` retries work; its answer."""
+    tries = Attempts(OWN_ATTEMPTS, None)
+    while True:
+        tx = new(tries.options()["priority"])
+        tries.began(tx)
+        try:
+            result = yield from tx.request(op, params)
+        except Exception as exc:
+            yield from closing(tx, exc, True)
+            if not isinstance(exc, RETRIED):
+                raise
+            tries.failed(exc)  # raises it after the last attempt
+            continue
+        try:
+            yield from closing(tx, None, True)
+        except RETRIED as exc:
+            tries.failed(exc)
+            continue
+        return result

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
@@ -24,8 +25,11 @@ from boto3.exceptions import Boto3Error
 
 from . import schema as s
 from ._conditions import Condition
-from ._dynamo import call
-from ._requests import KeyTypes, build
+from ._coordinator import CoordinatorSteps
+from ._effects import Step, request
+from ._manager_core import own_transaction
+from ._protocol import Protocol
+from ._requests import KeySchemas, build
 from .errors import (
     ConditionalCheckFailedError,
     ConditionFailed,
@@ -50,13 +54,14 @@ _ITEM_OUT = ("Item", "Attributes", "LastEvaluatedKey")
 
 
 class Outside(typing.Protocol):
-    """What a table outside any transaction uses of its :class:`~ddbtx.TransactionManager`
-    (its reads are the manager's own: ``get_item``, ``query``, ``scan``)."""
+    """What a table outside any transaction uses of its manager (its reads are the
+    manager's own: ``get_item``, ``query``, ``scan``)."""
 
     @property
-    def client(self) -> Any: ...
-    def key_types(self, table: str) -> KeyTypes: ...
-    def run(self, work: Callable[[Any], Any]) -> Any: ...
+    def schemas(self) -> KeySchemas: ...
+    @property
+    def protocol(self) -> Protocol: ...
+    def new_transaction(self, priority: str | None = None) -> CoordinatorSteps: ...
 
 
 @typing.runtime_checkable
@@ -116,58 +121,66 @@ class Table:
         return self._write("delete", kwargs)
 
     def _write(self, op: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        send, params = self._writer(op, kwargs)
+        return as_python(send(**params))
+
+    def _writer(self, op: str, kwargs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """How a write is sent (the transaction's request, or one outside any), and its
+        parameters in the client's shape."""
         params = self._low(kwargs)
         tx = self._tx
         if tx is not None:
-            return _python(getattr(tx, f"{op}_item")(**params))
+            send: Callable[..., Any] = getattr(tx, f"{op}_item")
+            return send, params
+        return partial(self._outside, op), params
+
+    def _outside(self, op: str, **params: Any) -> Any:
+        """A write outside any transaction, run on the manager's driver."""
         manager: Outside = self._owner  # type: ignore[assignment]
-        return _python(write_outside(manager, op, params))
+        return manager.protocol.run(write_outside(manager, op, params))
 
     # -- reads -------------------------------------------------------------------------
 
     def get_item(self, *, isolation: Isolation | None = None, **kwargs: Any) -> dict[str, Any]:
         """``GetItem`` (``Key``, ``ProjectionExpression``, ...); outside a transaction at
         ``isolation`` (default ``COMMITTED``), inside one under a read lock."""
+        send, params = self._reader("get_item", kwargs, isolation)
+        return as_python(send(**params))
+
+    def _reader(
+        self, op: str, kwargs: dict[str, Any], isolation: Isolation | None
+    ) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """How a read is sent (the manager's at ``isolation``, or the transaction's under
+        read locks), and its parameters in the client's shape."""
         params = self._low(kwargs)
         tx = self._tx
         if tx is None:
-            return _python(self._manager_read("get_item", params, isolation))
+            manager_read: Callable[..., Any] = getattr(self._owner, op)
+            extra = {"isolation": isolation} if isolation is not None else {}
+            return manager_read, {**params, **extra}
         if isolation is not None:
             raise InvalidRequestError(
                 "isolation is for reads outside a transaction", table=self.name
             )
-        if set(params) <= {"TableName", "Key", "ConsistentRead"}:
-            return _python(tx.get_item(**params))
-        return _python(tx.p.run(locked_read(tx, "get", params)))
+        if op == "get_item" and not set(params) <= {"TableName", "Key", "ConsistentRead"}:
+            return partial(self._locked_get, tx), params
+        in_tx: Callable[..., Any] = getattr(tx, op)
+        return in_tx, params
+
+    def _locked_get(self, tx: Inside, **params: Any) -> Any:
+        """A GetItem with a projection in ``tx``, run on the transaction's driver."""
+        return tx.p.run(locked_read(tx, "get", params))
 
     def query(self, *, isolation: Isolation | None = None, **kwargs: Any) -> dict[str, Any]:
         """One page of a ``Query`` (``KeyConditionExpression=Key(...)...``); see
         :meth:`TransactionManager.query` and :meth:`Transaction.query`."""
-        return _python(self._read("query", kwargs, isolation))
+        send, params = self._reader("query", kwargs, isolation)
+        return as_python(send(**params))
 
     def scan(self, *, isolation: Isolation | None = None, **kwargs: Any) -> dict[str, Any]:
         """One page of a ``Scan``; see :meth:`TransactionManager.scan`, :meth:`Transaction.scan`."""
-        return _python(self._read("scan", kwargs, isolation))
-
-    def _read(self, op: str, kwargs: dict[str, Any], isolation: Isolation | None) -> dict[str, Any]:
-        params = self._low(kwargs)
-        tx = self._tx
-        if tx is None:
-            return self._manager_read(op, params, isolation)
-        if isolation is not None:
-            raise InvalidRequestError(
-                "isolation is for reads outside a transaction", table=self.name
-            )
-        result: dict[str, Any] = getattr(tx, op)(**params)
-        return result
-
-    def _manager_read(
-        self, op: str, params: dict[str, Any], isolation: Isolation | None
-    ) -> dict[str, Any]:
-        manager: Outside = self._owner  # type: ignore[assignment]
-        extra = {"isolation": isolation} if isolation is not None else {}
-        result: dict[str, Any] = getattr(manager, op)(**params, **extra)
-        return result
+        send, params = self._reader("scan", kwargs, isolation)
+        return as_python(send(**params))
 
     # -- conversion --------------------------------------------------------------------
 
@@ -221,34 +234,34 @@ class Table:
             python_values.update(built.attribute_value_placeholders)
 
 
-def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> dict[str, Any]:
+def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dict[str, Any]]:
     """One write outside any transaction, isolated from them: a native request that fails on
     an item a transaction holds (:func:`ddbtx.guard`); such an item is written by a
     one-request transaction instead, which waits for or wounds the holder. A false
     condition costs the failed write and one read.
     """
     table = params["TableName"]
-    request = build(op, params, manager.key_types(table))  # type: ignore[arg-type]
+    key_types = yield from manager.schemas.types(table)
+    wanted = build(op, params, key_types)  # type: ignore[arg-type]
     for _ in range(ATTEMPTS):
         try:
-            return call(manager.client, f"{op}_item", **guard(params))
+            response: dict[str, Any] = yield from request(f"{op}_item", **guard(params))
+            return response
         except ConditionFailed:
             pass
         except ValidationFailed as exc:
             raise InvalidRequestError(f"DynamoDB rejected the request: {exc}", table=table) from exc
         # Held by a transaction, or the request's own condition is false: the item says which.
-        found = call(
-            manager.client, "get_item", TableName=table, Key=request.key, ConsistentRead=True
-        ).get("Item")
+        read = yield from request("get_item", TableName=table, Key=wanted.key, ConsistentRead=True)
+        found = read.get("Item")
         if found is not None and s.ATTR_LOCK in found:
-            result: dict[str, Any] = manager.run(lambda tx: getattr(tx, f"{op}_item")(**params))
-            return result
-        condition = request.condition
+            return (yield from own_transaction(manager.new_transaction, op, params))  # type: ignore[arg-type]
+        condition = wanted.condition
         names = params.get("ExpressionAttributeNames")
         values = params.get("ExpressionAttributeValues")
         if condition and not Condition(condition, names).matches(found or {}, values):
             raise ConditionalCheckFailedError(
-                "the request's condition is false", table=table, key=request.key
+                "the request's condition is false", table=table, key=wanted.key
             )
         # Free, and the condition holds now: a holder released the item meanwhile.
     raise TransactionError(f"an item in {table} kept changing under a write")
@@ -273,7 +286,7 @@ def _to_low(values: Any, param: str) -> dict[str, Any]:
     return out
 
 
-def _python(response: Mapping[str, Any]) -> dict[str, Any]:
+def as_python(response: Mapping[str, Any]) -> dict[str, Any]:
     """A response with every item in Python form, as boto3's resource returns it."""
     out = dict(response)
     for part in _ITEM_OUT:

@@ -23,7 +23,8 @@ Examples
 
 from .._manager_core import AlreadyCommitted
 from ..reads import Isolation
+from ._table import Table
 from ._transaction import Transaction
 from .transaction import TransactionManager
 
-__all__ = ["AlreadyCommitted", "Isolation", "Transaction", "TransactionManager"]
+__all__ = ["AlreadyCommitted", "Isolation", "Table", "Transaction", "TransactionManager"]

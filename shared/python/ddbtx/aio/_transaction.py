@@ -11,6 +11,7 @@ from .._coordinator import CoordinatorSteps
 from .._effects import Step
 from .._items import Item
 from ..reads import locked_batch_get, locked_read
+from ._table import Table
 
 T = TypeVar("T")
 
@@ -97,6 +98,10 @@ class Transaction(CoordinatorSteps):
     async def write_all(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several writes at once (``TransactItems``' shape); the results in order."""
         return await self._run(self.write_many(requests))
+
+    def table(self, name: str) -> Table:
+        """boto3's ``Table`` view of a data table inside this transaction (coroutines)."""
+        return Table(self, name)  # type: ignore[arg-type]
 
     async def commit(self) -> None:
         """commit + complete: decide the transaction committed, then unlock every item."""

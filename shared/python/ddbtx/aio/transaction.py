@@ -25,6 +25,7 @@ from .._requests import KeyTypes
 from ..reads import Isolation
 from ..tables import images_table, transactions_table
 from ._drive import drive
+from ._table import Table
 from ._transaction import Transaction, pages
 
 T = TypeVar("T")
@@ -175,6 +176,10 @@ class TransactionManager(ManagerCore[Transaction]):
         async with self.transaction() as tx:
             await tx.write_all(requests)
         return "protocol"
+
+    def table(self, name: str) -> Table:
+        """boto3's ``Table`` view of a data table (its methods are coroutines)."""
+        return Table(self, name)
 
     # -- reads outside transactions ----------------------------------------------------
 
