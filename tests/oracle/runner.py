@@ -14,7 +14,7 @@ what it was sent), binary as bytes, and no ``Attributes`` the same as empty ones
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from ddbtx import (
     ConditionalCheckFailedError,
     InvalidRequestError,
     TransactionManager,
+    aio,
 )
 from ddbtx import schema as s
 from ddbtx._items import canonical_number
@@ -33,8 +34,10 @@ from helpers import scan
 
 from .shapes import Item, Shape
 
-PATHS = ("tx", "after_get", "write_all", "transact_write")
-RETURNING = PATHS[:3]
+#: The ways of sending: requests one by one in a transaction, the same after a read of the
+#: item, all at once (write_all), transact_write, and one by one in an asyncio transaction.
+PATHS = ("tx", "after_get", "write_all", "transact_write", "aio")
+RETURNING = ("tx", "after_get", "write_all", "aio")
 INDEX = "by-g"
 
 #: Native error code -> the ddbtx error a user gets for the same request.
@@ -103,18 +106,24 @@ class Twins:
 
     client: Any
     tm: TransactionManager
+    #: The asyncio manager on the same tables, and how a coroutine is run to its end.
+    aio_tm: aio.TransactionManager
+    run: Callable[[Coroutine[Any, Any, Any]], Any]
     native: dict[str, str] = field(default_factory=dict)
     ours: dict[str, str] = field(default_factory=dict)
     #: DynamoDB's answers by (shape id, ReturnValues): every path compares with the same.
     expected: dict[tuple[str, str | None], Expected] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, client: Any) -> Twins:
+    def create(
+        cls, client: Any, aio_client: Any, run_aio: Callable[[Coroutine[Any, Any, Any]], Any]
+    ) -> Twins:
         run = uuid.uuid4().hex[:8]
         # One step at a time: moto in-process is not safe for concurrent calls.
         tm = TransactionManager(client, f"oracle-tx-{run}", f"oracle-img-{run}", max_workers=1)
         tm.create_tables()
-        twins = cls(client, tm)
+        aio_tm = aio.TransactionManager(aio_client, tm.transactions_table, tm.images_table)
+        twins = cls(client, tm, aio_tm, run_aio)
         for name, schema in _SCHEMAS.items():
             twins.native[name] = f"oracle-{name}-native-{run}"
             twins.ours[name] = f"oracle-{name}-ddbtx-{run}"
@@ -209,13 +218,22 @@ def send_native(twins: Twins, shape: Shape, rv: str | None) -> Outcome:
     return Outcome(None, normal(response.get("Attributes") or None))
 
 
+async def _one_by_one_aio(tm: aio.TransactionManager, writes: list[tuple[str, Item]]) -> Any:
+    async with tm.transaction() as tx:
+        return [await getattr(tx, f"{op}_item")(**params) for op, params in writes]
+
+
 def send_through(
-    tm: TransactionManager, writes: list[tuple[str, Item]], path: str, reads: list[tuple[str, Item]]
+    twins: Twins, writes: list[tuple[str, Item]], path: str, reads: list[tuple[str, Item]]
 ) -> list[Outcome]:
     """Send ``writes`` (op, params) in one transaction by ``path``; ``reads`` (table, key)
     are read first on the ``after_get`` path. One outcome per write, or the error."""
     batch = [{op.capitalize(): params} for op, params in writes]
+    tm = twins.tm
     try:
+        if path == "aio":
+            results = twins.run(_one_by_one_aio(twins.aio_tm, writes))
+            return [Outcome(None, normal(r.get("Attributes") or None)) for r in results]
         if path == "transact_write":
             tm.transact_write(batch)
             return [Outcome(None, None) for _ in writes]
@@ -235,7 +253,7 @@ def send_through(
 def send_ours(twins: Twins, shape: Shape, path: str, rv: str | None) -> Outcome:
     params = request(twins, shape, twins.ours[shape.schema], rv)
     read = (params["TableName"], KEYS[shape.schema].read)
-    (outcome,) = send_through(twins.tm, [(shape.op, params)], path, [read])
+    (outcome,) = send_through(twins, [(shape.op, params)], path, [read])
     return outcome
 
 

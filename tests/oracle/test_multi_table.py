@@ -109,7 +109,7 @@ def test_given_items_in_every_table_when_the_last_request_fails_then_all_are_as_
     # When one transaction writes to every table and its last request fails
     last, error = FAILURES[failure]
     reads = [(twins.ours[schema], key_of(name)) for name, (schema, _) in START.items()]
-    outcomes = send_through(twins.tm, writes(twins, last), path, reads)
+    outcomes = send_through(twins, writes(twins, last), path, reads)
     # Then the user gets DynamoDB's error, and every item and the index are byte for byte as before
     assert [o.error for o in outcomes] == [error]
     assert snapshot(twins) == before
