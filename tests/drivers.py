@@ -71,11 +71,14 @@ class EventLoopThread:
 class Synced:
     """``target`` (an object of ``ddbtx.aio``) with its coroutine methods run to their
     end on ``loop``: ``Synced(aio_mutex, loop).acquire("r")`` is ``await
-    aio_mutex.acquire("r")``. Every other attribute is the target's own."""
+    aio_mutex.acquire("r")``. Every other attribute is the target's own. ``deep``: an
+    object of ``ddbtx.aio`` such a method returns is shown the same way (a manager's
+    ``begin`` gives a transaction with sync methods)."""
 
-    def __init__(self, target: Any, loop: EventLoopThread) -> None:
+    def __init__(self, target: Any, loop: EventLoopThread, *, deep: bool = False) -> None:
         self._target = target
         self._loop = loop
+        self._deep = deep
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._target, name)
@@ -83,6 +86,9 @@ class Synced:
             return attribute
 
         def run(*args: Any, **kwargs: Any) -> Any:
-            return self._loop.run(attribute(*args, **kwargs))
+            result = self._loop.run(attribute(*args, **kwargs))
+            if self._deep and type(result).__module__.startswith("ddbtx.aio"):
+                return Synced(result, self._loop, deep=True)
+            return result
 
         return run

@@ -16,11 +16,26 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ddbtx import SweepOutcome, TransactionManager
+from ddbtx import SweepOutcome, TransactionManager, aio
 from ddbtx import schema as s
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import create_lock_table
 from ddbtx.tables import create_data_table
+
+try:
+    from drivers import EventLoopThread, Synced  # under pytest: tests/ is on the path
+except ImportError:  # python -m tests.faults.run
+    from tests.drivers import EventLoopThread, Synced
+
+_LOOP: list[EventLoopThread] = []
+
+
+def event_loop() -> EventLoopThread:
+    """The process's event loop for asyncio coordinators (a daemon thread, made once)."""
+    if not _LOOP:
+        _LOOP.append(EventLoopThread())
+    return _LOOP[0]
+
 
 #: Seconds without a change after which the sweeper rolls a pending transaction back.
 ROLLBACK_AGE = 60.0
@@ -59,6 +74,7 @@ class Env:
     locks_table: str = ""
     clock: SkewClock = field(default_factory=SkewClock)
     _clients: dict[int, Any] = field(default_factory=dict)
+    _aio_clients: dict[int, Any] = field(default_factory=dict)
     _locks_made: bool = False
 
     @property
@@ -85,7 +101,32 @@ class Env:
         **options: Any,
     ) -> TransactionManager:
         """A coordinator whose wall clock is the shared time plus ``offset`` seconds (skew)."""
-        settings: dict[str, Any] = {
+        return TransactionManager(
+            client if client is not None else self.client(max_attempts),
+            self.tx_table,
+            self.images_table,
+            **{**self._settings(offset), **options},
+        )
+
+    def aio_coordinator(self, *, offset: float = 0.0, max_attempts: int = 3) -> Any:
+        """The asyncio manager (``ddbtx.aio``, on aiobotocore) with :meth:`coordinator`'s
+        settings, its coroutines run behind sync calls (the same test code drives both)."""
+        loop = event_loop()
+        if max_attempts not in self._aio_clients:
+            self._aio_clients[max_attempts] = loop.client(self.backend, max_attempts)
+        clock = self.clock
+
+        async def sleep(seconds: float) -> None:
+            clock.advance(seconds)
+
+        settings = {**self._settings(offset), "sleep": sleep}
+        manager = aio.TransactionManager(
+            self._aio_clients[max_attempts], self.tx_table, self.images_table, **settings
+        )
+        return Synced(manager, loop, deep=True)
+
+    def _settings(self, offset: float) -> dict[str, Any]:
+        return {
             "clock": self.clock.view(offset),
             "monotonic": self.clock.view(0.0),
             "sleep": self.clock.advance,
@@ -95,13 +136,6 @@ class Env:
             # Known key schema: no DescribeTable call shifts the fault's call index.
             "key_schemas": {self.data_table: ("pk",)},
         }
-        settings.update(options)
-        return TransactionManager(
-            client if client is not None else self.client(max_attempts),
-            self.tx_table,
-            self.images_table,
-            **settings,
-        )
 
     def lock_table(self) -> str:
         """The :mod:`ddbtx.locks` table, created on first use."""

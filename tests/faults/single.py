@@ -30,6 +30,7 @@ from .report import Report
 OPS = ("insert", "update", "delete", "read")
 FINISHES = ("commit", "rollback")
 RESCUERS = ("sweeper", "resume")
+DRIVERS = ("sync", "aio")
 #: What the intruder writes to every item of the paused victim's transaction.
 COMPETITOR_BALANCE = 555
 #: Schedules between two progress lines on stderr.
@@ -56,16 +57,21 @@ class Schedule:
     index: int
     rescuer: str
     skew: float = 0.0
+    #: The victim's driver: ``sync`` (ddbtx on boto3) or ``aio`` (ddbtx.aio on aiobotocore).
+    driver: str = "sync"
 
     def spec(self) -> str:
         """Text form for ``--schedule`` (see :func:`parse`)."""
         shape = ",".join(self.shape)
-        return f"{shape}/{self.finish}/{self.kind}/{self.index}/{self.rescuer}/{self.skew:g}"
+        spec = f"{shape}/{self.finish}/{self.kind}/{self.index}/{self.rescuer}/{self.skew:g}"
+        return spec if self.driver == "sync" else f"{spec}/{self.driver}"
 
 
 def parse(spec: str) -> Schedule:
-    shape, finish, kind, index, rescuer, skew = spec.split("/")
-    return Schedule(tuple(shape.split(",")), finish, kind, int(index), rescuer, float(skew))
+    shape, finish, kind, index, rescuer, skew, *driver = spec.split("/")
+    return Schedule(
+        tuple(shape.split(",")), finish, kind, int(index), rescuer, float(skew), *driver
+    )
 
 
 def initial_state(shape: tuple[str, ...], keys: list[str]) -> dict[str, Item | None]:
@@ -149,7 +155,11 @@ class Run:
             if item is not None:
                 client.put_item(TableName=env.data_table, Item=item)
         # One attempt per call for throttling: retries run out at once (no backoff sleeps).
-        victim = env.coordinator(offset=sc.skew, max_attempts=1 if sc.kind == "throttle" else 3)
+        attempts = 1 if sc.kind == "throttle" else 3
+        if sc.driver == "aio":
+            victim = env.aio_coordinator(offset=sc.skew, max_attempts=attempts)
+        else:
+            victim = env.coordinator(offset=sc.skew, max_attempts=attempts)
         tx = victim.begin()
         self.tx_ids.append(tx.id)
         fault = Fault(victim.client, sc.kind, sc.index, self._intrude)
@@ -266,11 +276,15 @@ def combinations(
     rng: random.Random,
     skew: bool,
 ) -> list[Schedule]:
-    """Every (shape, finish, kind, rescuer) at call index 0, each with a seeded clock skew."""
+    """Every (shape, finish, kind, rescuer) at call index 0, each with a seeded clock skew;
+    every other one's victim runs on the asyncio driver (the schedules are shared between
+    the drivers, not doubled)."""
     out = []
-    for shape, finish, kind, rescuer in itertools.product(shapes_, finishes, kinds, RESCUERS):
+    product = itertools.product(shapes_, finishes, kinds, RESCUERS)
+    for n, (shape, finish, kind, rescuer) in enumerate(product):
         offset = rng.uniform(-2 * ROLLBACK_AGE, 2 * ROLLBACK_AGE) if skew else 0.0
-        out.append(Schedule(shape, finish, kind, 0, rescuer, round(offset, 3)))
+        driver = DRIVERS[n % len(DRIVERS)]
+        out.append(Schedule(shape, finish, kind, 0, rescuer, round(offset, 3), driver))
     return out
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from botocore.awsrequest import AWSResponse, HTTPHeaders
@@ -53,6 +54,34 @@ class _RawBody:
     def stream(self, **_: Any) -> Any:
         yield self._body
 
+    async def read(self) -> bytes:  # aiobotocore reads a body by awaiting this
+        return self._body
+
+
+class _CallIndex:
+    """Which call (and which attempt of it) the current thread or asyncio task makes: a
+    context variable, so calls interleaved on one event loop keep their own."""
+
+    def __init__(self) -> None:
+        self._value: ContextVar[int] = ContextVar("chaos_call", default=-1)
+        self._attempt: ContextVar[int] = ContextVar("chaos_attempt", default=0)
+
+    @property
+    def value(self) -> int:
+        return self._value.get()
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self._value.set(value)
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt.get()
+
+    @attempt.setter
+    def attempt(self, value: int) -> None:
+        self._attempt.set(value)
+
 
 class Chaos:
     """Count a client's DynamoDB calls and inject one fault at a chosen call index."""
@@ -64,7 +93,9 @@ class Chaos:
         self.at = -1
         self.fired = False
         self._lock = threading.Lock()
-        self._index = threading.local()
+        self._index = _CallIndex()
+        # An aiobotocore client awaits a response's body: an injected one is made so.
+        self._response = _aio_response if _is_aio(client) else AWSResponse
         self._session = URLLib3Session()
         events = client.meta.events
         events.register("before-call.dynamodb", self._before_call)
@@ -91,7 +122,7 @@ class Chaos:
     # -- handlers --------------------------------------------------------------
 
     def _targeted(self) -> bool:
-        return self.kind is not None and getattr(self._index, "value", -1) == self.at
+        return self.kind is not None and self._index.value == self.at
 
     def _before_call(self, model: Any, **_: Any) -> None:
         with self._lock:
@@ -105,7 +136,7 @@ class Chaos:
     def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
         if not self._targeted():
             return None
-        attempt = getattr(self._index, "attempt", 0)
+        attempt = self._index.attempt
         self._index.attempt = attempt + 1
         if self.kind == "lost" and attempt == 0:
             self._session.send(request)  # applied by DynamoDB...
@@ -122,10 +153,25 @@ class Chaos:
             ).encode()
             headers = HTTPHeaders()
             headers["content-type"] = "application/x-amz-json-1.0"
-            return AWSResponse(request.url, 400, headers, _RawBody(body))
+            response: AWSResponse = self._response(request.url, 400, headers, _RawBody(body))
+            return response
         return None
 
     def _after_call(self, model: Any, **_: Any) -> None:
         if self._targeted() and self.kind == "after":
             self.fired = True
             raise Crash(f"crash after call {self.at} ({model.name})")
+
+
+def _is_aio(client: Any) -> bool:
+    return type(client).__module__.startswith("aiobotocore") or any(
+        c.__module__.startswith("aiobotocore") for c in type(client).__mro__
+    )
+
+
+def _aio_response(url: str, status: int, headers: HTTPHeaders, raw: _RawBody) -> AWSResponse:
+    """An injected response an aiobotocore client can await (imported only for one)."""
+    from aiobotocore.awsrequest import AioAWSResponse  # type: ignore[import-untyped]
+
+    response: AWSResponse = AioAWSResponse(url, status, headers, raw)
+    return response
