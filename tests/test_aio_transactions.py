@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -58,6 +59,33 @@ def make_aio_tm(
     return make
 
 
+@dataclass
+class Both:
+    """What every test here uses: a maker of asyncio and of sync coordinators on the same
+    tables and fake clock, ``run`` for a scenario, and the tables with a plain client."""
+
+    make_aio_tm: Callable[..., aio.TransactionManager]
+    make_tm: Callable[..., TransactionManager]
+    run: Callable[[Scenario], Any]
+    clock: FakeClock
+    ddb: Any
+    tables: Tables
+    seed: Callable[..., None]
+
+
+@pytest.fixture
+def w(
+    make_aio_tm: Callable[..., aio.TransactionManager],
+    make_tm: Callable[..., TransactionManager],
+    run: Callable[[Scenario], Any],
+    clock: FakeClock,
+    ddb: Any,
+    tables: Tables,
+    seed: Callable[..., None],
+) -> Both:
+    return Both(make_aio_tm, make_tm, run, clock, ddb, tables, seed)
+
+
 def add(table: str, pk: str, amount: int) -> dict[str, Any]:
     return {
         "TableName": table,
@@ -76,80 +104,65 @@ def balances(ddb: Any, tables: Tables, *pks: str) -> list[str | None]:
 
 
 def test_given_two_accounts_when_an_async_transfer_commits_then_it_costs_what_a_sync_one_does(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    make_tm: Callable[..., TransactionManager],
-    run: Callable[[Scenario], Any],
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
+    w: Both,
 ) -> None:
     # Given two accounts, and a sync and an asyncio manager that have seen the data table
-    seed(a=100, b=0)
-    sync_tm, aio_tm = make_tm(), make_aio_tm()
-    sync_tm.key_types(tables.data)
-    run(lambda: aio_tm.key_types(tables.data))
+    w.seed(a=100, b=0)
+    sync_tm, aio_tm = w.make_tm(), w.make_aio_tm()
+    sync_tm.key_types(w.tables.data)
+    w.run(lambda: aio_tm.key_types(w.tables.data))
 
     # When each moves 10 from a to b in a transaction
     with count_requests(sync_tm.client) as sync_sent, sync_tm.transaction() as tx:
-        tx.update_item(**add(tables.data, "a", -10))
-        tx.update_item(**add(tables.data, "b", 10))
+        tx.update_item(**add(w.tables.data, "a", -10))
+        tx.update_item(**add(w.tables.data, "b", 10))
 
     async def transfer() -> None:
         async with aio_tm.transaction() as atx:
-            await atx.update_item(**add(tables.data, "a", -10))
-            await atx.update_item(**add(tables.data, "b", 10))
+            await atx.update_item(**add(w.tables.data, "a", -10))
+            await atx.update_item(**add(w.tables.data, "b", 10))
 
     with count_requests(aio_tm.client) as aio_sent:
-        run(transfer)
+        w.run(transfer)
 
     # Then both applied, nothing is left behind, and the requests were the same
-    assert balances(ddb, tables, "a", "b") == ["80", "20"]
-    assert_clean(ddb, tables)
+    assert balances(w.ddb, w.tables, "a", "b") == ["80", "20"]
+    assert_clean(w.ddb, w.tables)
     assert aio_sent.by_operation == sync_sent.by_operation
     assert aio_sent.total == sync_sent.total > 0
 
 
 def test_given_a_false_condition_when_an_async_request_fails_then_it_raises_and_rolls_back(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    run: Callable[[Scenario], Any],
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
+    w: Both,
 ) -> None:
     # Given a written account in an open asyncio transaction
-    seed(a=5, b=0)
-    tm = make_aio_tm()
+    w.seed(a=5, b=0)
+    tm = w.make_aio_tm()
 
     async def overdraw() -> None:
         async with tm.transaction() as tx:
-            await tx.update_item(**add(tables.data, "b", 10))
+            await tx.update_item(**add(w.tables.data, "b", 10))
             # When a request's own condition is false
-            overdraft = add(tables.data, "a", -10)
+            overdraft = add(w.tables.data, "a", -10)
             overdraft["ExpressionAttributeValues"][":m"] = {"N": "10"}
             await tx.update_item(**overdraft, ConditionExpression="balance >= :m")
 
     # Then the same error as the sync API, and the earlier write is undone
     with pytest.raises(ConditionalCheckFailedError):
-        run(overdraw)
-    assert balances(ddb, tables, "a", "b") == ["5", "0"]
-    assert_clean(ddb, tables)
+        w.run(overdraw)
+    assert balances(w.ddb, w.tables, "a", "b") == ["5", "0"]
+    assert_clean(w.ddb, w.tables)
 
 
-def test_given_an_exactly_once_id_when_async_run_twice_then_the_work_applies_once(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    run: Callable[[Scenario], Any],
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
-) -> None:
+def test_given_an_exactly_once_id_when_async_run_twice_then_the_work_applies_once(w: Both) -> None:
     # Given an account and a piece of async work
-    seed(a=0)
-    tm = make_aio_tm()
+    w.seed(a=0)
+    tm = w.make_aio_tm()
     calls: list[str] = []
 
     async def work(tx: aio.Transaction) -> str:
         calls.append(tx.id)
-        await tx.update_item(**add(tables.data, "a", 7))
+        await tx.update_item(**add(w.tables.data, "a", 7))
         return "done"
 
     # When it runs twice under one transaction_id
@@ -158,48 +171,44 @@ def test_given_an_exactly_once_id_when_async_run_twice_then_the_work_applies_onc
         second = await tm.run(work, transaction_id="pay-1")
         return first, second
 
-    first, second = run(twice)
+    first, second = w.run(twice)
 
     # Then it applied once, and the second run says it had committed
     assert first == "done"
     assert isinstance(second, aio.AlreadyCommitted)
     assert second.transaction_id == "pay-1"
     assert len(calls) == 1
-    assert balances(ddb, tables, "a") == ["7"]
+    assert balances(w.ddb, w.tables, "a") == ["7"]
 
 
 def test_given_items_when_read_async_at_each_level_and_in_a_transaction_then_as_sync(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    make_tm: Callable[..., TransactionManager],
-    run: Callable[[Scenario], Any],
-    tables: Tables,
-    seed: Any,
+    w: Both,
 ) -> None:
     # Given committed items, one of them written by a pending sync transaction
-    seed(a=1, b=2, c=3)
-    pending = make_tm().begin()
-    pending.update_item(**add(tables.data, "b", 40))
-    tm = make_aio_tm()
+    w.seed(a=1, b=2, c=3)
+    pending = w.make_tm().begin()
+    pending.update_item(**add(w.tables.data, "b", 40))
+    tm = w.make_aio_tm()
     keys = [{"pk": {"S": pk}} for pk in ("a", "b", "c")]
 
     # When the asyncio manager reads outside transactions, then inside one
     async def reads() -> dict[str, Any]:
         seen: dict[str, Any] = {}
         for level in (Isolation.COMMITTED, Isolation.UNCOMMITTED):
-            got = await tm.get_item(TableName=tables.data, Key=keys[1], isolation=level)
+            got = await tm.get_item(TableName=w.tables.data, Key=keys[1], isolation=level)
             seen[f"get {level.value}"] = got["Item"]["balance"]["N"]
-        pages = [p async for p in tm.scan_pages(TableName=tables.data, Limit=2)]
+        pages = [p async for p in tm.scan_pages(TableName=w.tables.data, Limit=2)]
         seen["scan pages"] = sorted(i["pk"]["S"] for p in pages for i in p["Items"])
-        batch = await tm.batch_get_item(RequestItems={tables.data: {"Keys": [keys[0], keys[2]]}})
-        seen["batch"] = sorted(i["pk"]["S"] for i in batch["Responses"][tables.data])
+        batch = await tm.batch_get_item(RequestItems={w.tables.data: {"Keys": [keys[0], keys[2]]}})
+        seen["batch"] = sorted(i["pk"]["S"] for i in batch["Responses"][w.tables.data])
         async with tm.transaction() as tx:
-            got = await tx.get_item(TableName=tables.data, Key=keys[0])
+            got = await tx.get_item(TableName=w.tables.data, Key=keys[0])
             seen["in tx get"] = got["Item"]["balance"]["N"]
-            values = await tx.lock_for_read(tables.data, [keys[2]])
+            values = await tx.lock_for_read(w.tables.data, [keys[2]])
             seen["in tx lock_for_read"] = values[0]["balance"]["N"] if values[0] else None
         return seen
 
-    seen = run(reads)
+    seen = w.run(reads)
     pending.rollback()
 
     # Then the answers are the sync API's
@@ -214,89 +223,72 @@ def test_given_items_when_read_async_at_each_level_and_in_a_transaction_then_as_
 
 
 def test_given_a_sync_coordinator_when_an_async_one_resumes_and_commits_then_both_writes_land(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    make_tm: Callable[..., TransactionManager],
-    run: Callable[[Scenario], Any],
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
+    w: Both,
 ) -> None:
     # Given a sync coordinator that wrote a
-    seed(a=100, b=0)
-    sync_tx = make_tm().begin()
-    sync_tx.update_item(**add(tables.data, "a", -30))
-    tm = make_aio_tm()
+    w.seed(a=100, b=0)
+    sync_tx = w.make_tm().begin()
+    sync_tx.update_item(**add(w.tables.data, "a", -30))
+    tm = w.make_aio_tm()
 
     # When an asyncio coordinator resumes it, writes b and commits
     async def resume_and_commit() -> str:
         tx = await tm.resume(sync_tx.id)
-        await tx.update_item(**add(tables.data, "b", 30))
+        await tx.update_item(**add(w.tables.data, "b", 30))
         await tx.commit()
         return tx.state
 
-    state = run(resume_and_commit)
+    state = w.run(resume_and_commit)
 
     # Then both writes committed, and the sync coordinator learns it on its own commit
     assert state == "C"
     sync_tx.commit()
-    assert balances(ddb, tables, "a", "b") == ["70", "30"]
-    assert_clean(ddb, tables)
+    assert balances(w.ddb, w.tables, "a", "b") == ["70", "30"]
+    assert_clean(w.ddb, w.tables)
 
 
 def test_given_an_async_coordinator_that_died_when_a_sync_sweep_runs_then_it_is_rolled_back(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    make_tm: Callable[..., TransactionManager],
-    run: Callable[[Scenario], Any],
-    clock: FakeClock,
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
+    w: Both,
 ) -> None:
     # Given an asyncio coordinator that wrote two items and was never heard from again
-    seed(a=100, b=0)
-    tm = make_aio_tm()
+    w.seed(a=100, b=0)
+    tm = w.make_aio_tm()
 
     async def write_and_die() -> str:
         tx = await tm.begin()
         await tx.write_all(
-            [{"Update": add(tables.data, "a", -50)}, {"Update": add(tables.data, "b", 50)}]
+            [{"Update": add(w.tables.data, "a", -50)}, {"Update": add(w.tables.data, "b", 50)}]
         )
         return tx.id
 
-    tx_id = run(write_and_die)
+    tx_id = w.run(write_and_die)
 
     # When a sync sweep finds its record stale, then an asyncio sweep finds it done
-    clock.advance(120)
-    swept = make_tm().sweep(
+    w.clock.advance(120)
+    swept = w.make_tm().sweep(
         tx_id, rollback_after=timedelta(seconds=60), delete_after=timedelta(hours=1)
     )
-    again = run(
+    again = w.run(
         lambda: tm.sweep(tx_id, rollback_after=timedelta(seconds=60), delete_after=timedelta(0))
     )
 
     # Then the writes are undone and the record deleted, with nothing left behind
     assert swept is SweepOutcome.ROLLED_BACK
     assert again is SweepOutcome.DELETED
-    assert balances(ddb, tables, "a", "b") == ["100", "0"]
-    assert_clean(ddb, tables)
+    assert balances(w.ddb, w.tables, "a", "b") == ["100", "0"]
+    assert_clean(w.ddb, w.tables)
 
 
-def test_given_many_tasks_when_transfers_run_on_one_loop_then_money_is_conserved(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    run: Callable[[Scenario], Any],
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
-) -> None:
+def test_given_many_tasks_when_transfers_run_on_one_loop_then_money_is_conserved(w: Both) -> None:
     # Given four accounts and twelve transfers between them, as tasks on one loop
-    seed(a=100, b=100, c=100, d=100)
-    tm = make_aio_tm(lock_wait=30.0)
+    w.seed(a=100, b=100, c=100, d=100)
+    tm = w.make_aio_tm(lock_wait=30.0)
     pairs = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")] * 3
 
     async def transfer(src: str, dst: str) -> None:
         async def work(tx: aio.Transaction) -> None:
-            await tx.update_item(**add(tables.data, src, -1))
-            await tx.update_item(**add(tables.data, dst, 1))
+            await tx.update_item(**add(w.tables.data, src, -1))
+            await tx.update_item(**add(w.tables.data, dst, 1))
 
         await tm.run(work, attempts=50)
 
@@ -304,83 +296,71 @@ def test_given_many_tasks_when_transfers_run_on_one_loop_then_money_is_conserved
         await asyncio.gather(*(transfer(src, dst) for src, dst in pairs))
 
     # When they all run at once
-    run(all_transfers)
+    w.run(all_transfers)
 
     # Then every transfer applied once and the total is unchanged
-    assert balances(ddb, tables, "a", "b", "c", "d") == ["100", "100", "100", "100"]
-    assert_clean(ddb, tables)
+    assert balances(w.ddb, w.tables, "a", "b", "c", "d") == ["100", "100", "100", "100"]
+    assert_clean(w.ddb, w.tables)
 
 
-def test_given_a_rolled_back_async_transaction_when_used_again_then_the_sync_error(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    run: Callable[[Scenario], Any],
-    tables: Tables,
-    seed: Any,
-) -> None:
+def test_given_a_rolled_back_async_transaction_when_used_again_then_the_sync_error(w: Both) -> None:
     # Given an asyncio transaction that wrote, then rolled back
-    seed(a=1)
-    tm = make_aio_tm()
+    w.seed(a=1)
+    tm = w.make_aio_tm()
 
     async def use_after_rollback() -> None:
         tx = await tm.begin()
-        await tx.update_item(**add(tables.data, "a", 1))
+        await tx.update_item(**add(w.tables.data, "a", 1))
         await tx.rollback()
         # When it is asked for another request
-        await tx.update_item(**add(tables.data, "a", 1))
+        await tx.update_item(**add(w.tables.data, "a", 1))
 
     # Then it refuses as the sync API does
     with pytest.raises(TransactionRolledBackError, match="rolled back"):
-        run(use_after_rollback)
+        w.run(use_after_rollback)
 
 
 def test_given_a_batch_when_async_transact_write_runs_then_as_sync_one_call_or_the_protocol(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    make_tm: Callable[..., TransactionManager],
-    run: Callable[[Scenario], Any],
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
+    w: Both,
 ) -> None:
     # Given two accounts, and the same batch for each driver
-    seed(a=10, b=0)
-    batch = [{"Update": add(tables.data, "a", -1)}, {"Update": add(tables.data, "b", 1)}]
-    sync_tm, aio_tm = make_tm(), make_aio_tm()
-    assert run(lambda: aio_tm.key_names(tables.data)) == sync_tm.key_names(tables.data) == ("pk",)
+    w.seed(a=10, b=0)
+    batch = [{"Update": add(w.tables.data, "a", -1)}, {"Update": add(w.tables.data, "b", 1)}]
+    sync_tm, aio_tm = w.make_tm(), w.make_aio_tm()
+    assert (
+        w.run(lambda: aio_tm.key_names(w.tables.data))
+        == sync_tm.key_names(w.tables.data)
+        == ("pk",)
+    )
 
     # When the sync manager writes it, then the asyncio one
     with count_requests(sync_tm.client) as sync_sent:
         sync_route = sync_tm.transact_write(batch)
     with count_requests(aio_tm.client) as aio_sent:
-        aio_route = run(lambda: aio_tm.transact_write(batch))
+        aio_route = w.run(lambda: aio_tm.transact_write(batch))
 
     # Then both took the same route (native where the emulator has the call) with the
     # same requests, and both applied
     assert aio_route == sync_route
     assert aio_sent.by_operation == sync_sent.by_operation
-    assert balances(ddb, tables, "a", "b") == ["8", "2"]
-    assert_clean(ddb, tables)
+    assert balances(w.ddb, w.tables, "a", "b") == ["8", "2"]
+    assert_clean(w.ddb, w.tables)
 
 
 def test_given_tables_when_written_async_through_boto3_table_shapes_then_as_the_sync_table(
-    make_aio_tm: Callable[..., aio.TransactionManager],
-    make_tm: Callable[..., TransactionManager],
-    run: Callable[[Scenario], Any],
-    clock: FakeClock,
-    ddb: Any,
-    tables: Tables,
-    seed: Any,
+    w: Both,
 ) -> None:
     # Given two accounts, one of them held by a sync transaction that then went quiet
-    seed(a=100, b=0)
-    stalled = make_tm().begin()
-    stalled.update_item(**add(tables.data, "b", 1000))
-    tm = make_aio_tm()
+    w.seed(a=100, b=0)
+    stalled = w.make_tm().begin()
+    stalled.update_item(**add(w.tables.data, "b", 1000))
+    tm = w.make_aio_tm()
 
     async def scenario() -> dict[str, Any]:
         seen: dict[str, Any] = {}
         # When a transaction writes and reads through its Table with Python values
         async with tm.transaction() as tx:
-            accounts = tx.table(tables.data)
+            accounts = tx.table(w.tables.data)
             await accounts.update_item(
                 Key={"pk": "a"},
                 UpdateExpression="SET balance = balance - :n",
@@ -390,22 +370,22 @@ def test_given_tables_when_written_async_through_boto3_table_shapes_then_as_the_
             got = await accounts.get_item(Key={"pk": "a"}, ProjectionExpression="balance")
             seen["in tx"] = got["Item"]
         # And a write outside any transaction meets the stalled holder's lock
-        clock.advance(10)
-        await tm.table(tables.data).update_item(
+        w.clock.advance(10)
+        await tm.table(w.tables.data).update_item(
             Key={"pk": "b"},
             UpdateExpression="ADD balance :n",
             ExpressionAttributeValues={":n": Decimal(10)},
         )
-        got = await tm.table(tables.data).get_item(Key={"pk": "b"})
+        got = await tm.table(w.tables.data).get_item(Key={"pk": "b"})
         seen["outside"] = got["Item"]["balance"]
         return seen
 
-    seen = run(scenario)
+    seen = w.run(scenario)
 
     # Then the reads show Python values, the stalled holder was rolled back first, and
     # the outside write landed once
     assert seen == {"in tx": {"balance": Decimal(90)}, "outside": Decimal(10)}
     with pytest.raises(TransactionRolledBackError):
         stalled.commit()
-    assert balances(ddb, tables, "a", "b") == ["90", "10"]
-    assert_clean(ddb, tables)
+    assert balances(w.ddb, w.tables, "a", "b") == ["90", "10"]
+    assert_clean(w.ddb, w.tables)
