@@ -30,7 +30,7 @@ from ddbtx import (
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from drivers import EventLoopThread, Scenario
-from helpers import FakeClock, Tables, assert_clean
+from helpers import FakeClock, Tables, assert_clean, scan
 
 
 @pytest.fixture
@@ -389,3 +389,60 @@ def test_given_tables_when_written_async_through_boto3_table_shapes_then_as_the_
         stalled.commit()
     assert balances(w.ddb, w.tables, "a", "b") == ["90", "10"]
     assert_clean(w.ddb, w.tables)
+
+
+def test_given_bad_arguments_to_async_entry_points_then_each_is_named_and_nothing_written(
+    w: Both,
+) -> None:
+    # Given an account and an asyncio manager
+    w.seed(a=1)
+    tm = w.make_aio_tm()
+    calls: list[str] = []
+
+    async def work(tx: aio.Transaction) -> None:
+        calls.append(tx.id)
+
+    async def attempt(bad: Callable[[], Any]) -> BaseException:
+        try:
+            await bad()
+        except Exception as exc:
+            return exc
+        raise AssertionError("accepted")
+
+    async def scenario() -> list[BaseException]:
+        async def bad_key() -> Any:
+            async with tm.transaction() as tx:
+                await tx.update_item(**add(w.tables.data, "a", 1), ConditionExpression=1)
+
+        async def both_ids() -> Any:
+            async with tm.transaction(delete=True, transaction_id="x"):
+                pass
+
+        return [
+            await attempt(lambda: tm.run(work, attempts=0)),
+            await attempt(lambda: tm.begin(transaction_id="")),
+            await attempt(lambda: tm.transact_write("not a list")),  # type: ignore[arg-type]
+            await attempt(bad_key),
+            await attempt(both_ids),
+        ]
+
+    # When each bad call is made
+    errors = w.run(scenario)
+
+    # Then each fails with its own error naming the problem, no work ran, nothing was
+    # written, and a bad setting is refused before anything exists
+    assert [type(e).__name__ for e in errors] == [
+        "ValueError",
+        "InvalidTransactionIdError",
+        "InvalidRequestError",
+        "InvalidRequestError",
+        "ValueError",
+    ]
+    assert "attempts" in str(errors[0]) and "must not be empty" in str(errors[1])
+    assert "ConditionExpression" in str(errors[3]) and "delete=True" in str(errors[4])
+    assert calls == []
+    assert balances(w.ddb, w.tables, "a") == ["1"]
+    assert scan(w.ddb, w.tables.tx) == []
+    assert_clean(w.ddb, w.tables)
+    with pytest.raises(ValueError, match="lock_wait"):
+        w.make_aio_tm(lock_wait=-1)
