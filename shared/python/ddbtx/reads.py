@@ -186,13 +186,11 @@ class Reads:
         self, run: Callable[..., dict[str, Any]], params: Mapping[str, Any]
     ) -> Iterator[dict[str, Any]]:
         """Every page of a paged read, following ``LastEvaluatedKey`` from ``params``'s start."""
-        current = dict(params)
-        while True:
+        current: dict[str, Any] | None = dict(params)
+        while current is not None:
             response = run(**current)
             yield response
-            if not response.get("LastEvaluatedKey"):
-                return
-            current["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+            current = next_page(current, response)
 
     def serializable(
         self, work: Callable[[InTransaction], Step[dict[str, Any]]]
@@ -415,6 +413,13 @@ class Reads:
             return extra
         found = yield from self.judge_all(read, [item])
         return {"Item": found[0], **extra} if found else extra
+
+
+def next_page(params: dict[str, Any], response: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The parameters of the page after ``response`` (its ``LastEvaluatedKey`` as the
+    start), or None after the last page; the paging of both drivers' ``*_pages``."""
+    last = response.get("LastEvaluatedKey")
+    return {**params, "ExclusiveStartKey": last} if last else None
 
 
 def page(read: ReadPlan, response: Mapping[str, Any], items: list[Item]) -> dict[str, Any]:

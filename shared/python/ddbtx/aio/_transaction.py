@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from .._coordinator import CoordinatorSteps
 from .._effects import Step
 from .._items import Item
-from ..reads import locked_batch_get, locked_read
+from ..reads import locked_batch_get, locked_read, next_page
 from ._table import Table
 
 T = TypeVar("T")
@@ -26,13 +26,11 @@ async def pages(
     read: Callable[..., Awaitable[dict[str, Any]]], params: Mapping[str, Any]
 ) -> AsyncIterator[dict[str, Any]]:
     """Every page of a paged read, following ``LastEvaluatedKey`` from ``params``'s start."""
-    current = dict(params)
-    while True:
+    current: dict[str, Any] | None = dict(params)
+    while current is not None:
         response = await read(**current)
         yield response
-        if not response.get("LastEvaluatedKey"):
-            return
-        current["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        current = next_page(current, response)
 
 
 class Transaction(CoordinatorSteps):
