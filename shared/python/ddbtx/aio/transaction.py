@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from .._effects import Step
 from .._exactly import check_transaction_id
 from .._manager_core import (
     RETRIED,
@@ -72,7 +73,7 @@ class TransactionManager(ManagerCore[Transaction]):
         """A coordinator of transaction ``tx_id`` (nothing is sent)."""
         return Transaction(self, tx_id, transaction_id=transaction_id)
 
-    async def drive(self, step: Any) -> Any:
+    async def drive(self, step: Step[T]) -> T:
         """Run a protocol step on this manager's client and sleep (the asyncio driver)."""
         return await drive(step, self.client, self.sleep)
 
@@ -83,8 +84,7 @@ class TransactionManager(ManagerCore[Transaction]):
 
     async def key_types(self, table: str) -> KeyTypes:
         """A data table's key attributes (hash first) and their types, read once and cached."""
-        types: KeyTypes = await self.drive(self.schemas.types(table))
-        return types
+        return await self.drive(self.schemas.types(table))
 
     async def key_names(self, table: str) -> tuple[str, ...]:
         """The key attribute names of a data table (hash first), read once and cached."""
@@ -98,10 +98,7 @@ class TransactionManager(ManagerCore[Transaction]):
         """Start a transaction, as :meth:`ddbtx.TransactionManager.begin`."""
         if transaction_id is not None:
             caller_id = check_transaction_id(transaction_id)
-            opened: Transaction = await self.drive(
-                self.opener.by_caller_id(caller_id, self.new_id(priority))
-            )
-            return opened
+            return await self.drive(self.opener.by_caller_id(caller_id, self.new_id(priority)))
         return self.new_transaction(priority)
 
     @asynccontextmanager
@@ -156,17 +153,13 @@ class TransactionManager(ManagerCore[Transaction]):
 
     async def resume(self, tx_id: str) -> Transaction:
         """Take over a transaction started elsewhere (any process, either driver)."""
-        resumed: Transaction = await self.drive(self.opener.resume(tx_id))
-        return resumed
+        return await self.drive(self.opener.resume(tx_id))
 
     async def sweep(
         self, tx_id: str, *, rollback_after: timedelta, delete_after: timedelta
     ) -> SweepOutcome:
         """Move one TX record along, as :meth:`ddbtx.TransactionManager.sweep`."""
-        outcome: SweepOutcome = await self.drive(
-            sweep(self.protocol, tx_id, rollback_after, delete_after)
-        )
-        return outcome
+        return await self.drive(sweep(self.protocol, tx_id, rollback_after, delete_after))
 
     async def transact_write(self, requests: list[dict[str, Any]]) -> str:
         """Write several items atomically, as :meth:`ddbtx.TransactionManager.transact_write`:
@@ -194,28 +187,19 @@ class TransactionManager(ManagerCore[Transaction]):
     ) -> dict[str, Any]:
         """Read one item at the given isolation level; ``{"Item": ...}`` or ``{}``."""
         params.update(TableName=TableName, Key=Key, ConsistentRead=ConsistentRead)
-        got: dict[str, Any] = await self.drive(
-            self.reads.read("get", params, Isolation(isolation).value)
-        )
-        return got
+        return await self.drive(self.reads.read("get", params, Isolation(isolation).value))
 
     async def query(
         self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
     ) -> dict[str, Any]:
         """One page of a Query at the given isolation level."""
-        page: dict[str, Any] = await self.drive(
-            self.reads.read("query", params, Isolation(isolation).value)
-        )
-        return page
+        return await self.drive(self.reads.read("query", params, Isolation(isolation).value))
 
     async def scan(
         self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
     ) -> dict[str, Any]:
         """One page of a Scan at the given isolation level."""
-        page: dict[str, Any] = await self.drive(
-            self.reads.read("scan", params, Isolation(isolation).value)
-        )
-        return page
+        return await self.drive(self.reads.read("scan", params, Isolation(isolation).value))
 
     def query_pages(
         self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any
@@ -238,7 +222,4 @@ class TransactionManager(ManagerCore[Transaction]):
     ) -> dict[str, Any]:
         """``BatchGetItem`` at the given isolation level."""
         params["RequestItems"] = RequestItems
-        got: dict[str, Any] = await self.drive(
-            self.reads.batch_get_item(params, Isolation(isolation).value)
-        )
-        return got
+        return await self.drive(self.reads.batch_get_item(params, Isolation(isolation).value))
