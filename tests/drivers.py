@@ -28,6 +28,24 @@ DRIVERS = ("sync", "aio")
 TIMEOUT = 120.0
 
 
+class AsyncOver:
+    """A sync boto3 client seen as an asyncio one (each method a coroutine). moto's
+    in-process mock serves botocore only, not aiobotocore; on moto the asyncio path
+    runs the asyncio driver and API over this, on dynalite over aiobotocore itself."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.meta = client.meta
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        async def call(**params: Any) -> Any:
+            return method(**params)
+
+        return call
+
+
 class EventLoopThread:
     """An event loop running on a daemon thread until :meth:`close`."""
 

@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from .explore import Tally, exhaustive, explore, random_schedules, replay_line
+from .explore import CONFIGS, Tally, exhaustive, explore, random_schedules, replay_line
 from .runner import run_schedule
 from .schedule import Schedule
 from .world import BACKENDS, started
@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--exhaustive", action="store_true", help="the smallest configuration")
     parser.add_argument("--preemptions", type=int, default=2, help="exhaustive mode's bound")
+    parser.add_argument(
+        "--config", choices=sorted(CONFIGS), default="smallest", help="exhaustive mode's scripts"
+    )
     parser.add_argument("--replay", metavar="SCHEDULE", help="run one schedule line")
     parser.add_argument("--mutant", help="a mutant of tests/faults/mutants.py in place")
     parser.add_argument("--no-shrink", action="store_true")
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.preemptions,
                     args.mutant,
                     progress=lambda t: print(t.line(), file=sys.stderr, flush=True),
+                    config=args.config,
                 )
             else:
                 # Each backend gets its own slice of seeds: together they cover more.

@@ -12,9 +12,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .door import FAULT_KINDS, Fault
 from .runner import Result, run_schedule
-from .schedule import Schedule, Script, random_schedule, smaller
+from .schedule import FAULT_KINDS, Fault, Schedule, Script, random_schedule, smaller
 from .world import World
 
 #: Re-runs a shrink may spend on one failure.
@@ -126,14 +125,19 @@ def random_schedules(seed: int, count: int) -> Iterator[Schedule]:
         yield random_schedule(rng)
 
 
-# --- exhaustive mode ------------------------------------------------------------------------
+# --- systematic mode ------------------------------------------------------------------------
 
-#: The smallest configuration: two coordinators, two requests in all, each commits.
-SMALLEST = (
-    (Script(("ua", "ub")), Script(())),
-    (Script(("ua",)), Script(("ub",))),
-    (Script(("ua",)), Script(("ua",))),
-)
+#: The configurations systematic mode enumerates, by name. ``smallest``: two coordinators,
+#: two requests in all, each commits. ``pairs``: two coordinators with two requests each
+#: (both update a and b, in opposite orders: every lock is contended), each commits.
+CONFIGS: dict[str, tuple[tuple[Script, ...], ...]] = {
+    "smallest": (
+        (Script(("ua", "ub")), Script(())),
+        (Script(("ua",)), Script(("ub",))),
+        (Script(("ua",)), Script(("ua",))),
+    ),
+    "pairs": ((Script(("ua", "ub")), Script(("ub", "ua"))),),
+}
 
 
 def exhaustive(
@@ -141,14 +145,18 @@ def exhaustive(
     preemptions: int,
     mutant: str | None = None,
     progress: Callable[[Tally], None] | None = None,
+    config: str = "smallest",
 ) -> Tally:
     """Every fault (participant, kind, call) x every interleaving with <= ``preemptions``
-    preemptions, for each script pair of :data:`SMALLEST`."""
-    return explore(world, _exhaustive(world, preemptions), mutant=mutant, progress=progress)
+    preemptions, for each script pair of ``CONFIGS[config]``."""
+    runs = _exhaustive(world, preemptions, CONFIGS[config])
+    return explore(world, runs, mutant=mutant, progress=progress)
 
 
-def _exhaustive(world: World, bound: int) -> Iterator[Result]:
-    for scripts in SMALLEST:
+def _exhaustive(
+    world: World, bound: int, configuration: tuple[tuple[Script, ...], ...]
+) -> Iterator[Result]:
+    for scripts in configuration:
         base = Schedule(seed=0, policy="forced", workers=1, scripts=scripts)
         yield from _interleavings(world, run_schedule(world, base), bound)
         for owner, kind in itertools.product(base.owners, FAULT_KINDS):

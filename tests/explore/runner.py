@@ -1,16 +1,18 @@
-"""Run one schedule on a :class:`World`: participants' threads, the gate, a final sweep, checks.
+"""Run one schedule on a :class:`World`: the participants' steps, interleaved, then checks.
 
-Only public entry points drive the protocol: ``TransactionManager.begin/resume``,
-``Transaction`` requests, ``commit``/``rollback``, ``Sweeper.run``,
-``recovery.break_lock`` (on each item) and ``recovery.recover``, and
-``TransactionManager.sweep``.
+Each participant is a step (a generator, as the library's protocol is) that makes
+its public calls through the protocol's own steps: a coordinator ``begin``s or
+``resume``s (``Opener.resume``), sends requests (``request``, ``write_many``) and
+ends (``end.commit`` / ``end.rollback``); a sweeper makes one ``Sweeper.pass_step``;
+an operator tries ``break_lock_step`` on each item, then ``recover_step``. The
+:class:`~.interleave.Interleaver` runs them all on this thread. The end is a final
+sweep on the sync API, then the invariants.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,14 +22,14 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-from ddbtx import TransactionManager
+from ddbtx import TransactionManager, aio, recovery
 from ddbtx import schema as s
+from ddbtx._effects import Step
 from ddbtx.chaos import Crash
 from ddbtx.errors import DdbtxError, TransactionNotFoundError
-from ddbtx.recovery import break_lock, recover
 from ddbtx.sweeper import Sweeper
 
-from .gate import Gate, Policy, Waiter
+from .interleave import Forced, Interleaver, Policy, Transport, Wait, raised
 from .model import Item, Seen, check, read_record, request_params
 from .schedule import ITEMS, OPS, Schedule
 from .world import DATA, IMAGES, TX, World
@@ -46,26 +48,6 @@ KEEP = timedelta(days=30)
 AWAIT_TRIES = 12
 
 
-class Forced:
-    """Exhaustive mode's policy: follow ``pick`` (indexes into the sorted waiters), then
-    keep running the same participant while it can (no preemption). Records every choice."""
-
-    def __init__(self, pick: tuple[int, ...]) -> None:
-        self.pick = pick
-        self.taken: list[tuple[int, list[str]]] = []  #: (index chosen, owners waiting)
-        self._last: str | None = None
-
-    def choose(self, waiters: list[Waiter], step: int) -> Waiter:
-        if step < len(self.pick) and self.pick[step] < len(waiters):
-            index = self.pick[step]
-        else:
-            same = [i for i, w in enumerate(waiters) if w.owner == self._last]
-            index = same[0] if same else 0
-        self.taken.append((index, [w.owner for w in waiters]))
-        self._last = waiters[index].owner
-        return waiters[index]
-
-
 @dataclass
 class Result:
     schedule: Schedule
@@ -74,19 +56,22 @@ class Result:
     trace: list[str] = field(default_factory=list)
     fired: bool = False
     choices: list[tuple[int, list[str]]] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  #: every request sent, as text
 
 
 @contextmanager
 def _seeded_tokens(seed: int) -> Iterator[None]:
-    """Transaction ids and nonces from a seeded generator, so a replay makes the same ones."""
+    """Transaction ids and nonces from a seeded generator, so a replay makes the same ones.
+
+    Ids also take the fake clock's time, kept strictly increasing within a process:
+    each schedule starts that count afresh, as a process of its own would.
+    """
     rng = random.Random(seed)
-    lock = threading.Lock()
 
     def token_hex(nbytes: int = 32) -> str:
-        with lock:
-            return rng.randbytes(nbytes).hex()
+        return rng.randbytes(nbytes).hex()
 
-    with mock.patch("secrets.token_hex", token_hex):
+    with mock.patch("secrets.token_hex", token_hex), mock.patch("ddbtx._record._last_ns", 0):
         yield
 
 
@@ -97,55 +82,54 @@ class _Run:
         self.world = world
         self.sc = schedule
         self.clock = FakeClock()
-        self.policy: Any = (
+        self.policy: Policy | Forced = (
             Forced(schedule.pick)
             if schedule.pick or schedule.policy == "forced"
             else Policy(schedule.seed, schedule.policy, schedule.owners)
         )
-        self.gate = Gate(self.policy, self.clock.advance)
         self.seen: list[Seen] = []
         self.problems: list[str] = []
         self.put_items: dict[str, Item] = {}
-        self._lock = threading.Lock()
         self.rng = random.Random(schedule.seed ^ 0x5EED)
-        self.tms: dict[str, TransactionManager] = {}
+        self.tms: dict[str, Any] = {}
         self.rows: dict[str, list[Item]] | None = None
 
     # -- participants --------------------------------------------------------------------
 
-    def manager(self, owner: str, client: Any) -> TransactionManager:
-        def sleep(seconds: float) -> None:
-            self.gate.step(owner, "sleep")  # a wait lets the others run
-            self.clock.advance(seconds)
-
+    def manager(self, owner: str) -> Any:
+        """``owner``'s manager: the asyncio one for a coordinator on the asyncio transport."""
+        settings: dict[str, Any] = {
+            "clock": self.clock.time,
+            "monotonic": self.clock.monotonic,
+            "lock_wait": 5.0,
+            "stale_after": 3.0,
+            "key_schemas": {DATA: ("pk",)},
+            "rng": random.Random(f"{self.sc.seed}/{owner}"),
+        }
+        if owner in self.sc.aio:
+            return aio.TransactionManager(self.world.aio_client, TX, IMAGES, **settings)
         return TransactionManager(
-            client,
-            TX,
-            IMAGES,
-            clock=self.clock.time,
-            monotonic=self.clock.monotonic,
-            sleep=sleep,
-            lock_wait=5.0,
-            stale_after=3.0,
-            max_workers=self.sc.workers,
-            key_schemas={DATA: ("pk",)},
-            rng=random.Random(f"{self.sc.seed}/{owner}"),
+            self.world.client, TX, IMAGES, max_workers=self.sc.workers, **settings
         )
 
+    def transport(self, owner: str) -> Transport:
+        if owner in self.sc.aio:
+            return Transport(self.world.aio_client, self.world.wait)
+        return Transport(self.world.client)
+
     def note(self, obs: Seen) -> None:
-        with self._lock:
-            self.seen.append(obs)
+        self.seen.append(obs)
 
     def attempt(
         self,
         owner: str,
         action: str,
-        fn: Callable[[], Any],
+        step: Step[Any],
         requests: list[tuple[str, str, str]] | tuple[()] = (),
-    ) -> tuple[bool, Any]:
+    ) -> Step[tuple[bool, Any]]:
         """Make one public call; note what it returned (a Crash ends the participant)."""
         try:
-            value = fn()
+            value = yield from step
         except DdbtxError as exc:
             self.note(Seen(owner, action, type(exc).__name__, tuple(requests)))
             return False, exc
@@ -161,22 +145,21 @@ class _Run:
         self.note(Seen(owner, action, "ok", tuple(requests)))
         return True, value
 
-    def wait_for_record(self, owner: str, action: str, fn: Callable[[], Any]) -> Any:
-        """Call ``fn`` until the record exists (it raises TransactionNotFoundError or returns
-        None before), letting the others run in between; its value, or None."""
+    def wait_for_record(self, owner: str, action: str, make: Callable[[], Step[Any]]) -> Step[Any]:
+        """Run ``make()`` until the record exists (it raises TransactionNotFoundError or
+        returns None before), letting the others run in between; its value, or None."""
         for _ in range(AWAIT_TRIES):
             try:
-                value = fn()
+                value = yield from make()
             except TransactionNotFoundError:
                 value = None
             if value is not None:
-                return self.attempt(owner, action, lambda v=value: v)[1]
-            self.gate.park(owner, 6)
-            self.gate.step(owner, "await record")
+                return (yield from self.attempt(owner, action, _given(value)))[1]
+            yield Wait("await record", park=6)
         self.note(Seen(owner, action, "no record"))
         return None
 
-    def coordinator(self, i: int) -> None:
+    def coordinator(self, i: int) -> Step[None]:
         owner = f"c{i}"
         tm = self.tms[owner]
         script = self.sc.scripts[i]
@@ -184,7 +167,9 @@ class _Run:
             tx = self.tx0
         else:
             try:
-                tx = self.wait_for_record(owner, "resume", lambda: tm.resume(self.tx0.id))
+                tx = yield from self.wait_for_record(
+                    owner, "resume", lambda: tm.opener.resume(self.tx0.id)
+                )
             except DdbtxError as exc:
                 self.note(Seen(owner, "resume", type(exc).__name__))
                 return
@@ -202,20 +187,20 @@ class _Run:
                     for nm, o, p in writes
                 ]
                 what = "write_all " + " ".join(f"{nm}:{o}:{p}" for nm, o, p in writes)
-                self.attempt(owner, what, lambda b=body: tx.write_all(b), writes)
+                yield from self.attempt(owner, what, tx.write_many(body), writes)
                 continue
             params = request_params(name, op, pk, self.put_value(name))
-            call = getattr(tx, f"{op}_item")
             action = f"{name} {op} {pk}"
-            self.attempt(owner, action, lambda c=call, p=params: c(**p), [(name, op, pk)])
-        self.attempt(owner, script.finish, getattr(tx, script.finish))
+            yield from self.attempt(owner, action, tx.request(op, params), [(name, op, pk)])
+        end = tx.end.commit() if script.finish == "commit" else tx.end.rollback()
+        yield from self.attempt(owner, script.finish, end)
 
     @staticmethod
     def put_value(name: str) -> int:
         """A put's ``n``: unique per request (c2r1 -> 1021)."""
         return 1000 + 10 * int(name[1]) + int(name[3:])
 
-    def sweeper(self) -> None:
+    def sweeper(self) -> Step[None]:
         sweeper = Sweeper(
             self.tms["sw"],
             rollback_after=ROLLBACK_AFTER,
@@ -223,84 +208,71 @@ class _Run:
             data_tables=[DATA],
             persist_cursor=False,
         )
-        self.attempt("sw", "sweeper run", sweeper.run)
+        yield from self.attempt("sw", "sweeper run", sweeper.pass_step())
 
-    def recover(self) -> None:
-        def probe() -> Any:
+    def recover(self) -> Step[None]:
+        tm = self.tms["rc"]
+
+        def probe() -> Step[Any]:
             # An operator who finds the items locked tries break_lock on each first: a
             # lock of an unfinished transaction (pending or decided) must be refused.
             for pk in ITEMS:
                 key = {"pk": {"S": pk}}
-                self.attempt("rc", f"break_lock {pk}", lambda k=key: break_lock(tm, DATA, k))
-            result = recover(tm, self.tx0.id)
+                yield from self.attempt(
+                    "rc", f"break_lock {pk}", recovery.break_lock_step(tm, DATA, key)
+                )
+            result = yield from recovery.recover_step(tm, self.tx0.id)
             return None if result["outcome"] == "missing" else result
 
-        tm = self.tms["rc"]
-
         try:
-            self.wait_for_record("rc", "recover", probe)
+            yield from self.wait_for_record("rc", "recover", probe)
         except DdbtxError as exc:
             self.note(Seen("rc", "recover", type(exc).__name__))
-
-    def pause(self, owner: str) -> None:
-        self.clock.advance(PAUSE_SECONDS)
-        self.gate.park(owner, self.rng.randint(10, 80))
-
-    def thread(self, owner: str, body: Callable[[], None]) -> threading.Thread:
-        def run() -> None:
-            try:
-                body()
-            except Crash:
-                pass
-            except BaseException as exc:  # a failure of the explorer itself, reported
-                self.problems.append(f"{owner} thread died: {type(exc).__name__}: {exc}")
-            finally:
-                self.gate.leave()
-
-        return threading.Thread(target=run, name=f"explore-{owner}", daemon=True)
 
     # -- the whole run ----------------------------------------------------------------
 
     def execute(self) -> Result:
         sc = self.sc
-        doors = {owner: self.world.doors[owner] for owner in sc.owners}
-        for owner, door in doors.items():
-            door.open(self.gate, owner, sc.fault, self.world.roles, lambda o=owner: self.pause(o))
-            self.tms[owner] = self.manager(owner, door.client)
+        for owner in sc.owners:
+            self.tms[owner] = self.manager(owner)
         for i, script in enumerate(sc.scripts):
             for j, r in enumerate(script.requests):
                 name = f"c{i}r{j}"
                 put = request_params(name, "put", r[1], self.put_value(name))
                 self.put_items[name] = put["Item"]
-        threads = []
+        driver = Interleaver(
+            self.policy,
+            self.clock.advance,
+            {owner: self.transport(owner) for owner in sc.owners},
+            self.world.roles,
+            sc.fault,
+            rng=self.rng,
+            workers=sc.workers,
+            pause_seconds=PAUSE_SECONDS,
+        )
         with _seeded_tokens(sc.seed):
-            self.tx0 = self.tms["c0"].begin()
-            bodies: dict[str, Callable[[], None]] = {
-                f"c{i}": (lambda i=i: self.coordinator(i)) for i in range(len(sc.scripts))
+            self.tx0 = self.tms["c0"].new_transaction()
+            steps: dict[str, Step[None]] = {
+                f"c{i}": self.coordinator(i) for i in range(len(sc.scripts))
             }
             if sc.sweeper:
-                bodies["sw"] = self.sweeper
+                steps["sw"] = self.sweeper()
             if sc.recover:
-                bodies["rc"] = self.recover
-            threads = [self.thread(owner, body) for owner, body in bodies.items()]
-            for t in threads:
-                t.start()
-            self.gate.drive()
-            for t in threads:
-                t.join(timeout=30)
-            fired = any(d.fired for d in doors.values())
-            for door in doors.values():
-                door.close()
+                steps["rc"] = self.recover()
+            driver.run(steps)
             for tm in self.tms.values():
-                tm.close()  # the per-item pool's threads
-        if self.gate.problem:
-            self.problems.append(self.gate.problem)
-        if any(t.is_alive() for t in threads):
-            self.problems.append("a participant thread never ended")
+                if isinstance(tm, TransactionManager):
+                    tm.close()
+        for owner, value in driver.results.items():
+            error = raised(value)
+            if error is not None and not isinstance(error, Crash):
+                self.problems.append(f"{owner} died: {type(error).__name__}: {error}")
+        if driver.problem:
+            self.problems.append(driver.problem)
         raw, items, residue = self.settle()
         problems = self.problems + check(raw, items, residue, self.seen, self.put_items)
         choices = self.policy.taken if isinstance(self.policy, Forced) else []
-        return Result(sc, problems, self.seen, self.gate.trace, fired, choices)
+        return Result(sc, problems, self.seen, driver.trace, driver.fired, choices, driver.calls)
 
     # -- the end: drive everything to its end, then look ---------------------------------
 
@@ -384,3 +356,9 @@ def run_schedule(world: World, schedule: Schedule) -> Result:
         return run.execute()
     finally:
         world.reset(getattr(run, "rows", None))
+
+
+def _given(value: Any) -> Step[Any]:
+    """A step that sends nothing and returns ``value``."""
+    return value
+    yield  # a generator: the ``yield`` makes it one

@@ -2,14 +2,16 @@
 
 Its one-line text form (``spec``) is what a failure prints and ``--replay`` reads::
 
-    seed=7 pol=pct3 mw=4 c0=ua,pb:commit c1=:rollback c2=gc,db:commit/w sw=1 rc=0 fault=c1:lost@3
+    seed=7 pol=pct3 mw=4 c0=ua,pb:commit c1=:rollback c2=gc,db:commit/w sw=1 rc=0 aio=c1.c2
+    fault=c1:lost@3
 
 ``c<i>=<requests>:<finish>``: requests are an op letter (``p``ut, ``u``pdate,
 ``d``elete, ``g``et) and an item (``a``, ``b``, ``c``); ``/w`` sends the
 writes in one ``write_all``. ``c0`` begins the transaction, the others
 ``resume`` it. ``sw``: a sweeper pass, ``rc``: an operator's ``break_lock`` on each
-item, then ``recover``. ``fault=<owner>:<kind>@<call>``: one of :data:`.door.FAULT_KINDS`.
-``pick=`` (exhaustive mode) forces the first choices of the gate.
+item, then ``recover``. ``aio=``: the coordinators whose calls go out through the
+asyncio client (the others' through boto3; ``-``: none). ``fault=<owner>:<kind>@<call>``:
+one of :data:`FAULT_KINDS`. ``pick=`` (systematic mode) forces the first choices.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
-from .door import FAULT_KINDS, Fault
+#: Fault kinds, in the issue's words: crash before, crash after (applied, answer lost),
+#: answer lost and the SDK resends, pause past the sweeper's rollback age; and a stall
+#: until another participant is about to mark the record completed (that one dies
+#: there, and the stalled one's late call lands on completed items).
+FAULT_KINDS = ("before", "after", "lost", "pause", "stall")
 
 ITEMS = ("a", "b", "c")
 OPS = {"p": "put", "u": "update", "d": "delete", "g": "get"}
@@ -30,6 +36,28 @@ RANDOM_KINDS = tuple(kind for kind in FAULT_KINDS if kind != "stall")
 #: ...this often.
 STALLS = 0.5
 STALL_SALT = 0x57A11
+#: Each coordinator's calls go out through the asyncio client this often (drawn apart
+#: from the schedule's other choices, as stalls are).
+AIO = 0.5
+AIO_SALT = 0xA10
+
+
+@dataclass(frozen=True)
+class Fault:
+    owner: str  #: participant it hits
+    kind: str
+    at: int  #: its call index (0-based; a resent attempt is the same call)
+
+    def spec(self) -> str:
+        return f"{self.owner}:{self.kind}@{self.at}"
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        owner, rest = text.split(":")
+        kind, at = rest.split("@")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"fault kind must be one of {FAULT_KINDS}, not {kind!r}")
+        return cls(owner, kind, int(at))
 
 
 @dataclass(frozen=True)
@@ -64,6 +92,7 @@ class Schedule:
     recover: bool = False
     fault: Fault | None = None
     pick: tuple[int, ...] = field(default=())
+    aio: tuple[str, ...] = ()  #: coordinators on the asyncio transport
 
     @property
     def owners(self) -> list[str]:
@@ -74,6 +103,7 @@ class Schedule:
         parts = [f"seed={self.seed}", f"pol={self.policy}", f"mw={self.workers}"]
         parts += [f"c{i}={s.spec()}" for i, s in enumerate(self.scripts)]
         parts += [f"sw={int(self.sweeper)}", f"rc={int(self.recover)}"]
+        parts.append("aio=" + (".".join(self.aio) or "-"))
         parts.append(f"fault={self.fault.spec() if self.fault else '-'}")
         if self.pick:
             parts.append("pick=" + ".".join(map(str, self.pick)))
@@ -98,6 +128,7 @@ class Schedule:
             recover=fields.get("rc", "0") == "1",
             fault=None if fault == "-" else Fault.parse(fault),
             pick=tuple(int(p) for p in pick.split(".") if p),
+            aio=tuple(o for o in fields.get("aio", "-").split(".") if o != "-"),
         )
 
 
@@ -122,6 +153,9 @@ def random_schedule(rng: random.Random) -> Schedule:
         sweeper=rng.random() < 0.4,
         recover=rng.random() < 0.2,
     )
+    on_aio = random.Random(schedule.seed ^ AIO_SALT)
+    aio = tuple(f"c{i}" for i in range(n) if on_aio.random() < AIO)
+    schedule = replace(schedule, aio=aio)
     kind = rng.choice(RANDOM_KINDS)
     if kind == "pause" and rng.random() < 0.7:
         # A pause past the rollback age matters when someone rolls back meanwhile.
@@ -158,6 +192,8 @@ def smaller(schedule: Schedule) -> list[Schedule]:
             out.append(_with_script(s, i, replace(script, batch=False)))
     if s.workers > 1:
         out.append(replace(s, workers=1))
+    if s.aio:
+        out.append(replace(s, aio=()))
     if s.fault is not None and s.fault.at > 0:
         out.append(replace(s, fault=replace(s.fault, at=s.fault.at - 1)))
     return [c for c in out if c != s]
@@ -181,4 +217,5 @@ def _drop_coordinator(s: Schedule, i: int) -> Schedule:
             fault = None
         elif n > i:
             fault = replace(fault, owner=f"c{n - 1}")
-    return replace(s, scripts=scripts, fault=fault)
+    aio = tuple(o if int(o[1:]) < i else f"c{int(o[1:]) - 1}" for o in s.aio if o != f"c{i}")
+    return replace(s, scripts=scripts, fault=fault, aio=aio)

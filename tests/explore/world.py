@@ -1,28 +1,33 @@
-"""A backend for the explorer: the tables, one long-lived client per participant, and resets.
+"""A backend for the explorer: the tables, its clients, and resets between schedules.
 
 ``moto`` runs in this process (moto's ``mock_aws``: no HTTP, the fastest);
 ``dynalite`` is the npm emulator through :class:`ddbtx.local.LocalDynamo`.
-Clients are made once (boto3 client creation costs more than a whole
-schedule) and keep their :class:`Door` hooks; each schedule opens the doors
-on its own gate and wipes the tables afterwards.
+Clients are made once (client creation costs more than a whole schedule): a
+boto3 client for the participants on the sync driver's transport, and an asyncio
+one for those on the asyncio driver's: aiobotocore on dynalite, run on an event
+loop of the world's own (one call at a time, on this thread); on moto, whose
+in-process mock serves botocore only, the boto3 client seen as an asyncio one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.httpsession import URLLib3Session
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
 from ddbtx.tables import create_data_table
 
-from .door import Door
+try:  # pytest puts tests/ on the path; ``python -m tests.explore`` does not
+    from drivers import AsyncOver
+except ImportError:  # pragma: no cover - the command-line runner
+    from tests.drivers import AsyncOver
 
 BACKENDS = ("moto", "dynalite")
 TX, IMAGES, DATA = "explore-tx", "explore-img", "explore-data"
@@ -32,17 +37,23 @@ INITIAL: dict[str, dict[str, Any] | None] = {
     "b": {"pk": {"S": "b"}, "n": {"N": "200"}},
     "c": None,
 }
-#: Participant slots: up to four coordinators, a sweeper, an operator's recover.
-SLOTS = ("c0", "c1", "c2", "c3", "sw", "rc")
 
 
 class World:
     """One running backend with the explorer's tables and clients."""
 
-    def __init__(self, kind: str, make_client: Callable[[], Any], send: Callable[[Any], None]):
+    def __init__(
+        self,
+        kind: str,
+        make_client: Callable[[], Any],
+        aio_client: Any,
+        wait: Callable[[Coroutine[Any, Any, Any]], Any],
+    ) -> None:
         self.kind = kind
         self.admin = make_client()
-        self.doors = {slot: Door(make_client(), send) for slot in SLOTS}
+        self.client = make_client()
+        self.aio_client = aio_client
+        self.wait = wait  #: runs one of ``aio_client``'s coroutines to its end
         self.final_client = make_client()
         self.roles = {TX: "tx", IMAGES: "img", DATA: "data"}
         TransactionManager(self.admin, TX, IMAGES, max_workers=1).create_tables()
@@ -89,31 +100,37 @@ def started(kind: str) -> Iterator[World]:
     if kind not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, not {kind!r}")
     with ExitStack() as stack:
+        loop = asyncio.new_event_loop()
+        stack.callback(loop.close)
         if kind == "moto":
-            # Imported before the session is made: moto's responder is a built-in handler.
             from moto import mock_aws
-            from moto.core.models import botocore_stubber
 
+            # Before the session is made: moto's responder is one of its built-in handlers.
             stack.enter_context(mock_aws())
-            session = boto3.Session(**LOCAL_CREDENTIALS)
 
             def make() -> Any:
                 return session.client("dynamodb", config=_config())
 
-            def send(request: Any) -> None:
-                botocore_stubber("before-send.dynamodb", request)
-
-        else:
-            backend = stack.enter_context(LocalDynamo("dynalite"))
             session = boto3.Session(**LOCAL_CREDENTIALS)
-            http = URLLib3Session()
+            aio = AsyncOver(make())
+        else:
+            session = boto3.Session(**LOCAL_CREDENTIALS)
+            endpoint = stack.enter_context(LocalDynamo("dynalite")).endpoint_url
 
             def make() -> Any:
-                return session.client(
-                    "dynamodb", endpoint_url=backend.endpoint_url, config=_config()
-                )
+                return session.client("dynamodb", endpoint_url=endpoint, config=_config())
 
-            def send(request: Any) -> None:
-                http.send(request)
+            aio = loop.run_until_complete(_aio_client(endpoint, stack, loop))
+        yield World(kind, make, aio, loop.run_until_complete)
 
-        yield World(kind, make, send)
+
+async def _aio_client(endpoint_url: str, stack: ExitStack, loop: asyncio.AbstractEventLoop) -> Any:
+    """An aiobotocore client on ``endpoint_url``, closed (on ``loop``) when ``stack`` is."""
+    from aiobotocore.session import get_session
+
+    context = get_session().create_client(
+        "dynamodb", endpoint_url=endpoint_url, config=_config(), **LOCAL_CREDENTIALS
+    )
+    client = await context.__aenter__()
+    stack.callback(lambda: loop.run_until_complete(context.__aexit__(None, None, None)))
+    return client

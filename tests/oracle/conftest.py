@@ -7,34 +7,15 @@ the HTTP round trip): the oracle makes some 30,000 calls per emulator.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
-from drivers import EventLoopThread
+from drivers import AsyncOver, EventLoopThread
 
 from .runner import Twins
-
-
-class AsyncOver:
-    """A sync boto3 client seen as an asyncio one (each method a coroutine). moto's
-    in-process mock serves botocore only, not aiobotocore; on moto the asyncio path
-    runs the asyncio driver and API over this, on dynalite over aiobotocore itself."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self.meta = client.meta
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._client, name)
-
-        async def call(**params: Any) -> Any:
-            return method(**params)
-
-        return call
 
 
 @pytest.fixture(scope="module")
