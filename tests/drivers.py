@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ddbtx._dynamo import client_config
@@ -78,6 +79,12 @@ class EventLoopThread:
         self._clients.append(made)
         return made
 
+    def discard(self, client: Any) -> None:
+        """Close ``client`` (one of :meth:`client`'s) now, as a process that died drops it."""
+        if client in self._clients:
+            self._clients.remove(client)
+            self.run(client.close())
+
     def close(self) -> None:
         for made in self._clients:
             self.run(made.close())
@@ -89,9 +96,11 @@ class EventLoopThread:
 class Synced:
     """``target`` (an object of ``ddbtx.aio``) with its coroutine methods run to their
     end on ``loop``: ``Synced(aio_mutex, loop).acquire("r")`` is ``await
-    aio_mutex.acquire("r")``. Every other attribute is the target's own. ``deep``: an
-    object of ``ddbtx.aio`` such a method returns is shown the same way (a manager's
-    ``begin`` gives a transaction with sync methods)."""
+    aio_mutex.acquire("r")``. An async iterator a method returns (``query_pages``) is
+    shown as an iterator, and an async context manager (``transaction()``) as a context
+    manager. Every other attribute is the target's own. ``deep``: an object of
+    ``ddbtx.aio`` such a method returns is shown the same way (a manager's ``begin``
+    gives a transaction with sync methods)."""
 
     def __init__(self, target: Any, loop: EventLoopThread, *, deep: bool = False) -> None:
         self._target = target
@@ -100,13 +109,55 @@ class Synced:
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._target, name)
-        if not inspect.iscoroutinefunction(attribute):
+        if not callable(attribute) or inspect.isclass(attribute):
             return attribute
+        if not inspect.iscoroutinefunction(attribute):
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                result = attribute(*args, **kwargs)
+                if hasattr(result, "__anext__"):
+                    return self._iterate(result)
+                # Only a plain async context manager: an awaitable one (a lease lock's
+                # acquire) is the caller's to await.
+                plain = hasattr(result, "__aenter__") and not inspect.isawaitable(result)
+                return self._within(result) if plain else result
+
+            return call
 
         def run(*args: Any, **kwargs: Any) -> Any:
-            result = self._loop.run(attribute(*args, **kwargs))
-            if self._deep and type(result).__module__.startswith("ddbtx.aio"):
-                return Synced(result, self._loop, deep=True)
-            return result
+            return self._shown(self._loop.run(attribute(*args, **kwargs)))
 
         return run
+
+    def _shown(self, result: Any) -> Any:
+        if self._deep and type(result).__module__.startswith("ddbtx.aio"):
+            return Synced(result, self._loop, deep=True)
+        return result
+
+    def _iterate(self, iterator: Any) -> Iterator[Any]:
+        while True:
+            try:
+                yield self._loop.run(iterator.__anext__())
+            except StopAsyncIteration:
+                return
+
+    @contextmanager
+    def _within(self, manager: Any) -> Iterator[Any]:
+        value = self._loop.run(manager.__aenter__())
+        try:
+            yield self._shown(value)
+        except BaseException as exc:
+            if not self._loop.run(manager.__aexit__(type(exc), exc, exc.__traceback__)):
+                raise
+        else:
+            self._loop.run(manager.__aexit__(None, None, None))
+
+    def in_thread(self, work: Callable[[Any], T]) -> Callable[[Any], Coroutine[Any, Any, T]]:
+        """``work`` (sync, taking a shown object) as the async callable an ``ddbtx.aio``
+        method takes (``run``'s work): it runs on a worker thread, so its sync calls
+        reach the loop while the loop waits for it."""
+
+        async def work_async(target: Any) -> T:
+            return await asyncio.to_thread(work, self._shown(target))
+
+        return work_async

@@ -108,21 +108,26 @@ class Env:
             **{**self._settings(offset), **options},
         )
 
-    def aio_coordinator(self, *, offset: float = 0.0, max_attempts: int = 3) -> Any:
+    def aio_coordinator(
+        self, *, offset: float = 0.0, max_attempts: int = 3, fresh: bool = False, **options: Any
+    ) -> Any:
         """The asyncio manager (``ddbtx.aio``, on aiobotocore) with :meth:`coordinator`'s
-        settings, its coroutines run behind sync calls (the same test code drives both)."""
+        settings, its coroutines run behind sync calls (the same test code drives both).
+        ``fresh``: on a client of its own (a fault armed on it hits it alone)."""
         loop = event_loop()
-        if max_attempts not in self._aio_clients:
-            self._aio_clients[max_attempts] = loop.client(self.backend, max_attempts)
+        if fresh:
+            client = loop.client(self.backend, max_attempts)
+        else:
+            if max_attempts not in self._aio_clients:
+                self._aio_clients[max_attempts] = loop.client(self.backend, max_attempts)
+            client = self._aio_clients[max_attempts]
         clock = self.clock
 
         async def sleep(seconds: float) -> None:
             clock.advance(seconds)
 
-        settings = {**self._settings(offset), "sleep": sleep}
-        manager = aio.TransactionManager(
-            self._aio_clients[max_attempts], self.tx_table, self.images_table, **settings
-        )
+        settings = {**self._settings(offset), "sleep": sleep, **options}
+        manager = aio.TransactionManager(client, self.tx_table, self.images_table, **settings)
         return Synced(manager, loop, deep=True)
 
     def _settings(self, offset: float) -> dict[str, Any]:

@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ddbtx import Isolation, SweepOutcome, Transaction, TransactionManager
+from ddbtx import Isolation, SweepOutcome, Transaction
 from ddbtx.chaos import Crash
 from ddbtx.errors import DdbtxError, TransactionCommittedError, TransactionError
 
 from .claims import isolation_of
-from .env import KEEP, Env
+from .env import KEEP, Env, Synced
 from .history import FAIL, INFO, OK, SERIALIZABLE, MicroOp, Txn, append, check, read
 from .report import Report
 from .sim import Process, Simulation
@@ -264,23 +264,25 @@ class ListAppend:
         for n, (tx, ops) in enumerate(attempts[:-1]):  # run's failed attempts
             self.recorder.add(ops, FAIL, proc.number, SERIALIZABLE, note=f"{ending} #{n} {tx.id}")
         last, ops = attempts[-1]
-        note = f"{ending} #{len(attempts) - 1} {last.id}"
+        note = f"{ending} #{len(attempts) - 1} {last.id} ({proc.driver})"
         if how:
             note += f" crashed, then {how.pop('rescue')}"
         self.recorder.add(ops, status, proc.number, SERIALIZABLE, note=note, **how)
         self.recorder.count(f"writer {ending}: {status}")
+        self.recorder.count(f"{proc.driver} writer transactions")
         proc.sim.counts["transactions"] += len(attempts)
         proc.sim.tick()
 
     @staticmethod
-    def _end(tm: TransactionManager, ending: str, work: Callable[[Transaction], None]) -> str:
+    def _end(tm: Any, ending: str, work: Callable[[Transaction], None]) -> str:
         """Run ``work`` and end it as ``ending`` says: OK when it committed, FAIL when the
-        deliberate rollback went through (errors propagate)."""
+        deliberate rollback went through (errors propagate). ``tm`` is a sync manager or
+        an asyncio one behind sync calls (``async with``, and ``run`` of async work)."""
         if ending == "with":
             with tm.transaction() as tx:
                 work(tx)
         elif ending == "run":
-            tm.run(work, attempts=3)
+            tm.run(tm.in_thread(work) if isinstance(tm, Synced) else work, attempts=3)
         else:
             tx = tm.begin()
             work(tx)
@@ -341,8 +343,10 @@ class ListAppend:
             if fault is not None:
                 fault.close()
         label = isolation_of(f"tm.{api}", level.value)
-        self.recorder.add(ops, OK, proc.number, label, note=f"tm.{api} {level.value}")
+        note = f"tm.{api} {level.value} ({proc.driver})"
+        self.recorder.add(ops, OK, proc.number, label, note=note)
         self.recorder.count(f"observer {api} {level.value}")
+        self.recorder.count(f"{proc.driver} observer reads")
         proc.sim.tick()
 
 
@@ -354,6 +358,7 @@ def run_history(env: Env, report: Report, seed: int, txns: int, **sim_options: A
     recorder = Recorder()
     writers = sim_options.pop("processes", 3)  # the writers; observers come on top
     observers = sim_options.pop("observers", 2)
+    sim_options.setdefault("aio", True)  # sync and asyncio coordinators, writers and readers
     sim = Simulation(env, seed, processes=writers + observers, **sim_options)
     sim.run(ListAppend(env, keys, recorder, txns, writers).process)
     final = {key: values_of(env.item(key)) for key in keys.all}

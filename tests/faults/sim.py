@@ -1,7 +1,10 @@
 """Concurrent coordinators with crashes, pauses and skewed clocks, and sweepers running among them.
 
 Each simulated process is a thread with its own coordinator (its own client and
-clock offset of up to twice the rollback age either way). Before each
+clock offset of up to twice the rollback age either way); with ``aio``, about half
+of them are asyncio coordinators (``ddbtx.aio`` on an aiobotocore client of their
+own, run on the shared event loop), so sync and asyncio coordinators contend for
+the same items. Before each
 transaction a seeded choice may arm a crash (before, after, or a lost response)
 or a pause at one of its next calls; a crashed coordinator is replaced by a
 fresh one, as a restarted process would be. Every few transactions two
@@ -14,14 +17,14 @@ import random
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ddbtx import Transaction, TransactionManager
 from ddbtx.chaos import Crash
 from ddbtx.errors import DdbtxError, TransactionCommittedError
 from ddbtx.sweeper import Sweeper
 
-from .env import ROLLBACK_AGE, Env
+from .env import ROLLBACK_AGE, Env, event_loop
 from .history import FAIL, INFO, OK
 from .inject import Fault
 
@@ -29,6 +32,8 @@ T = TypeVar("T")
 
 #: Transactions between two rounds of the concurrent sweepers.
 SWEEP_EVERY = 6
+#: The share of processes on the asyncio driver when a simulation mixes both.
+AIO_SHARE = 0.5
 
 
 def janitor(env: Env, tm: TransactionManager, *, rollback_after: float = ROLLBACK_AGE) -> Sweeper:
@@ -52,14 +57,22 @@ class Process:
         self.number = number
         self.rng = random.Random(sim.seed * 1000 + number)
         self.offset = self.rng.uniform(-2 * ROLLBACK_AGE, 2 * ROLLBACK_AGE) if sim.skew else 0.0
+        # Drawn apart from ``rng``: a history's other choices stay as they were without aio.
+        on_aio = random.Random(sim.seed * 7919 + number).random() < AIO_SHARE
+        self.driver = "aio" if sim.aio and on_aio else "sync"
+        self.tm: Any = None
         self.tm = self.restart()
 
-    def restart(self) -> TransactionManager:
-        """A fresh coordinator for this process, with no memory (after a crash)."""
+    def restart(self) -> Any:
+        """A fresh coordinator for this process, with no memory (after a crash): a
+        ``TransactionManager``, or for an asyncio process ``ddbtx.aio``'s behind sync calls."""
         env = self.sim.env
-        return env.coordinator(
-            offset=self.offset, client=env.client(fresh=True), rng=random.Random(self.rng.random())
-        )
+        rng = random.Random(self.rng.random())
+        if self.driver == "sync":
+            return env.coordinator(offset=self.offset, client=env.client(fresh=True), rng=rng)
+        if self.tm is not None:
+            event_loop().discard(self.tm.client)  # the dead process's connections go with it
+        return env.aio_coordinator(offset=self.offset, fresh=True, rng=rng)
 
     def arm(self) -> Fault | None:
         """A seeded draw: a crash (before, after, or a lost answer) or a pause, or nothing."""
@@ -118,8 +131,10 @@ class Simulation:
         crash_rate: float = 0.1,
         pause_rate: float = 0.05,
         skew: bool = True,
+        aio: bool = False,
     ) -> None:
         self.env = env
+        self.aio = aio
         self.seed = seed
         self.crash_rate = crash_rate
         self.pause_rate = pause_rate
