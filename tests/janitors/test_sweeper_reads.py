@@ -14,7 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 from ddbtx import TransactionManager, schema
+from ddbtx._drive import drive
+from ddbtx._effects import Call, Gather, Run, Step
 from ddbtx.instrumentation import count_requests
+from ddbtx.recovery import recover_step
 from ddbtx.sweeper import Sweeper
 from helpers import FakeClock, Tables, assert_clean, data_state
 
@@ -129,3 +132,44 @@ def test_given_young_and_finished_records_when_fully_swept_then_only_the_stale_o
     # And besides the scan of the five records, only its two items are read
     assert dict(counts.items_read_by_operation) == {"Scan": 5, "GetItem": 2}
     assert counts.by_operation["Scan"] == 2 + 1  # one page per segment, then the images
+
+
+def interleave(client: Any, *steps: Step[Any]) -> list[Any]:
+    """Run ``steps`` on one thread, one effect of each in turn (a gather's steps one
+    after another, a pause skipped): their results, in order."""
+    runs = [Run(step) for step in steps]
+    while not all(run.done for run in runs):
+        for run in (r for r in runs if not r.done):
+            effect = run.effect
+            with run.outcome() as out:
+                if isinstance(effect, Gather):
+                    out.value = [drive(sub, client) for sub in effect.steps]
+                elif isinstance(effect, Call):
+                    out.value = getattr(client, effect.operation)(**effect.params)
+    return [run.result for run in runs]
+
+
+def test_given_a_stale_and_a_young_transfer_when_a_sweep_and_a_recover_interleave_then_both_end(
+    make_tm: Callable[..., TransactionManager],
+    clock: FakeClock,
+    tables: Tables,
+    seed: Callable[..., None],
+    ddb: Any,
+) -> None:
+    # Given a transfer abandoned two minutes ago, and a young one an operator recovers
+    seed(a=100, b=100, c=100, d=100)
+    transfer(make_tm(), tables.data, "a", "b", 10)
+    clock.advance(120)
+    young = transfer(make_tm(), tables.data, "c", "d", 10)
+    tm = make_tm()
+
+    # When the sweeper's pass and the recover run as steps on one thread, call by call
+    report, recovered = interleave(tm.client, janitor(tm).pass_step(), recover_step(tm, young.id))
+
+    # Then the sweep rolled back the stale one and the operator the young one
+    assert (report.rolled_back, report.stuck, report.errors, report.complete) == (1, 1, 0, True)
+    assert recovered["outcome"] == "rolled_back"
+    assert recovered["after"]["locks_held"] == 0
+    balances = {pk: item["balance"]["N"] for pk, item in data_state(ddb, tables.data).items()}
+    assert balances == dict.fromkeys("abcd", "100")
+    assert_clean(ddb, tables)

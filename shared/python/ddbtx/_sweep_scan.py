@@ -8,12 +8,12 @@ from that row next time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from . import _parts
 from . import schema as s
-from ._dynamo import call
+from ._effects import Step, request
 from ._items import Item, is_locked_by, key_of, lock_owner, request_id
 from ._protocol import Header
 from ._sweep_state import Cursor, Key, Progress, Run
@@ -26,7 +26,10 @@ TASK_IMAGES: Final = "images"
 TASK_LOCKS: Final = "locks"
 DATA_PREFIX: Final = "data:"
 
+#: Records where the task is (the key of the last row done, or after a page).
 Here = Callable[[Key | None], None]
+#: What a task does with one scan page: its rows and the key after it.
+Visit = Callable[[list[Item], Key | None], Step[None]]
 
 
 class ScanPass:
@@ -54,16 +57,12 @@ class ScanPass:
         self.on_progress = on_progress
 
     @property
-    def client(self) -> Any:
-        return self.tm.client
-
-    @property
     def tasks(self) -> tuple[str, ...]:
         """The scan pass's tasks, in order."""
         data = tuple(DATA_PREFIX + t for t in self.data_tables)
         return (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))
 
-    def run(self, run: Run, cursor: Cursor) -> Cursor:
+    def run(self, run: Run, cursor: Cursor) -> Step[Cursor]:
         """Run the scan tasks from the cursor's; returns the start cursor when all finished."""
         tasks = self.tasks
         first = tasks.index(cursor.task) if cursor.task in tasks else 0
@@ -77,24 +76,26 @@ class ScanPass:
 
             here(key)
             if task == TASK_LOCKS:
-                self._sweep_lock_rows(run, key, here)
+                yield from self._sweep_lock_rows(run, key, here)
             elif task == TASK_IMAGES:
-                self._sweep_images(run, key, here)
+                yield from self._sweep_images(run, key, here)
             else:
-                self._sweep_data(run, task[len(DATA_PREFIX) :], key, here)
+                yield from self._sweep_data(run, task[len(DATA_PREFIX) :], key, here)
         return Cursor()
 
-    def pages(
+    def each_page(
         self,
         run: Run,
         table: str,
         key: Key | None,
+        visit: Visit,
         *,
         budgeted: bool = True,
         consistent: bool = True,
         **params: Any,
-    ) -> Iterator[tuple[list[Item], Key | None]]:
-        """Scan pages of ``table`` from ``key`` with the key after each page.
+    ) -> Step[None]:
+        """Scan ``table`` from ``key``, page by page: ``visit`` each page's rows and the
+        key after it, then report the page's progress.
 
         Budgeted pages count against the page budget. ``consistent`` (default)
         reads strongly consistent pages; a global secondary index offers none.
@@ -104,9 +105,8 @@ class ScanPass:
                 run.check_page()
             else:
                 run.check_time()
-            start = {"ExclusiveStartKey": key} if key else {}
-            page = call(
-                self.client,
+            start: dict[str, Any] = {"ExclusiveStartKey": key} if key else {}
+            page = yield from request(
                 "scan",
                 TableName=table,
                 ConsistentRead=consistent,
@@ -118,44 +118,54 @@ class ScanPass:
                 run.count("pages")
             run.count("scanned", page.get("ScannedCount", 0))
             key = page.get("LastEvaluatedKey")
-            yield page.get("Items", []), key
+            yield from visit(page.get("Items", []), key)
             self.progress(table, page.get("ScannedCount", 0))
             if not key:
                 return
 
-    def _headers(self) -> Callable[[str], Header | None]:
+    def _headers(self) -> Callable[[str], Step[Header | None]]:
         """A per-page cache of TX record headers (several rows often share a transaction)."""
         seen: dict[str, Header | None] = {}
 
-        def header(tx_id: str) -> Header | None:
+        def header(tx_id: str) -> Step[Header | None]:
             if tx_id not in seen:
-                seen[tx_id] = self.tm.protocol.run(self.tm.protocol.records.read_header(tx_id))
+                seen[tx_id] = yield from self.tm.protocol.records.read_header(tx_id)
             return seen[tx_id]
 
         return header
 
-    def _sweep_images(self, run: Run, key: Key | None, here: Here) -> None:
-        table = self.tm.images_table
+    def _key_names(self, table: str) -> Step[tuple[str, ...]]:
+        """``tm.key_names(table)`` as a step: a ``DescribeTable`` the first time only."""
+        return tuple((yield from self.tm.schemas.types(table)))
+
+    def _sweep_images(self, run: Run, key: Key | None, here: Here) -> Step[None]:
         names = {"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK}
-        pages = self.pages(
-            run, table, key, ProjectionExpression="#id, #rid", ExpressionAttributeNames=names
-        )
-        for page, after in pages:
+
+        def visit(page: list[Item], after: Key | None) -> Step[None]:
             header = self._headers()
             for row in page:
                 run.check_time()
                 tx_id, rid = row[s.IMAGE_PK]["S"], row[s.IMAGE_SK]["S"]
-                found = header(tx_id)
+                found = yield from header(tx_id)
                 if found is None or found.completed:
                     try:
-                        self._delete_orphan_image(run, tx_id, rid)
+                        yield from self._delete_orphan_image(run, tx_id, rid)
                     except Exception:
                         run.count("errors")
                         logger.exception("removing image %s/%s failed", tx_id, rid)
                 here({s.IMAGE_PK: row[s.IMAGE_PK], s.IMAGE_SK: row[s.IMAGE_SK]})
             here(after)
 
-    def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> None:
+        yield from self.each_page(
+            run,
+            self.tm.images_table,
+            key,
+            visit,
+            ProjectionExpression="#id, #rid",
+            ExpressionAttributeNames=names,
+        )
+
+    def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> Step[None]:
         """Delete an image whose transaction is gone or completed, after undoing any lock
         that still depends on it (an image is the only copy of the item it saved).
 
@@ -167,57 +177,58 @@ class ScanPass:
         base, _, part = rid.partition("#")
         if (
             part
-            and protocol.run(protocol.get_image_row(protocol.image_key(tx_id, base))) is not None
+            and (yield from protocol.get_image_row(protocol.image_key(tx_id, base))) is not None
         ):
             return  # deleted with its first row, after that row's lock is undone
         if self.data_tables and not part:
-            first = protocol.run(protocol.get_image_row(key))
+            first = yield from protocol.get_image_row(key)
             if first is None:
                 return  # removed concurrently
             # None: parts missing, so its writer died before any item could name it.
-            saved = protocol.run(protocol.read_image(tx_id, rid, first))
+            saved = yield from protocol.read_image(tx_id, rid, first)
             if saved is not None:
-                self._undo_image_owner(run, tx_id, rid, saved)
-        resp = call(self.client, "delete_item", TableName=self.tm.images_table, Key=key,
-                    ReturnValues="ALL_OLD")  # fmt: skip
+                yield from self._undo_image_owner(run, tx_id, rid, saved)
+        resp = yield from request("delete_item", TableName=self.tm.images_table, Key=key,
+                                  ReturnValues="ALL_OLD")  # fmt: skip
         parts = _parts.count(resp.get("Attributes", {}))
         for part_key in _parts.part_keys(key, s.IMAGE_SK, parts):
-            call(self.client, "delete_item", TableName=self.tm.images_table, Key=part_key)
+            yield from request("delete_item", TableName=self.tm.images_table, Key=part_key)
         run.count("orphan_images_deleted")
 
-    def _undo_image_owner(self, run: Run, tx_id: str, rid: str, saved: Item) -> None:
+    def _undo_image_owner(self, run: Run, tx_id: str, rid: str, saved: Item) -> Step[None]:
         """Undo the lock of the item this image saved, if it is in a known data table.
 
         The image holds the item's key; the request id (a hash of table and key)
         says which table it came from.
         """
         for table in self.data_tables:
-            names = self.tm.key_names(table)
+            names = yield from self._key_names(table)
             if not all(n in saved for n in names):
                 continue
             item_key = key_of(saved, names)
             if request_id(table, item_key) != rid:
                 continue
-            item = self.tm.protocol.run(self.tm.protocol.read_item(table, item_key))
+            item = yield from self.tm.protocol.read_item(table, item_key)
             if is_locked_by(item, tx_id):
-                self.tm.protocol.run(self.tm.protocol.undo(tx_id, table, item_key, item))
+                yield from self.tm.protocol.undo(tx_id, table, item_key, item)
                 run.count("locks_released")
             return
 
-    def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> None:
+    def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
         """Release the locks in ``table`` whose TX record is gone or completed."""
-        if self._lock_index_active(table):
+        if (yield from self._lock_index_active(table)):
             if key is not None and s.ATTR_LOCK not in key:
                 key = None  # a table-scan cursor from before the index existed
-            self._sweep_data_index(run, table, key, here)
+            yield from self._sweep_data_index(run, table, key, here)
         else:
             if key is not None and s.ATTR_LOCK in key:
                 key = None  # an index cursor, and the index is gone
-            self._sweep_data_scan(run, table, key, here)
+            yield from self._sweep_data_scan(run, table, key, here)
 
-    def _lock_index_active(self, table: str) -> bool:
+    def _lock_index_active(self, table: str) -> Step[bool]:
         """Whether ``table``'s sparse lock index is there and built; logs the fallback."""
-        status = lock_index_status(call(self.client, "describe_table", TableName=table)["Table"])
+        described = yield from request("describe_table", TableName=table)
+        status = lock_index_status(described["Table"])
         if status == "ACTIVE":
             return True
         logger.warning(
@@ -229,7 +240,7 @@ class ScanPass:
         )
         return False
 
-    def _sweep_data_index(self, run: Run, table: str, key: Key | None, here: Here) -> None:
+    def _sweep_data_index(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
         """Stray locks from the sparse lock index: reads the locked items only.
 
         The index is eventually consistent and keys only, so an entry is a
@@ -237,63 +248,68 @@ class ScanPass:
         the record of the transaction locking it now is gone or completed. A
         lock the index does not show yet is found by a later run.
         """
-        names = self.tm.key_names(table)
-        pages = self.pages(run, table, key, consistent=False, IndexName=s.LOCK_INDEX)
-        for page, after in pages:
+        names = yield from self._key_names(table)
+
+        def visit(page: list[Item], after: Key | None) -> Step[None]:
             header = self._headers()
             for entry in page:
                 run.check_time()
                 owner = lock_owner(entry) or ""
-                found = header(owner)
+                found = yield from header(owner)
                 if found is None or found.completed:
                     item_key = key_of(entry, names)
-                    item = self.tm.protocol.run(self.tm.protocol.read_item(table, item_key))
+                    item = yield from self.tm.protocol.read_item(table, item_key)
                     if item is not None and is_locked_by(item, owner):
-                        self._release(run, owner, table, item_key, item)
+                        yield from self._release(run, owner, table, item_key, item)
                 here({**key_of(entry, names), s.ATTR_LOCK: entry[s.ATTR_LOCK]})
             here(after)
 
-    def _sweep_data_scan(self, run: Run, table: str, key: Key | None, here: Here) -> None:
+        yield from self.each_page(run, table, key, visit, consistent=False, IndexName=s.LOCK_INDEX)
+
+    def _sweep_data_scan(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
         """Stray locks by a scan of the whole table (a table without the lock index)."""
-        names = self.tm.key_names(table)
-        for page, after in self.pages(
-            run,
-            table,
-            key,
-            FilterExpression="attribute_exists(#l)",
-            ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-        ):
+        names = yield from self._key_names(table)
+
+        def visit(page: list[Item], after: Key | None) -> Step[None]:
             header = self._headers()
             for item in page:
                 run.check_time()
                 owner = lock_owner(item) or ""
                 item_key = key_of(item, names)
-                found = header(owner)
+                found = yield from header(owner)
                 # A lock outlives its record only when stray (records are deleted after
                 # every recorded item completed); a completed record's lock is stray too.
                 if found is None or found.completed:
-                    self._release(run, owner, table, item_key, item)
+                    yield from self._release(run, owner, table, item_key, item)
                 here(item_key)
             here(after)
 
-    def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> None:
+        yield from self.each_page(
+            run,
+            table,
+            key,
+            visit,
+            FilterExpression="attribute_exists(#l)",
+            ExpressionAttributeNames={"#l": s.ATTR_LOCK},
+        )
+
+    def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> Step[None]:
         """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""
         try:
-            self.tm.protocol.run(self.tm.protocol.undo(owner, table, item_key, item))
+            yield from self.tm.protocol.undo(owner, table, item_key, item)
             run.count("locks_released")
         except Exception:
             run.count("errors")
             logger.exception("releasing %s's lock in %s failed", owner, table)
 
-    def _sweep_lock_rows(self, run: Run, key: Key | None, here: Here) -> None:
-        from .locks import sweep_expired_page
+    def _sweep_lock_rows(self, run: Run, key: Key | None, here: Here) -> Step[None]:
+        from .locks.admin import expired_page
 
         assert self.locks_table is not None
         while True:
             here(key)
             run.check_page()
-            page = sweep_expired_page(
-                self.client,
+            page = yield from expired_page(
                 self.locks_table,
                 now=self.tm.clock(),
                 grace=self.lock_grace,

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from . import schema as s
-from ._dynamo import call
+from ._effects import Step, request
 from ._items import Item
 from .errors import ConditionFailed
 from .recovery import key_from_json, key_to_json
@@ -94,22 +94,21 @@ class Cursor:
 
 
 class CursorStore:
-    """The cursor row: the one place that reads and writes it."""
+    """The cursor row: the one place that reads and writes it (as steps, for any driver)."""
 
-    def __init__(self, client: Any, table: str) -> None:
-        self.client = client
+    def __init__(self, table: str) -> None:
         self.table = table
         self._key: Item = {s.TX_PK: {"S": CURSOR_ID}, s.TX_SK: {"S": CURSOR_SK}}
 
-    def _row(self) -> Item | None:
-        resp = call(self.client, "get_item", TableName=self.table, Key=self._key,
-                    ConsistentRead=True)  # fmt: skip
+    def _row(self) -> Step[Item | None]:
+        resp = yield from request("get_item", TableName=self.table, Key=self._key,
+                                  ConsistentRead=True)  # fmt: skip
         row: Item | None = resp.get("Item")
         return row
 
-    def load(self) -> tuple[int, Cursor]:
+    def load(self) -> Step[tuple[int, Cursor]]:
         """The stored cursor and its generation (0 and the start when there is none)."""
-        row = self._row()
+        row = yield from self._row()
         if not row:
             return 0, Cursor()
         try:
@@ -119,12 +118,11 @@ class CursorStore:
             cursor = Cursor()
         return int(row.get(_CURSOR_GEN, {"N": "0"})["N"]), cursor
 
-    def save(self, generation: int, cursor: Cursor) -> bool:
+    def save(self, generation: int, cursor: Cursor) -> Step[bool]:
         """Store ``cursor`` if the row is still at ``generation``; True when stored."""
         token = uuid.uuid4().hex
         try:
-            call(
-                self.client,
+            yield from request(
                 "update_item",
                 TableName=self.table,
                 Key=self._key,
@@ -148,7 +146,8 @@ class CursorStore:
         except ConditionFailed:
             # Our own write whose response was lost looks the same as a concurrent
             # sweeper's: the token in the row tells them apart.
-            mine: bool = (self._row() or {}).get(_CURSOR_BY, {}).get("S") == token
+            row = yield from self._row()
+            mine: bool = (row or {}).get(_CURSOR_BY, {}).get("S") == token
             if not mine:
                 logger.info("a concurrent sweeper advanced the cursor; keeping its position")
             return mine

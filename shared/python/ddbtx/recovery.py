@@ -17,6 +17,7 @@ import logging
 from typing import Any, Final
 
 from . import schema as s
+from ._effects import Step
 from ._exactly import check_transaction_id
 from ._items import Item, applied, is_locked_by, lock_owner
 from ._protocol import Header, SweepOutcome
@@ -49,7 +50,7 @@ def key_from_json(key: dict[str, Any]) -> Item:
     return out
 
 
-def _find(tm: TransactionManager, tx_id: str) -> tuple[str, Header | None]:
+def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]:
     """The record ``tx_id`` names, as an internal id or else as a caller's id: the
     internal id and its header (``None``: neither names a record). The alias row is
     read only when no record has that id, so an internal id costs one read.
@@ -59,13 +60,13 @@ def _find(tm: TransactionManager, tx_id: str) -> tuple[str, Header | None]:
     """
     check_transaction_id(tx_id)
     records = tm.protocol.records
-    header = tm.protocol.run(records.read_header(tx_id))
+    header = yield from records.read_header(tx_id)
     if header is not None:
         return tx_id, header
-    named = tm.protocol.run(tm.protocol.aliases.read(tx_id))
+    named = yield from tm.protocol.aliases.read(tx_id)
     if named is None:
         return tx_id, None
-    return named, tm.protocol.run(records.read_header(named))
+    return named, (yield from records.read_header(named))
 
 
 def _describe(header: Header, now_ms: int) -> dict[str, Any]:
@@ -99,12 +100,17 @@ def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     >>> inspect(tm, "order-42")["transaction_id"]  # the caller's id  # doctest: +SKIP
     '0187f3c2a1b4c5d6-0a1b2c3d4e5f'
     """
-    tx_id, header = _find(tm, tx_id)
+    return tm.protocol.run(inspect_step(tm, tx_id))
+
+
+def inspect_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
+    """The step of :func:`inspect`, for any driver."""
+    tx_id, header = yield from _find(tm, tx_id)
     if header is None:
         return {"transaction_id": tx_id, "found": False, "items": [], "locks_held": 0}
     items = []
     for entry in header.entries.values():
-        item = tm.protocol.run(tm.protocol.read_item(entry.table, entry.key))
+        item = yield from tm.protocol.read_item(entry.table, entry.key)
         held = is_locked_by(item, tx_id)
         items.append(
             {
@@ -140,32 +146,35 @@ def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     >>> recover(tm, tx_id)["outcome"]  # doctest: +SKIP
     'rolled_back'
     """
-    tx_id, before = _find(tm, tx_id)
+    return tm.protocol.run(recover_step(tm, tx_id))
+
+
+def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
+    """The step of :func:`recover`, for any driver."""
+    tx_id, before = yield from _find(tm, tx_id)
     if before is None:
         return {"transaction_id": tx_id, "outcome": "missing", "state_before": None}
-    outcome = "already_finished" if before.completed else _settle(tm, before)
+    outcome = "already_finished" if before.completed else (yield from _settle(tm, before))
     logger.info("recover %s: %s", tx_id, outcome)
     return {
         "transaction_id": tx_id,
         "outcome": outcome,
         "state_before": STATE_NAMES.get(before.state, before.state),
-        "after": inspect(tm, tx_id),
+        "after": (yield from inspect_step(tm, tx_id)),
     }
 
 
-def _settle(tm: TransactionManager, header: Header) -> str:
+def _settle(tm: TransactionManager, header: Header) -> Step[str]:
     """Roll a pending transaction back (whatever its age), then complete it.
 
     Only the version read is rolled back: if a live coordinator added a request
     or decided meanwhile, the record is looked at again.
     """
     for _ in range(5):
-        outcome = tm.protocol.run(
-            tm.protocol.settle(header.tx_id, header, expect_version=header.version)
-        )
+        outcome = yield from tm.protocol.settle(header.tx_id, header, expect_version=header.version)
         if outcome is not SweepOutcome.ACTIVE:
             return str(outcome.value)
-        current = tm.protocol.run(tm.protocol.records.read_header(header.tx_id))
+        current = yield from tm.protocol.records.read_header(header.tx_id)
         if current is None:
             return str(SweepOutcome.MISSING.value)
         header = current
@@ -182,13 +191,18 @@ def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
     >>> break_lock(tm, "Accounts", {"pk": {"S": "alice"}})["outcome"]  # doctest: +SKIP
     'released'
     """
-    tm.key_names(table)  # an unknown table fails here, naming it
-    item = tm.protocol.run(tm.protocol.read_item(table, key))
+    return tm.protocol.run(break_lock_step(tm, table, key))
+
+
+def break_lock_step(tm: TransactionManager, table: str, key: Item) -> Step[dict[str, Any]]:
+    """The step of :func:`break_lock`, for any driver."""
+    yield from tm.schemas.types(table)  # an unknown table fails here, naming it
+    item = yield from tm.protocol.read_item(table, key)
     owner = lock_owner(item)
     result: dict[str, Any] = {"table": table, "key": key_to_json(key), "transaction_id": owner}
     if item is None or owner is None:
         return {**result, "outcome": "not_locked"}
-    header = tm.protocol.run(tm.protocol.records.read_header(owner))
+    header = yield from tm.protocol.records.read_header(owner)
     if header is not None and not header.completed:
         return {
             **result,
@@ -198,6 +212,6 @@ def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
         }
     # The record is gone or completed, so the lock is stray: undo restores the
     # item's image (or deletes an inserted item) under the lock's own condition.
-    tm.protocol.run(tm.protocol.undo(owner, table, key, item))
+    yield from tm.protocol.undo(owner, table, key, item)
     logger.info("broke lock of %s on %s %s", owner, table, key)
     return {**result, "outcome": "released", "record": "finished" if header else "missing"}

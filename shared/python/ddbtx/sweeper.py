@@ -34,15 +34,18 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Final
 
 from . import schema as s
-from ._dynamo import call
-from ._items import flag
+from ._drive import Parallel, drive
+from ._effects import Step, gather, request
+from ._items import Item, flag
+from ._manager_steps import sweep
 from ._sweep_scan import TASK_IMAGES, TASK_LOCKS, ScanPass
 from ._sweep_state import (
     CURSOR_ID,
@@ -275,7 +278,7 @@ class Sweeper:
             raise ValueError(f"safety_margin must be a number >= 0, not {safety_margin!r}")
         self.safety_margin = float(safety_margin)
         self.persist_cursor = persist_cursor
-        self.cursors = CursorStore(manager.client, manager.transactions_table)
+        self.cursors = CursorStore(manager.transactions_table)
         #: Owns the scan settings (tables, lock grace, page size, progress): one copy.
         self.scans = ScanPass(
             manager,
@@ -325,14 +328,33 @@ class Sweeper:
         -------
         SweepReport
         """
+        return self.tm.protocol.run(self.pass_step(deadline, page_budget, resume=resume))
+
+    def pass_step(
+        self,
+        deadline: Deadline | None = None,
+        page_budget: int | None = None,
+        *,
+        resume: bool = True,
+    ) -> Step[SweepReport]:
+        """The step of :meth:`run` (same parameters), for any driver: one pass of both
+        passes, the cursor row loaded first and saved last.
+
+        Raises ``ValueError`` for a bad ``page_budget`` at once, before the step runs.
+        """
         _check_positive("page_budget", page_budget, allow_none=True)
-        run = Run(deadline, self.safety_margin, page_budget)
+        return self._pass(Run(deadline, self.safety_margin, page_budget), resume)
+
+    def _pass(self, run: Run, resume: bool) -> Step[SweepReport]:
         skipped_before = self.tm.protocol.skipped_requests
-        generation, start = self.load_cursor() if self.persist_cursor else (0, Cursor())
+        if self.persist_cursor:
+            generation, start = yield from self.cursors.load()
+        else:
+            generation, start = 0, Cursor()
         cursor = start if resume else Cursor()
         try:
-            cursor = self._index_pass(run, cursor)
-            cursor = self.scans.run(run, cursor)
+            cursor = yield from self._index_pass(run, cursor)
+            cursor = yield from self.scans.run(run, cursor)
             run.report.complete = True
         except Stop:
             cursor = run.stop_cursor
@@ -340,7 +362,7 @@ class Sweeper:
         report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
         report.cursor = cursor.to_json()
         if self.persist_cursor:
-            report.cursor_saved = self.save_cursor(generation, cursor)
+            report.cursor_saved = yield from self.cursors.save(generation, cursor)
         logger.info(
             "sweep %s: %s",
             "complete" if report.complete else f"stopped by {report.stopped_by}",
@@ -356,17 +378,31 @@ class Sweeper:
         scan shows need no work (pending and young, completed and not yet old
         enough to delete) are not read again; every other one is moved along.
         """
+        step = self.full_step(deadline, segments=segments)
+        # The segments get a pool of their own, one thread each, as they always had. The
+        # manager's pool (max_workers threads, or none for 1) would run fewer at once when
+        # smaller, and each segment's own gathers (a settle completes its items at once)
+        # queue on that pool: segments filling it would wait on them for ever.
+        with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
+            parallel = _segments_on(pool, self.tm.protocol.parallel)
+            return drive(step, self.client, self.tm.protocol.sleep, parallel)
+
+    def full_step(
+        self, deadline: Deadline | None = None, *, segments: int = 4
+    ) -> Step[SweepReport]:
+        """The step of :meth:`run_full` (same parameters), for any driver: the segments'
+        steps are one gather.
+
+        Raises ``ValueError`` for a bad ``segments`` at once, before the step runs.
+        """
         _check_positive("segments", segments)
-        run = Run(deadline, self.safety_margin, None)
+        return self._full(Run(deadline, self.safety_margin, None), segments)
+
+    def _full(self, run: Run, segments: int) -> Step[SweepReport]:
         skipped_before = self.tm.protocol.skipped_requests
         try:
-            with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
-                futures = [
-                    pool.submit(self._scan_segment, run, i, segments) for i in range(segments)
-                ]
-                for future in futures:
-                    future.result()
-            self.scans.run(run, Cursor())
+            yield from gather(self._scan_segment(run, i, segments) for i in range(segments))
+            yield from self.scans.run(run, Cursor())
             run.report.complete = True
         except Stop:
             pass
@@ -378,11 +414,11 @@ class Sweeper:
 
     def load_cursor(self) -> tuple[int, Cursor]:
         """The stored cursor and its generation (0 and the start when there is none)."""
-        return self.cursors.load()
+        return self.tm.protocol.run(self.cursors.load())
 
     def save_cursor(self, generation: int, cursor: Cursor) -> bool:
         """Store ``cursor`` if the row is still at ``generation``; True when stored."""
-        return self.cursors.save(generation, cursor)
+        return self.tm.protocol.run(self.cursors.save(generation, cursor))
 
     # -- index pass ----------------------------------------------------------------
 
@@ -395,7 +431,7 @@ class Sweeper:
         }[tag]
         return self.tm.protocol.now_ms() - int(age.total_seconds() * 1000)
 
-    def _index_pass(self, run: Run, cursor: Cursor) -> Cursor:
+    def _index_pass(self, run: Run, cursor: Cursor) -> Step[Cursor]:
         """Query each sweep-index partition for due records; returns the cursor after it."""
         for number in range(cursor.partition, len(PARTITIONS)):
             tag, shard = PARTITIONS[number]
@@ -405,8 +441,7 @@ class Sweeper:
                 run.stop_cursor = replace(cursor, partition=number, index_key=key)
                 run.check_time()
                 params: dict[str, Any] = {"ExclusiveStartKey": key} if key else {}
-                page = call(
-                    self.client,
+                page = yield from request(
                     "query",
                     TableName=self.tm.transactions_table,
                     IndexName=s.SWEEP_INDEX,
@@ -425,7 +460,7 @@ class Sweeper:
                     if hit[s.TX_SK]["S"] == s.TX_HEADER_SK:
                         # The index keeps ts (its range key): the age a rollback is conditioned on.
                         seen = int(hit[s.TX_UPDATED]["N"]) if tag == s.STATE_PENDING else None
-                        self._sweep_record(run, hit[s.TX_PK]["S"], stale_since=seen)
+                        yield from self._sweep_record(run, hit[s.TX_PK]["S"], stale_since=seen)
                     key = {n: hit[n] for n in (s.TX_SWEEP_KEY, s.TX_UPDATED, s.TX_PK, s.TX_SK)}
                 self.scans.progress(f"index {tag}#{shard}", len(page.get("Items", [])))
                 key = page.get("LastEvaluatedKey")
@@ -433,7 +468,7 @@ class Sweeper:
                     break
         return Cursor(task=cursor.task, scan_key=cursor.scan_key)
 
-    def _sweep_record(self, run: Run, tx_id: str, *, stale_since: int | None) -> None:
+    def _sweep_record(self, run: Run, tx_id: str, *, stale_since: int | None) -> Step[None]:
         """Move one record along; ``stale_since`` is the ``ts`` of a pending record seen stale."""
         run.count("scanned")
         stuck = stale_since is not None
@@ -445,9 +480,9 @@ class Sweeper:
                     run.report.stuck_ids.append(tx_id)
         try:
             if stale_since is None:
-                outcome = self._sweep_general(tx_id)
+                outcome = yield from self._sweep_general(tx_id)
             else:
-                outcome = self._roll_back_stale(tx_id, stale_since)
+                outcome = yield from self._roll_back_stale(tx_id, stale_since)
         except Exception:
             # One bad record must not stop the sweep; it stays in the index for the next run.
             run.count("errors")
@@ -459,12 +494,11 @@ class Sweeper:
         if counter:
             run.count(counter)
 
-    def _sweep_general(self, tx_id: str) -> SweepOutcome:
-        return self.tm.sweep(
-            tx_id, rollback_after=self.rollback_after, delete_after=self.delete_after
-        )
+    def _sweep_general(self, tx_id: str) -> Step[SweepOutcome]:
+        """The step of :meth:`TransactionManager.sweep` with this sweeper's ages."""
+        return sweep(self.tm.protocol, tx_id, self.rollback_after, self.delete_after)
 
-    def _roll_back_stale(self, tx_id: str, seen_ms: int) -> SweepOutcome:
+    def _roll_back_stale(self, tx_id: str, seen_ms: int) -> Step[SweepOutcome]:
         """Roll back a pending record seen unchanged since ``seen_ms`` (older than the rollback
         age), without reading it first.
 
@@ -473,18 +507,37 @@ class Sweeper:
         undo. Whenever it does not apply (the record changed, or someone else
         settled it meanwhile), the general step decides from a fresh read.
         """
-        outcome = self.tm.protocol.run(self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms))
+        outcome = yield from self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms)
         if outcome is SweepOutcome.ACTIVE:
-            return self._sweep_general(tx_id)  # it changed since it was seen: judge it afresh
+            # It changed since it was seen: judge it afresh.
+            return (yield from self._sweep_general(tx_id))
         return outcome
 
-    def _scan_segment(self, run: Run, segment: int, total: int) -> None:
+    def _scan_segment(self, run: Run, segment: int, total: int) -> Step[None]:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
         delete_cutoff = self._cutoff_ms(s.STATE_FINISHED_TAG)
-        for page in self.scans.pages(
+
+        def visit(page: list[Item], after: Key | None) -> Step[None]:
+            for record in page:
+                run.check_time()
+                updated = int(record[s.TX_UPDATED]["N"])
+                if flag(record, s.TX_FINISHED):
+                    if updated >= delete_cutoff:
+                        continue  # kept: reading it again would change nothing
+                    yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
+                elif record[s.TX_STATE]["S"] == s.STATE_PENDING:
+                    if updated >= rollback_cutoff:
+                        continue  # active: reading it again would change nothing
+                    yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=updated)
+                else:
+                    # Decided but not completed: a full sweep completes it whatever its age.
+                    yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
+
+        yield from self.scans.each_page(
             run,
             self.tm.transactions_table,
             None,
+            visit,
             budgeted=False,
             Segment=segment,
             TotalSegments=total,
@@ -498,21 +551,23 @@ class Sweeper:
                 "#fin": s.TX_FINISHED,
             },
             ExpressionAttributeValues={":header": {"S": s.TX_HEADER_SK}},
-        ):
-            for record in page[0]:
-                run.check_time()
-                updated = int(record[s.TX_UPDATED]["N"])
-                if flag(record, s.TX_FINISHED):
-                    if updated >= delete_cutoff:
-                        continue  # kept: reading it again would change nothing
-                    self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
-                elif record[s.TX_STATE]["S"] == s.STATE_PENDING:
-                    if updated >= rollback_cutoff:
-                        continue  # active: reading it again would change nothing
-                    self._sweep_record(run, record[s.TX_PK]["S"], stale_since=updated)
-                else:
-                    # Decided but not completed: a full sweep completes it whatever its age.
-                    self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
+        )
+
+
+def _segments_on(pool: ThreadPoolExecutor, nested: Parallel) -> Parallel:
+    """How :meth:`Sweeper.run_full` runs gathers: the one its own thread yields (the
+    segments) on ``pool``; any a segment yields on its thread, by ``nested``."""
+    driver = threading.get_ident()
+
+    def parallel(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:
+        if threading.get_ident() != driver:
+            return nested(run_one, steps)
+        futures = [pool.submit(run_one, step) for step in steps]
+        wait(futures)
+        # Results, or the exceptions in their place: the driver raises the first, in order.
+        return [f.result() if f.exception() is None else f.exception() for f in futures]
+
+    return parallel
 
 
 def janitor_client(max_attempts: int = 5) -> Any:

@@ -274,28 +274,52 @@ def sweep_expired_page(
     ...     page = sweep_expired_page(client, "Locks", now=time.time(), grace=3600,
     ...                               start_key=page.next_key)
     """
+    return drive(
+        expired_page(table, now=now, grace=grace, start_key=start_key, page_size=page_size),
+        client,
+    )
+
+
+def expired_page(
+    table: str,
+    *,
+    now: float,
+    grace: float,
+    start_key: Item | None = None,
+    page_size: int = 100,
+) -> Step[SweepResult]:
+    """The step of :func:`sweep_expired_page`, for any driver (the sweeper's scan pass).
+
+    Raises ``ValueError`` for a bad argument before any request.
+    """
     cutoff = _check_sweep_times(now, grace)
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
         raise ValueError(f"page_size must be a positive int, not {page_size!r}")
     params: dict[str, Any] = {"Limit": page_size}
     if start_key:
         params["ExclusiveStartKey"] = start_key
-    items, scanned, next_key = _scan(
-        client,
-        table,
+    response = yield from request(
+        "scan",
+        TableName=table,
+        ConsistentRead=True,
         **params,
         **expressions({":cutoff": cutoff, ":mutex": MUTEX_SK}, FilterExpression=SWEEP_FILTER),
     )
-    deleted = sum(
-        _free_expired_mutex(client, table, item)
-        if FENCE in item
-        else _delete_expired_row(client, table, item)
-        for item in items
+    deleted = 0
+    # One row at a time, in scan order: each write is conditioned on the row as scanned.
+    for item in response.get("Items", []):
+        has_counter = FENCE in item
+        deleted += yield from (
+            _free_expired_mutex(table, item) if has_counter else _delete_expired_row(table, item)
+        )
+    return SweepResult(
+        deleted=deleted,
+        scanned=response.get("ScannedCount", 0),
+        next_key=response.get("LastEvaluatedKey"),
     )
-    return SweepResult(deleted=deleted, scanned=scanned, next_key=next_key)
 
 
-def _delete_expired_row(client: Any, table: str, item: Item) -> int:
+def _delete_expired_row(table: str, item: Item) -> Step[int]:
     sort_key = get_str(item, schema.LOCK_SK) or ""
     parsed = parse_fifo_sk(sort_key)
     is_queue_row = parsed is not None and parsed[1] is not None
@@ -304,8 +328,7 @@ def _delete_expired_row(client: Any, table: str, item: Item) -> int:
     if not (sort_key == MUTEX_SK or is_queue_row) or rvn is None or expiry is None:
         return 0  # not a row this package wrote: leave it alone
     try:
-        call(
-            client,
+        yield from request(
             "delete_item",
             TableName=table,
             Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
@@ -316,13 +339,12 @@ def _delete_expired_row(client: Any, table: str, item: Item) -> int:
     return 1
 
 
-def _free_expired_mutex(client: Any, table: str, item: Item) -> int:
+def _free_expired_mutex(table: str, item: Item) -> Step[int]:
     rvn, expiry = get_str(item, RVN), get_num(item, EXPIRES)
     if rvn is None or expiry is None:
         return 0
     try:
-        call(
-            client,
+        yield from request(
             "update_item",
             TableName=table,
             Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
