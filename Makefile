@@ -57,14 +57,18 @@ isolation: setup
 	wait $$moto; mot=$$?; exit $$(( dyn || mot ))
 
 # Seeded interleavings of 2-4 coordinators, a sweeper and a recover on one transaction,
-# with a fault, on both emulators at once (one process each). The seed is the commit's,
-# so each commit explores new schedules and any finding replays from its printed line.
-EXPLORE_SCHEDULES ?= 5000
+# with a fault, on both emulators at once (one process each); on dynalite, first every
+# schedule of the `pairs` configuration within 2 preemptions (systematic mode). The seed
+# is the commit's, so each commit explores new schedules and any finding replays from
+# its printed line.
+EXPLORE_SCHEDULES ?= 4000
+EXPLORE_SCHEDULES_DYNALITE ?= 1000
 EXPLORE_SEED ?= $(shell printf '%d' 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1))
 explore: setup
 	$(RUN) python -m tests.explore --backend moto --schedules $(EXPLORE_SCHEDULES) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS) & moto=$$!; \
-	$(RUN) python -m tests.explore --backend dynalite --schedules $(EXPLORE_SCHEDULES) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS); dyn=$$?; \
-	wait $$moto; mot=$$?; exit $$(( dyn || mot ))
+	$(RUN) python -m tests.explore --backend dynalite --exhaustive --config pairs --preemptions 2 $(EXPLORE_ARGS); sys=$$?; \
+	$(RUN) python -m tests.explore --backend dynalite --schedules $(EXPLORE_SCHEDULES_DYNALITE) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS); dyn=$$?; \
+	wait $$moto; mot=$$?; exit $$(( sys || dyn || mot ))
 
 # The demo runs on moto, in-process: it needs the Python environment only, not npm.
 demo: .venv/.synced

@@ -157,7 +157,8 @@ def _exhaustive(
     world: World, bound: int, configuration: tuple[tuple[Script, ...], ...]
 ) -> Iterator[Result]:
     for scripts in configuration:
-        base = Schedule(seed=0, policy="forced", workers=1, scripts=scripts)
+        # c1 goes out through the asyncio client: the bound covers both drivers at once.
+        base = Schedule(seed=0, policy="forced", workers=1, scripts=scripts, aio=("c1",))
         yield from _interleavings(world, run_schedule(world, base), bound)
         for owner, kind in itertools.product(base.owners, FAULT_KINDS):
             for at in itertools.count():
