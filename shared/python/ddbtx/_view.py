@@ -18,16 +18,16 @@ every request, where a re-entrant lock would let two tasks of one thread in.
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from . import schema as s
+from ._body_rows import BodyRows, Planned, WriteBatches
 from ._effects import Step, gather
-from ._items import Item, item_size
-from ._record import Entry, Header, RecordStore, entry_to_av
+from ._items import Item
+from ._record import Entry, Header, RecordStore
 from ._requests import Request, too_large
 from .errors import (
     ConditionFailed,
@@ -37,23 +37,10 @@ from .errors import (
     ValidationFailed,
 )
 
-logger = logging.getLogger(__name__)
-
-#: Request bodies larger than this go to their own row instead of the header.
-SPILL_BYTES = 16 * 1024
-#: The header moves every body to a row once it reaches this size. Every change
-#: to the header (each add, the decision, the completion) is billed for its
-#: whole size, so it stays small: a large transaction pays one extra put per
-#: body row instead of rewriting hundreds of KB per request.
-HEADER_SOFT_LIMIT = 32 * 1024
 #: Requests per header write when adding a batch (keeps expressions under 4 KB).
 ADD_BATCH = 20
 #: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
 COMMIT_ROUNDS = 16
-
-#: The step that puts or deletes rows in batches: ``write_batches(table, rows)``
-#: (:meth:`ddbtx._protocol.Protocol.write_batches`).
-WriteBatches = Callable[[str, list[Any]], Step[None]]
 
 
 @dataclass
@@ -107,14 +94,15 @@ class ChunkOutcome:
 class RecordView:
     """The TX record as one coordinator knows it, and every write it makes to it.
 
-    Its reads and writes are steps; ``write_batches`` is the step that writes
-    body rows (the manager's :meth:`~ddbtx._protocol.Protocol.write_batches`).
+    Its reads and writes are steps; which request bodies have rows of their own, and
+    the steps that write those rows, are its :class:`~ddbtx._body_rows.BodyRows`
+    (``write_batches``: the manager's :meth:`~ddbtx._protocol.Protocol.write_batches`).
     """
 
     def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
         self.tx_id = tx_id
         self.store = store
-        self._write_batches = write_batches
+        self.bodies = BodyRows(tx_id, store, write_batches=write_batches)
         self.state = s.STATE_PENDING
         self.version = 0
         self.created = False
@@ -122,11 +110,8 @@ class RecordView:
         self.completed = False
         self.marked = False  # the record carries our wait mark until the next add
         self.requests: dict[str, Local] = {}
-        self.spilled: set[str] = set()  # requests whose body has its own row
-        self.parts: dict[str, int] = {}  # rows of each such body (more than one near 400 KB)
         #: Items this coordinator sent a lock write for: where a late lock of ours can be.
         self.touched: dict[str, Request] = {}
-        self._header_bytes = 0
         self._planned: dict[str, Local] = {}  # being added: not in the record yet
         #: Adds whose outcome is unknown (throttled, a network error): a retry of the same
         #: request re-adds it under the same nonce, and the record says if the first landed.
@@ -195,11 +180,8 @@ class RecordView:
                 return []
             self.version = header.version
             self.state = header.state
-            self._header_bytes = header.raw_size
+            self.bodies.adopt(header)
             for entry in header.entries.values():
-                if entry.spilled:
-                    self.spilled.add(entry.rid)
-                    self.parts[entry.rid] = entry.parts
                 lost = self.unrecorded.pop(entry.rid, None)
                 if entry.rid in strangers:
                     params = bodies.get(entry.rid, entry.params)
@@ -268,8 +250,8 @@ class RecordView:
                     loc.request.table,
                     loc.request.key,
                     loc.nonce,
-                    spilled=rid in self.spilled,
-                    parts=self.parts.get(rid, 1),
+                    spilled=self.bodies.has_row(rid),
+                    parts=self.bodies.parts(rid),
                     seq=loc.seq,
                 )
                 for rid, loc in self.requests.items()
@@ -288,11 +270,11 @@ class RecordView:
         with self._lock:
             for local in locals_:
                 self._planned[local.request.rid] = local
-            header_bytes, spilled, parts = self._header_bytes, set(self.spilled), dict(self.parts)
-            bodies, rows = self._bodies(locals_)
+        planned = self.bodies.plan([body_entry(local) for local in locals_])
+        bodies = planned.bodies
         recorded: list[Local] = []
         try:
-            yield from self._write_body_rows(rows)
+            yield from self.write_rows(planned.rows)
             if not self.created:
                 yield from self._create(locals_, bodies)
                 return
@@ -307,11 +289,9 @@ class RecordView:
                 raise refusals[0]
         except AddRefused:
             named = {loc.request.rid for loc in recorded}
-            with self._lock:
-                self._header_bytes = header_bytes
-                self.spilled = spilled | (named & self.spilled)
-                self.parts = parts | {rid: self.parts[rid] for rid in named if rid in self.parts}
-            yield from self._drop_rows([e for e in rows if e.rid not in named], spilled)
+            self.bodies.undo(planned, named)
+            unnamed = [e for e in planned.rows if e.rid not in named]
+            yield from self.bodies.drop(unnamed, self._overwritten(unnamed, planned))
             raise
         except Decided:
             raise
@@ -414,39 +394,10 @@ class RecordView:
 
     # -- bodies and their rows -----------------------------------------------------------
 
-    def _bodies(self, locals_: list[Local]) -> tuple[dict[str, dict[str, Any]], list[Entry]]:
-        """Requests as stored in the header, and the entries whose bodies need their own row."""
-        bodies: dict[str, dict[str, Any]] = {}
-        rows: list[Entry] = []
-        for local in locals_:
-            req = local.request
-            entry = Entry(
-                req.rid, req.op, req.table, req.key, local.nonce, dict(req.params), seq=local.seq
-            )
-            body = entry_to_av(entry)
-            size = item_size({"x": body})
-            if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
-                row_entry = replace(entry)
-                self.store.body_rows(self.tx_id, row_entry)  # counts its rows (near 400 KB: >1)
-                rows.append(row_entry)
-                entry.spilled, entry.params, entry.parts = True, None, row_entry.parts
-                body = entry_to_av(entry)
-                size = item_size({"x": body})
-            self._header_bytes += size
-            bodies[req.rid] = body
-        return bodies, rows
-
-    def _write_body_rows(self, entries: list[Entry]) -> Step[None]:
-        """Bodies are in place before the record names them (a resume reads them)."""
+    def write_rows(self, entries: list[Entry]) -> Step[None]:
+        """Put the rows of ``entries``' bodies; a refusal refuses the add (or take-over)."""
         try:
-            yield from self._write_batches(
-                self.store.table,
-                [
-                    {"PutRequest": {"Item": row}}
-                    for e in entries
-                    for row in self.store.body_rows(self.tx_id, e)
-                ],
-            )
+            yield from self.bodies.write(entries)
         except ValidationFailed as exc:
             if "size" in str(exc).lower() and len(entries) == 1:
                 req = entries[0]
@@ -455,34 +406,24 @@ class RecordView:
                 )
                 raise AddRefused(error) from exc
             raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
-        with self._lock:
-            self.spilled.update(e.rid for e in entries)
-            self.parts.update((e.rid, e.parts) for e in entries)
 
-    def _drop_rows(self, entries: list[Entry], spilled: set[str] | None = None) -> Step[None]:
-        """Delete body rows the record does not name (under their nonce).
-
-        With ``spilled`` (which bodies had rows before a refused add): a refused
-        upgrade wrote over its read's row (same item, same nonce), so that row
-        gets the read's body back if the read's body had a row, and is deleted
-        otherwise.
-        """
-        rows: list[dict[str, Any]] = []
+    def _overwritten(self, entries: list[Entry], planned: Planned) -> dict[str, Entry]:
+        """What the rows of a refused add wrote over, by request id: a read's body, where
+        an upgrade of the read put its own body in the read's row."""
+        earlier: dict[str, Entry] = {}
         for entry in entries:
             read = self.requests.get(entry.rid)
-            if spilled and read is not None and read.nonce == entry.nonce and entry.rid in spilled:
+            if read is None:
+                continue
+            # undo a refused add: the row is the read's (same item, same nonce), and it
+            # held the read's body before the add
+            reads_row = read.nonce == entry.nonce and entry.rid in planned.spilled
+            if reads_row:
                 old = read.request
-                restored = Entry(old.rid, old.op, old.table, old.key, read.nonce, old.params)
-                puts = self.store.body_rows(self.tx_id, restored)
-                rows.extend({"PutRequest": {"Item": row}} for row in puts)
-                surplus = self.store.body_keys(self.tx_id, entry)[len(puts) :]
-            else:
-                surplus = self.store.body_keys(self.tx_id, entry)
-            rows.extend({"DeleteRequest": {"Key": key}} for key in surplus)
-        try:
-            yield from self._write_batches(self.store.table, rows)
-        except Exception:  # rows the record never names expire by their TTL
-            logger.warning("could not undo unnamed body rows of %s", self.tx_id, exc_info=True)
+                earlier[entry.rid] = Entry(
+                    old.rid, old.op, old.table, old.key, read.nonce, old.params
+                )
+        return earlier
 
     # -- take over, wait mark, decide -------------------------------------------------------
 
@@ -494,11 +435,11 @@ class RecordView:
         unconfirmed, for the commit to catch up again.
         """
         req = local.request
-        moved = req.rid in self.spilled
+        moved = self.bodies.has_row(req.rid)
         moved_body = Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))
         if moved:
             # Body rows are keyed by nonce: the new one's is in place before the record names it.
-            yield from self._write_body_rows([moved_body])
+            yield from self.write_rows([moved_body])
         fresh = Local(request=req, nonce=new_nonce)
         try:
             header = yield from self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce)
@@ -509,13 +450,13 @@ class RecordView:
             recorded = now.entries.get(req.rid)
             if recorded is None or recorded.nonce != new_nonce:
                 if moved:  # another nonce won: our new row is unnamed
-                    yield from self._drop_rows([moved_body])
+                    yield from self.bodies.drop([moved_body])
                 yield from self.follow(now)
                 return self.current(local), False
             header = now  # our own take-over, its answer lost and the SDK's retry refused
         yield from self.follow(header, own=[fresh])
         if moved:  # the record names the new nonce's row now: the old one is unnamed
-            yield from self._drop_rows([replace(moved_body, nonce=local.nonce)])
+            yield from self.bodies.drop([replace(moved_body, nonce=local.nonce)])
         after = self.current(fresh)
         return after, after is fresh
 
@@ -572,3 +513,9 @@ def rejected(tx_id: str, requests: list[Any], exc: Exception) -> InvalidRequestE
         table=one.table if one else None,
         key=one.key if one else None,
     )
+
+
+def body_entry(local: Local) -> Entry:
+    """``local``'s request as the record stores it, with its whole body."""
+    req = local.request
+    return Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params), seq=local.seq)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from ._body_rows import HEADER_SOFT_LIMIT, SPILL_BYTES
 from ._contention import Contention
 from ._exactly import check_transaction_id
 from ._manager_core import RETRIED, AlreadyCommitted, Attempts, ManagerCore, closing, deletes
@@ -24,7 +25,6 @@ from ._protocol import SweepOutcome
 from ._requests import KeyTypes
 from ._steps import INLINE_IMAGE_LIMIT
 from ._transaction import Transaction
-from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES
 from .reads import Isolation
 
 __all__ = [
