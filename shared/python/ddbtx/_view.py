@@ -19,13 +19,14 @@ every request, where a re-entrant lock would let two tasks of one thread in.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from . import schema as s
-from ._body_rows import BodyRows, Planned, WriteBatches
-from ._effects import Step, gather
+from ._body_rows import BodyRows, WriteBatches
+from ._effects import Step
 from ._items import Item
 from ._record import Entry, Header, RecordStore
 from ._requests import Request, too_large
@@ -33,12 +34,9 @@ from .errors import (
     ConditionFailed,
     DuplicateRequestError,
     InvalidRequestError,
-    TransactionError,
     ValidationFailed,
 )
 
-#: Requests per header write when adding a batch (keeps expressions under 4 KB).
-ADD_BATCH = 20
 #: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
 COMMIT_ROUNDS = 16
 
@@ -80,23 +78,15 @@ class AddRefused(Exception):
         self.partial = False  # another chunk of the same batch was recorded
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkOutcome:
-    """What one chunk of an add did: recorded (``refused`` None), or refused.
-
-    The refusal is a value, not raised, since other chunks may land; and boxed, since a
-    gather takes a step whose result is an exception for a step that failed.
-    """
-
-    refused: AddRefused | None = None
-
-
 class RecordView:
-    """The TX record as one coordinator knows it, and every write it makes to it.
+    """The TX record as one coordinator knows it, and the only code that changes that.
 
-    Its reads and writes are steps; which request bodies have rows of their own, and
-    the steps that write those rows, are its :class:`~ddbtx._body_rows.BodyRows`
-    (``write_batches``: the manager's :meth:`~ddbtx._protocol.Protocol.write_batches`).
+    Its reads and writes are steps. An add is sent by :class:`ddbtx._adding.Adding`,
+    which tells the view what it learns (:meth:`adding`, :meth:`recorded`,
+    :meth:`record_created`); the other writes (take over, wait mark, decide) are here.
+    Which request bodies have rows of their own, and the steps that write those rows,
+    are its :class:`~ddbtx._body_rows.BodyRows` (``write_batches``: the manager's
+    :meth:`~ddbtx._protocol.Protocol.write_batches`).
     """
 
     def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
@@ -189,7 +179,7 @@ class RecordView:
                     self.requests[entry.rid] = Local(
                         self._request_of(entry, params), entry.nonce, seq=entry.seq, elsewhere=True
                     )
-                elif self._matches(lost, entry):
+                elif matches(lost, entry):
                     assert lost is not None
                     self.requests[entry.rid] = lost  # an add whose answer was lost did land
             return []
@@ -206,18 +196,9 @@ class RecordView:
                 if rid in mine
                 else (self.unrecorded.get(rid), self._planned.get(rid), self.requests.get(rid))
             )
-            if not any(self._matches(local, entry) for local in ours):
+            if not any(matches(local, entry) for local in ours):
                 strangers[rid] = entry
         return strangers
-
-    @staticmethod
-    def _matches(local: Local | None, entry: Entry) -> bool:
-        return (
-            local is not None
-            and local.nonce == entry.nonce
-            and local.request.op == entry.op
-            and local.seq == entry.seq
-        )
 
     @staticmethod
     def _request_of(entry: Entry, params: dict[str, Any]) -> Request:
@@ -257,43 +238,22 @@ class RecordView:
                 for rid, loc in self.requests.items()
             }
 
-    # -- add (and create) ----------------------------------------------------------------
+    # -- what an add (:class:`ddbtx._adding.Adding`) learns ---------------------------------
 
-    def add(self, locals_: list[Local]) -> Step[None]:
-        """create/add: record requests and their nonces before any item is touched.
+    @contextmanager
+    def adding(self, locals_: list[Local]) -> Iterator[None]:
+        """An add of ``locals_`` is in flight for the duration.
 
-        A request refused here wrote nothing to the record and is forgotten.
-        Raises :class:`AddRefused`; its ``partial`` is True when another chunk
-        of the same batch was recorded (the record cannot take those back: the
-        caller must roll back).
+        A header naming them under their nonces meanwhile is ours (they are planned).
+        If the add fails with its outcome unknown, they are unrecorded: a retry re-adds
+        them under the same nonces, and the record tells if this add landed.
         """
         with self._lock:
             for local in locals_:
                 self._planned[local.request.rid] = local
-        planned = self.bodies.plan([body_entry(local) for local in locals_])
-        bodies = planned.bodies
-        recorded: list[Local] = []
         try:
-            yield from self.write_rows(planned.rows)
-            if not self.created:
-                yield from self._create(locals_, bodies)
-                return
-            chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
-            outcomes = yield from gather(self._add_chunk(c, bodies) for c in chunks)
-            recorded = [
-                loc for c, o in zip(chunks, outcomes, strict=True) if o.refused is None for loc in c
-            ]
-            refusals = [o.refused for o in outcomes if o.refused is not None]
-            if refusals:
-                refusals[0].partial = bool(recorded)
-                raise refusals[0]
-        except AddRefused:
-            named = {loc.request.rid for loc in recorded}
-            self.bodies.undo(planned, named)
-            unnamed = [e for e in planned.rows if e.rid not in named]
-            yield from self.bodies.drop(unnamed, self._overwritten(unnamed, planned))
-            raise
-        except Decided:
+            yield
+        except (AddRefused, Decided):
             raise
         except Exception:
             with self._lock:  # outcome unknown: a retry re-adds under the same nonces
@@ -306,38 +266,8 @@ class RecordView:
                 for local in locals_:
                     self._planned.pop(local.request.rid, None)
 
-    def _record_locals(self, locals_: list[Local], header: Header) -> Step[None]:
-        with self._lock:
-            self.marked = False  # an add takes the wait mark off in the same write
-        yield from self.follow(header, own=locals_)
-
-    def _create(self, locals_: list[Local], bodies: dict[str, dict[str, Any]]) -> Step[None]:
-        try:
-            yield from self.store.create(self.tx_id, bodies, caller_id=self.caller_id)
-        except ConditionFailed as exc:
-            header = yield from self.store.read_header(self.tx_id)
-            if header is not None and header.state != s.STATE_PENDING:
-                # A retry with the same transaction_id fenced this id before its record
-                # existed (a rolled-back tombstone): this coordinator must not go on.
-                raise Decided(header) from exc
-            # Our own create, its response lost, if it names our nonces; else an id collision.
-            if header is None or any(
-                (mine := header.entries.get(loc.request.rid)) is None or mine.nonce != loc.nonce
-                for loc in locals_
-            ):
-                if header is not None:
-                    # Ids are unique, so it is our create: its answer was lost and another
-                    # coordinator has taken our request over since. The view must know the
-                    # record exists, or a rollback would return without deciding it.
-                    yield from self.follow(header)
-                raise TransactionError(
-                    "our create's answer was lost and the record has changed since",
-                    tx_id=self.tx_id,
-                ) from exc
-            yield from self._record_locals(locals_, header)
-            return
-        except ValidationFailed as exc:
-            raise AddRefused(rejected(self.tx_id, [loc.request for loc in locals_], exc)) from exc
+    def record_created(self, locals_: list[Local]) -> None:
+        """Our create of the record with ``locals_`` was answered: they are the record's."""
         with self._lock:
             for local in locals_:
                 self._planned.pop(local.request.rid, None)
@@ -345,52 +275,11 @@ class RecordView:
             self.created = True
             self.version = max(self.version, 1)  # a resume elsewhere may have seen more already
 
-    def _add_chunk(
-        self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
-    ) -> Step[ChunkOutcome]:
-        """One conditional add of ``chunk``; a refusal comes back as a value (others may land)."""
-        upgrades = {
-            loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
-            for loc in chunk
-            if loc.upgrade
-        }
-        try:
-            header = yield from self.store.add(
-                self.tx_id,
-                {loc.request.rid: bodies[loc.request.rid] for loc in chunk},
-                upgrades,
-            )
-        except ConditionFailed:
-            return ChunkOutcome((yield from self._settle_add(chunk)))
-        except ValidationFailed as exc:
-            return ChunkOutcome(
-                AddRefused(rejected(self.tx_id, [loc.request for loc in chunk], exc))
-            )
-        yield from self._record_locals(chunk, header)
-        return ChunkOutcome()
-
-    def _settle_add(self, chunk: list[Local]) -> Step[AddRefused | None]:
-        """The add's condition failed: ours (response lost), a duplicate, or a decision."""
-        header = yield from self.store.read_header(self.tx_id)
-        if header is None or header.state != s.STATE_PENDING:
-            raise Decided(header)
-        for local in chunk:
-            req = local.request
-            mine = header.entries.get(req.rid)
-            if mine is None or not self._matches(local, mine):
-                return AddRefused(
-                    DuplicateRequestError(
-                        "another coordinator of this transaction already wrote this item; a "
-                        "coordinator cannot yet write over another's write to one item "
-                        "(write it from the coordinator that wrote it first, or commit)",
-                        tx_id=self.tx_id,
-                        table=req.table,
-                        key=req.key,
-                    )
-                )
-        # Every entry is ours: an earlier attempt landed.
-        yield from self._record_locals(chunk, header)
-        return None
+    def recorded(self, locals_: list[Local], header: Header) -> Step[None]:
+        """Our add of ``locals_`` is in the record, as ``header`` (its answer, or a read)."""
+        with self._lock:
+            self.marked = False  # an add takes the wait mark off in the same write
+        yield from self.follow(header, own=locals_)
 
     # -- bodies and their rows -----------------------------------------------------------
 
@@ -406,24 +295,6 @@ class RecordView:
                 )
                 raise AddRefused(error) from exc
             raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
-
-    def _overwritten(self, entries: list[Entry], planned: Planned) -> dict[str, Entry]:
-        """What the rows of a refused add wrote over, by request id: a read's body, where
-        an upgrade of the read put its own body in the read's row."""
-        earlier: dict[str, Entry] = {}
-        for entry in entries:
-            read = self.requests.get(entry.rid)
-            if read is None:
-                continue
-            # undo a refused add: the row is the read's (same item, same nonce), and it
-            # held the read's body before the add
-            reads_row = read.nonce == entry.nonce and entry.rid in planned.spilled
-            if reads_row:
-                old = read.request
-                earlier[entry.rid] = Entry(
-                    old.rid, old.op, old.table, old.key, read.nonce, old.params
-                )
-        return earlier
 
     # -- take over, wait mark, decide -------------------------------------------------------
 
@@ -515,7 +386,11 @@ def rejected(tx_id: str, requests: list[Any], exc: Exception) -> InvalidRequestE
     )
 
 
-def body_entry(local: Local) -> Entry:
-    """``local``'s request as the record stores it, with its whole body."""
-    req = local.request
-    return Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params), seq=local.seq)
+def matches(local: Local | None, entry: Entry) -> bool:
+    """Whether ``entry`` records ``local``: same nonce, operation and write number."""
+    return (
+        local is not None
+        and local.nonce == entry.nonce
+        and local.request.op == entry.op
+        and local.seq == entry.seq
+    )
