@@ -17,13 +17,13 @@ from typing import Any, TypeVar, overload
 from ._body_rows import HEADER_SOFT_LIMIT, SPILL_BYTES
 from ._contention import Contention
 from ._exactly import check_transaction_id
+from ._item_writes import INLINE_IMAGE_LIMIT
 from ._manager_core import RETRIED, AlreadyCommitted, Attempts, ManagerCore, closing, deletes
 from ._manager_reads import ManagerReads
 from ._manager_steps import sweep
 from ._oneshot import one_call
 from ._protocol import SweepOutcome
 from ._requests import KeyTypes
-from ._steps import INLINE_IMAGE_LIMIT
 from ._transaction import Transaction
 from .reads import Isolation
 
