@@ -30,10 +30,7 @@ from ._record import new_lock_value
 from ._requests import with_user_condition
 from ._responses import attributes
 from ._view import Local
-from .errors import (
-    ConditionFailed,
-    ValidationFailed,
-)
+from .errors import ConditionFailed, ValidationFailed
 
 #: rewrite: under this request's lock, and only over exactly what the earlier writes left
 #: (``{prior}`` is one of the two below), so it is applied once, and never over a

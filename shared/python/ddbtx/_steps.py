@@ -30,12 +30,7 @@ from ._requests import with_user_condition
 from ._responses import attributes, return_values, wrap
 from ._rewrite import Rewrites
 from ._view import Local
-from .errors import (
-    ConditionFailed,
-    DynamoDBError,
-    TransactionRolledBackError,
-    ValidationFailed,
-)
+from .errors import ConditionFailed, DynamoDBError, TransactionRolledBackError, ValidationFailed
 
 #: lock: the item exists and nobody holds it (the request's own condition is ANDed in).
 LOCK_EXISTING = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl)"

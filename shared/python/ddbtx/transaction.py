@@ -2,8 +2,9 @@
 
 See docs/protocol.md for the protocol and :mod:`ddbtx._protocol` for its step table.
 The pieces: :class:`~ddbtx._view.RecordView` owns this coordinator's view of
-the TX record and every write to it; :class:`~ddbtx._steps.ItemSteps` locks and
-applies; :mod:`ddbtx._contention` handles items other transactions hold.
+the TX record (:class:`~ddbtx._adding.Adding` sends its adds);
+:class:`~ddbtx._steps.ItemSteps` locks and :class:`~ddbtx._apply.Applies` applies;
+:mod:`ddbtx._contention` handles items other transactions hold.
 """
 
 from __future__ import annotations
