@@ -1,12 +1,13 @@
 """The requests item steps send to an item, and what a refusal of one means.
 
-Every write of a transaction to an item (lock, apply, mark deleted, a rewrite)
-goes out through :class:`ItemWrites`: a conditional UpdateItem or PutItem that
-names only the placeholders its expressions use, and a saved image's rows. So do
-the two probes that evaluate a request's own condition where the lock's write
-cannot: the *verdict* on a free item and a delete of a key that cannot exist for
-an absent one. This module is the one place those requests are sent
-(``request`` below), so a harness that rewrites them patches it here.
+Every write the item steps make to take an item's lock or to write under it
+(lock, apply, mark deleted, a rewrite) goes out through :class:`ItemWrites`: a
+conditional UpdateItem or PutItem that names only the placeholders its expressions
+use; so do a saved image's rows, and the two probes that evaluate a request's own
+condition where the lock's write cannot (the *verdict* on a free item, and a delete
+of a key that cannot exist for an absent one). Releasing a lock is the protocol's
+(:class:`ddbtx._protocol.Protocol`). This module is the one place the item steps'
+requests are sent (``request`` below), so a harness that rewrites them patches it here.
 
 Each is a step (:mod:`ddbtx._effects`); the lock, apply and rewrite steps that
 decide what to send are :mod:`ddbtx._steps`, :mod:`ddbtx._apply` and
