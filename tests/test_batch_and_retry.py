@@ -13,7 +13,7 @@ from ddbtx import (
     InvalidRequestError,
     TransactionManager,
     TransactionRolledBackError,
-    _view,
+    _adding,
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos
@@ -209,7 +209,7 @@ def test_given_a_batch_whose_later_chunk_is_refused_after_an_earlier_one_was_add
 ) -> None:
     # Given a transaction that adds a batch one request per record write (the writes go
     # out together), and another coordinator of it that already added b
-    monkeypatch.setattr(_view, "ADD_BATCH", 1)
+    monkeypatch.setattr(_adding, "ADD_BATCH", 1)
     seed(a=1, b=1, c=1)
     before = data_state(ddb, tables.data)
     tx = make_tm().begin()

@@ -23,7 +23,7 @@ from ddbtx import (
     TransactionManager,
     TransactionOutcomeUnknownError,
     TransactionRolledBackError,
-    _view,
+    _adding,
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
@@ -308,7 +308,7 @@ def test_given_a_fault_at_any_call_of_batched_writes_then_all_or_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """write_all: the record's creation with a batch, then chunked adds sent together."""
-    monkeypatch.setattr(_view, "ADD_BATCH", 2)  # 3 requests: two chunks at once
+    monkeypatch.setattr(_adding, "ADD_BATCH", 2)  # 3 requests: two chunks at once
 
     def bump(pk: str, n: int) -> dict[str, Any]:
         return {

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ddbtx import DuplicateRequestError, TransactionManager, _view
+from ddbtx import DuplicateRequestError, TransactionManager, _body_rows, _view
 from ddbtx import schema as s
 from ddbtx._drive import perform
 from ddbtx._effects import Call, Run
@@ -364,7 +364,7 @@ def test_given_a_read_lock_when_its_upgrade_is_rejected_at_the_add_then_its_body
     # in the header), and another coordinator of the same transaction that added "y"
     ddb.put_item(TableName=tables.data, Item={"pk": S("x"), "v": S("old")})
     if read_body == "spilled":
-        monkeypatch.setattr(_view, "HEADER_SOFT_LIMIT", 0)  # every body gets a row
+        monkeypatch.setattr(_body_rows, "HEADER_SOFT_LIMIT", 0)  # every body gets a row
     tx = tm.begin()
     read = {"TableName": tables.data, "Key": {"pk": S("x")}}
     assert tx.get_item(**read)["Item"]["v"] == S("old")

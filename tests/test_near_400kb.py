@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ddbtx import _parts, _steps, _view
+from ddbtx import _body_rows, _item_writes, _parts
 from ddbtx import schema as s
 from ddbtx._items import value_size
 from ddbtx.sweeper import Sweeper
@@ -55,8 +55,8 @@ def small_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     image goes to the images table, rows split past 1.5 KB in parts of 400 bytes."""
     monkeypatch.setattr(_parts, "ROW_LIMIT", 1500)
     monkeypatch.setattr(_parts, "PART_BYTES", 400)
-    monkeypatch.setattr(_steps, "INLINE_IMAGE_LIMIT", 0)
-    monkeypatch.setattr(_view, "SPILL_BYTES", 100)
+    monkeypatch.setattr(_item_writes, "INLINE_IMAGE_LIMIT", 0)
+    monkeypatch.setattr(_body_rows, "SPILL_BYTES", 100)
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from ddbtx import (
     TransactionConflictError,
     TransactionManager,
     TransactionRolledBackError,
+    _item_writes,
     _parts,
-    _steps,
 )
 from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
@@ -529,7 +529,7 @@ def test_given_an_image_over_several_rows_when_read_committed_then_it_is_joined_
     # 3 KB item: its image is kept apart, over several rows
     monkeypatch.setattr(_parts, "ROW_LIMIT", 1500)
     monkeypatch.setattr(_parts, "PART_BYTES", 400)
-    monkeypatch.setattr(_steps, "INLINE_IMAGE_LIMIT", 0)
+    monkeypatch.setattr(_item_writes, "INLINE_IMAGE_LIMIT", 0)
     noise = secrets.token_hex(1500)  # does not compress to one part
     ddb.put_item(TableName=table, Item=item(5, 5, big={"S": noise}))
     holder = make_tm().begin()

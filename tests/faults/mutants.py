@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-import ddbtx._steps as steps_module
+import ddbtx._item_writes as writes_module
 from ddbtx import schema as s
+from ddbtx._apply import APPLY, Applies
 from ddbtx._effects import Step, request
 from ddbtx._protocol import Entry, Header, Protocol
-from ddbtx._steps import APPLY, ItemSteps
 from ddbtx.errors import ConditionFailed
 
 from .bank import run_bank
@@ -51,24 +51,24 @@ def _prune(params: dict[str, Any]) -> dict[str, Any]:
 @contextmanager
 def skip_image_save() -> Iterator[None]:
     """save image: the write is applied with no pre-write image (in-item or external)."""
-    original = ItemSteps.apply
+    original = Applies.apply
 
-    def apply(self: ItemSteps, local: Any, *, check_condition: bool) -> Step[dict[str, Any]]:
+    def apply(self: Applies, local: Any, *, check_condition: bool) -> Step[dict[str, Any]]:
         kept, local.pre = local.pre, None
         try:
             return (yield from original(self, local, check_condition=check_condition))
         finally:
             local.pre = kept
 
-    with mock.patch.object(ItemSteps, "apply", apply):
+    with mock.patch.object(Applies, "apply", apply):
         yield
 
 
 def _patched_request(
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | None],
 ) -> Callable[..., Step[Any]]:
-    """A ``request`` for the item steps' module whose requests ``rewrite`` may alter or
-    answer."""
+    """A ``request`` for the module that sends the item steps' writes
+    (:mod:`ddbtx._item_writes`) whose requests ``rewrite`` may alter or answer."""
 
     def patched(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
         answer = rewrite(operation, params)
@@ -91,7 +91,7 @@ def drop_owner_condition() -> Iterator[None]:
             )
             _prune(params)
 
-    with mock.patch.object(steps_module, "request", _patched_request(rewrite)):
+    with mock.patch.object(writes_module, "request", _patched_request(rewrite)):
         yield
 
 
@@ -109,7 +109,7 @@ def blind_retry() -> Iterator[None]:
                 return {}
             raise
 
-    with mock.patch.object(steps_module, "request", patched):
+    with mock.patch.object(writes_module, "request", patched):
         yield
 
 

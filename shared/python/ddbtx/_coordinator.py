@@ -15,6 +15,7 @@ import typing
 from typing import Any, TypeVar
 
 from . import schema as s
+from ._adding import Adding
 from ._contention import Contender, Patience
 from ._effects import Step, gather
 from ._ending import Ending
@@ -261,7 +262,7 @@ class CoordinatorSteps:
         if not fresh:
             return locals_
         try:
-            yield from self.record.add(fresh)
+            yield from Adding(self.record).add(fresh)
         except AddRefused as refused:
             return (yield from self._refused(locals_, refused))
         except Decided as decided:

@@ -23,12 +23,13 @@ add            ``_record.ADD_NEW`` / ``ADD_UPGRADE`` /      ``RecordStore.add``
 lock           ``_steps.LOCK_EXISTING``: free, exists,      ``ItemSteps.lock_existing``
                the request's own condition
 lock (insert)  ``_steps.LOCK_INSERT``: the key is absent    ``ItemSteps.lock_insert``
-verdict        ``_steps.VERDICT``: free and own condition   ``ItemSteps.check_condition_now``
-               false (a no-op write that tells)
-save image     (none: images are keyed by tx and request)  ``ItemSteps.save_image``
-apply          ``_steps.APPLY``: under this request's       ``ItemSteps.apply``
+verdict        ``_item_writes.VERDICT``: free and own       ``ItemWrites.check_condition_now``
+               condition false (a no-op write that tells)
+save image     (none: images are keyed by tx and request)  ``ItemWrites.save_image``
+apply          ``_apply.APPLY``: under this request's       ``Applies.apply``
                lock, once
-mark deleted   ``_steps.HELD``: under this request's lock   ``ItemSteps.mark_deleted``
+mark deleted   ``_apply.HELD_BY_REQUEST``: under this       ``Applies.mark_deleted``
+               request's lock
 apply (a       ``_rewrite.REWRITE``: under the lock, over   ``Rewrites.apply``
 later write)   exactly what the earlier write left
 take over      ``_record.TAKE_OVER``: nonce unchanged       ``RecordStore.take_over``

@@ -20,23 +20,17 @@ from there) and then updates it, as DynamoDB's update of a missing item does.
 
 from __future__ import annotations
 
-import typing
 from typing import Any
 
 from . import schema as s
 from ._effects import Step
+from ._item_writes import Holder
 from ._items import Item, flag, strip, write_marker
-from ._protocol import Protocol
 from ._record import new_lock_value
-from ._requests import Request, with_user_condition
+from ._requests import with_user_condition
 from ._responses import attributes
 from ._view import Local
-from .errors import (
-    ConditionalCheckFailedError,
-    ConditionFailed,
-    InvalidRequestError,
-    ValidationFailed,
-)
+from .errors import ConditionFailed, ValidationFailed
 
 #: rewrite: under this request's lock, and only over exactly what the earlier writes left
 #: (``{prior}`` is one of the two below), so it is applied once, and never over a
@@ -53,60 +47,14 @@ def _cleared(seq: int) -> dict[str, Any]:
     return {"S": f"{seq}-"}
 
 
-class Identified(typing.Protocol):
-    @property
-    def id(self) -> str: ...
-
-
-class Steps(typing.Protocol):
-    """What a rewrite uses of the first write's steps (:class:`ddbtx._steps.ItemSteps`,
-    which builds on this module)."""
-
-    @property
-    def tx(self) -> Identified: ...
-    @property
-    def p(self) -> Protocol: ...
-    def rejected_write(self, req: Request, exc: ValidationFailed) -> InvalidRequestError: ...
-    def lost_lock(self, local: Local) -> Step[dict[str, Any]]: ...
-    def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]: ...
-    def image_attrs(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]: ...
-    def check_on_absent(self, local: Local) -> Step[None]: ...
-    def guarded_put(
-        self,
-        req: Request,
-        item: Item,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-    ) -> Step[None]: ...
-    def update(
-        self,
-        req: Request,
-        update: str,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-        **extra: Any,
-    ) -> Step[dict[str, Any]]: ...
-    def user_update(
-        self,
-        req: Request,
-        protocol_sets: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-        condition: str,
-        return_values: str,
-    ) -> Step[dict[str, Any]]: ...
-    def condition_false(self, req: Request) -> ConditionalCheckFailedError: ...
-
-
 class Rewrites:
     """apply for writes 2, 3, ... to one item of one transaction."""
 
-    def __init__(self, steps: Steps) -> None:
+    def __init__(self, steps: Holder) -> None:
         self.steps = steps
         self.tx = steps.tx
         self.p = steps.p
+        self.writes = steps.writes
 
     def apply(self, local: Local, item: Item | None = None) -> Step[dict[str, Any]]:
         """Apply ``local`` (seq >= 2) over what the earlier writes left.
@@ -129,7 +77,7 @@ class Rewrites:
         try:
             result = yield from self._write(local)
         except ValidationFailed as exc:
-            raise self.steps.rejected_write(req, exc) from exc
+            raise self.writes.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
             return (yield from self._settle(local, before, exc))
         local.applied = local.confirmed = True
@@ -170,7 +118,7 @@ class Rewrites:
         """Placeholders of the user's request and ours, and the REWRITE guard."""
         assert local.prior is not None
         marker = local.prior[0]
-        names, values = self.steps.lock_names(local)
+        names, values = self.writes.lock_names(local)
         names.update({"#ddbtxp": s.ATTR_APPLIED, "#ddbtxd": s.ATTR_DELETED})
         values.update({":ddbtxs": {"N": str(local.seq)}, ":ddbtxt": {"BOOL": True}})
         if marker is None:
@@ -185,7 +133,7 @@ class Rewrites:
             return {}
         if local.external_image:
             return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
-        return (yield from self.steps.image_attrs(local, values))
+        return (yield from self.writes.image_attrs(local, values))
 
     def _write(self, local: Local) -> Step[dict[str, Any]]:
         req = local.request
@@ -193,7 +141,7 @@ class Rewrites:
         marker, absent, imaged = local.prior
         cleared = marker == _cleared(local.seq)
         if (absent or cleared) and req.condition:
-            yield from self.steps.check_on_absent(local)
+            yield from self.writes.check_on_absent(local)
         names, values, guard = self._names(local)
         condition = guard if absent or cleared else with_user_condition(req, guard)
         rv = req.return_values
@@ -202,24 +150,24 @@ class Rewrites:
             protocol[s.ATTR_TRANSIENT] = {"BOOL": True}
         if req.op == "put":  # (ALL_OLD: the caller returns what it read before)
             item = {**req.params["Item"], **protocol, **(yield from self._image(local, values))}
-            yield from self.steps.guarded_put(req, item, condition, names, values)
+            yield from self.writes.guarded_put(req, item, condition, names, values)
             return {}
         if req.op == "delete":
             sets = "#ddbtxd = :ddbtxt, #ddbtxp = :ddbtxs"
             sets += yield from self._set_image(local, values, names, imaged)
-            yield from self.steps.update(req, f"SET {sets}", condition, names, values)
+            yield from self.writes.update(req, f"SET {sets}", condition, names, values)
             return {}
         if absent and not cleared:
             # update of an absent item: clear it to its key first, as DynamoDB would see it
             clear = {**req.key, **protocol, **(yield from self._image(local, values))}
             clear[s.ATTR_APPLIED] = _cleared(local.seq)
-            yield from self.steps.guarded_put(req, clear, condition, names, values)
+            yield from self.writes.guarded_put(req, clear, condition, names, values)
             local.prior = (_cleared(local.seq), absent, True)
             names, values, condition = self._names(local)
         sets = "#ddbtxp = :ddbtxs"
         if absent or cleared or rv == "ALL_OLD":
             rv = rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE"
-        resp = yield from self.steps.user_update(req, sets, names, values, condition, rv)
+        resp = yield from self.writes.user_update(req, sets, names, values, condition, rv)
         return attributes(strip(resp.get("Attributes")))
 
     def _set_image(
@@ -229,7 +177,7 @@ class Rewrites:
         if imaged or local.transient:
             return ""
         clauses = ""
-        image = yield from self.steps.image_attrs(local, values)
+        image = yield from self.writes.image_attrs(local, values)
         for i, (attr, value) in enumerate(image.items()):
             names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
             clauses += f", #ddbtxi{i} = :ddbtxi{i}"
@@ -260,4 +208,4 @@ class Rewrites:
         if absent and local.prior != seen:
             # our clear landed, its answer lost: go on from it
             return (yield from self.apply(local, item))
-        raise self.steps.condition_false(req) from exc
+        raise self.writes.condition_false(req) from exc

@@ -18,42 +18,27 @@ every request, where a re-entrant lock would let two tasks of one thread in.
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from . import schema as s
-from ._effects import Step, gather
-from ._items import Item, item_size
-from ._record import Entry, Header, RecordStore, entry_to_av
+from ._body_rows import BodyRows, WriteBatches
+from ._effects import Step
+from ._items import Item
+from ._record import Entry, Header, RecordStore
 from ._requests import Request, too_large
 from .errors import (
     ConditionFailed,
     DuplicateRequestError,
     InvalidRequestError,
-    TransactionError,
     ValidationFailed,
 )
 
-logger = logging.getLogger(__name__)
-
-#: Request bodies larger than this go to their own row instead of the header.
-SPILL_BYTES = 16 * 1024
-#: The header moves every body to a row once it reaches this size. Every change
-#: to the header (each add, the decision, the completion) is billed for its
-#: whole size, so it stays small: a large transaction pays one extra put per
-#: body row instead of rewriting hundreds of KB per request.
-HEADER_SOFT_LIMIT = 32 * 1024
-#: Requests per header write when adding a batch (keeps expressions under 4 KB).
-ADD_BATCH = 20
 #: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
 COMMIT_ROUNDS = 16
-
-#: The step that puts or deletes rows in batches: ``write_batches(table, rows)``
-#: (:meth:`ddbtx._protocol.Protocol.write_batches`).
-WriteBatches = Callable[[str, list[Any]], Step[None]]
 
 
 @dataclass
@@ -93,28 +78,21 @@ class AddRefused(Exception):
         self.partial = False  # another chunk of the same batch was recorded
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkOutcome:
-    """What one chunk of an add did: recorded (``refused`` None), or refused.
-
-    The refusal is a value, not raised, since other chunks may land; and boxed, since a
-    gather takes a step whose result is an exception for a step that failed.
-    """
-
-    refused: AddRefused | None = None
-
-
 class RecordView:
-    """The TX record as one coordinator knows it, and every write it makes to it.
+    """The TX record as one coordinator knows it, and the only code that changes that.
 
-    Its reads and writes are steps; ``write_batches`` is the step that writes
-    body rows (the manager's :meth:`~ddbtx._protocol.Protocol.write_batches`).
+    Its reads and writes are steps. An add is sent by :class:`ddbtx._adding.Adding`,
+    which tells the view what it learns (:meth:`adding`, :meth:`recorded`,
+    :meth:`record_created`); the other writes (take over, wait mark, decide) are here.
+    Which request bodies have rows of their own, and the steps that write those rows,
+    are its :class:`~ddbtx._body_rows.BodyRows` (``write_batches``: the manager's
+    :meth:`~ddbtx._protocol.Protocol.write_batches`).
     """
 
     def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
         self.tx_id = tx_id
         self.store = store
-        self._write_batches = write_batches
+        self.bodies = BodyRows(tx_id, store, write_batches=write_batches)
         self.state = s.STATE_PENDING
         self.version = 0
         self.created = False
@@ -122,11 +100,8 @@ class RecordView:
         self.completed = False
         self.marked = False  # the record carries our wait mark until the next add
         self.requests: dict[str, Local] = {}
-        self.spilled: set[str] = set()  # requests whose body has its own row
-        self.parts: dict[str, int] = {}  # rows of each such body (more than one near 400 KB)
         #: Items this coordinator sent a lock write for: where a late lock of ours can be.
         self.touched: dict[str, Request] = {}
-        self._header_bytes = 0
         self._planned: dict[str, Local] = {}  # being added: not in the record yet
         #: Adds whose outcome is unknown (throttled, a network error): a retry of the same
         #: request re-adds it under the same nonce, and the record says if the first landed.
@@ -195,11 +170,8 @@ class RecordView:
                 return []
             self.version = header.version
             self.state = header.state
-            self._header_bytes = header.raw_size
+            self.bodies.adopt(header)
             for entry in header.entries.values():
-                if entry.spilled:
-                    self.spilled.add(entry.rid)
-                    self.parts[entry.rid] = entry.parts
                 lost = self.unrecorded.pop(entry.rid, None)
                 if entry.rid in strangers:
                     params = bodies.get(entry.rid, entry.params)
@@ -207,7 +179,7 @@ class RecordView:
                     self.requests[entry.rid] = Local(
                         self._request_of(entry, params), entry.nonce, seq=entry.seq, elsewhere=True
                     )
-                elif self._matches(lost, entry):
+                elif matches(lost, entry):
                     assert lost is not None
                     self.requests[entry.rid] = lost  # an add whose answer was lost did land
             return []
@@ -224,18 +196,9 @@ class RecordView:
                 if rid in mine
                 else (self.unrecorded.get(rid), self._planned.get(rid), self.requests.get(rid))
             )
-            if not any(self._matches(local, entry) for local in ours):
+            if not any(matches(local, entry) for local in ours):
                 strangers[rid] = entry
         return strangers
-
-    @staticmethod
-    def _matches(local: Local | None, entry: Entry) -> bool:
-        return (
-            local is not None
-            and local.nonce == entry.nonce
-            and local.request.op == entry.op
-            and local.seq == entry.seq
-        )
 
     @staticmethod
     def _request_of(entry: Entry, params: dict[str, Any]) -> Request:
@@ -268,52 +231,29 @@ class RecordView:
                     loc.request.table,
                     loc.request.key,
                     loc.nonce,
-                    spilled=rid in self.spilled,
-                    parts=self.parts.get(rid, 1),
+                    spilled=self.bodies.has_row(rid),
+                    parts=self.bodies.parts(rid),
                     seq=loc.seq,
                 )
                 for rid, loc in self.requests.items()
             }
 
-    # -- add (and create) ----------------------------------------------------------------
+    # -- what an add (:class:`ddbtx._adding.Adding`) learns ---------------------------------
 
-    def add(self, locals_: list[Local]) -> Step[None]:
-        """create/add: record requests and their nonces before any item is touched.
+    @contextmanager
+    def adding(self, locals_: list[Local]) -> Iterator[None]:
+        """An add of ``locals_`` is in flight for the duration.
 
-        A request refused here wrote nothing to the record and is forgotten.
-        Raises :class:`AddRefused`; its ``partial`` is True when another chunk
-        of the same batch was recorded (the record cannot take those back: the
-        caller must roll back).
+        A header naming them under their nonces meanwhile is ours (they are planned).
+        If the add fails with its outcome unknown, they are unrecorded: a retry re-adds
+        them under the same nonces, and the record tells if this add landed.
         """
         with self._lock:
             for local in locals_:
                 self._planned[local.request.rid] = local
-            header_bytes, spilled, parts = self._header_bytes, set(self.spilled), dict(self.parts)
-            bodies, rows = self._bodies(locals_)
-        recorded: list[Local] = []
         try:
-            yield from self._write_body_rows(rows)
-            if not self.created:
-                yield from self._create(locals_, bodies)
-                return
-            chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
-            outcomes = yield from gather(self._add_chunk(c, bodies) for c in chunks)
-            recorded = [
-                loc for c, o in zip(chunks, outcomes, strict=True) if o.refused is None for loc in c
-            ]
-            refusals = [o.refused for o in outcomes if o.refused is not None]
-            if refusals:
-                refusals[0].partial = bool(recorded)
-                raise refusals[0]
-        except AddRefused:
-            named = {loc.request.rid for loc in recorded}
-            with self._lock:
-                self._header_bytes = header_bytes
-                self.spilled = spilled | (named & self.spilled)
-                self.parts = parts | {rid: self.parts[rid] for rid in named if rid in self.parts}
-            yield from self._drop_rows([e for e in rows if e.rid not in named], spilled)
-            raise
-        except Decided:
+            yield
+        except (AddRefused, Decided):
             raise
         except Exception:
             with self._lock:  # outcome unknown: a retry re-adds under the same nonces
@@ -326,38 +266,8 @@ class RecordView:
                 for local in locals_:
                     self._planned.pop(local.request.rid, None)
 
-    def _record_locals(self, locals_: list[Local], header: Header) -> Step[None]:
-        with self._lock:
-            self.marked = False  # an add takes the wait mark off in the same write
-        yield from self.follow(header, own=locals_)
-
-    def _create(self, locals_: list[Local], bodies: dict[str, dict[str, Any]]) -> Step[None]:
-        try:
-            yield from self.store.create(self.tx_id, bodies, caller_id=self.caller_id)
-        except ConditionFailed as exc:
-            header = yield from self.store.read_header(self.tx_id)
-            if header is not None and header.state != s.STATE_PENDING:
-                # A retry with the same transaction_id fenced this id before its record
-                # existed (a rolled-back tombstone): this coordinator must not go on.
-                raise Decided(header) from exc
-            # Our own create, its response lost, if it names our nonces; else an id collision.
-            if header is None or any(
-                (mine := header.entries.get(loc.request.rid)) is None or mine.nonce != loc.nonce
-                for loc in locals_
-            ):
-                if header is not None:
-                    # Ids are unique, so it is our create: its answer was lost and another
-                    # coordinator has taken our request over since. The view must know the
-                    # record exists, or a rollback would return without deciding it.
-                    yield from self.follow(header)
-                raise TransactionError(
-                    "our create's answer was lost and the record has changed since",
-                    tx_id=self.tx_id,
-                ) from exc
-            yield from self._record_locals(locals_, header)
-            return
-        except ValidationFailed as exc:
-            raise AddRefused(rejected(self.tx_id, [loc.request for loc in locals_], exc)) from exc
+    def record_created(self, locals_: list[Local]) -> None:
+        """Our create of the record with ``locals_`` was answered: they are the record's."""
         with self._lock:
             for local in locals_:
                 self._planned.pop(local.request.rid, None)
@@ -365,88 +275,18 @@ class RecordView:
             self.created = True
             self.version = max(self.version, 1)  # a resume elsewhere may have seen more already
 
-    def _add_chunk(
-        self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
-    ) -> Step[ChunkOutcome]:
-        """One conditional add of ``chunk``; a refusal comes back as a value (others may land)."""
-        upgrades = {
-            loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
-            for loc in chunk
-            if loc.upgrade
-        }
-        try:
-            header = yield from self.store.add(
-                self.tx_id,
-                {loc.request.rid: bodies[loc.request.rid] for loc in chunk},
-                upgrades,
-            )
-        except ConditionFailed:
-            return ChunkOutcome((yield from self._settle_add(chunk)))
-        except ValidationFailed as exc:
-            return ChunkOutcome(
-                AddRefused(rejected(self.tx_id, [loc.request for loc in chunk], exc))
-            )
-        yield from self._record_locals(chunk, header)
-        return ChunkOutcome()
-
-    def _settle_add(self, chunk: list[Local]) -> Step[AddRefused | None]:
-        """The add's condition failed: ours (response lost), a duplicate, or a decision."""
-        header = yield from self.store.read_header(self.tx_id)
-        if header is None or header.state != s.STATE_PENDING:
-            raise Decided(header)
-        for local in chunk:
-            req = local.request
-            mine = header.entries.get(req.rid)
-            if mine is None or not self._matches(local, mine):
-                return AddRefused(
-                    DuplicateRequestError(
-                        "another coordinator of this transaction already wrote this item; a "
-                        "coordinator cannot yet write over another's write to one item "
-                        "(write it from the coordinator that wrote it first, or commit)",
-                        tx_id=self.tx_id,
-                        table=req.table,
-                        key=req.key,
-                    )
-                )
-        # Every entry is ours: an earlier attempt landed.
-        yield from self._record_locals(chunk, header)
-        return None
+    def recorded(self, locals_: list[Local], header: Header) -> Step[None]:
+        """Our add of ``locals_`` is in the record, as ``header`` (its answer, or a read)."""
+        with self._lock:
+            self.marked = False  # an add takes the wait mark off in the same write
+        yield from self.follow(header, own=locals_)
 
     # -- bodies and their rows -----------------------------------------------------------
 
-    def _bodies(self, locals_: list[Local]) -> tuple[dict[str, dict[str, Any]], list[Entry]]:
-        """Requests as stored in the header, and the entries whose bodies need their own row."""
-        bodies: dict[str, dict[str, Any]] = {}
-        rows: list[Entry] = []
-        for local in locals_:
-            req = local.request
-            entry = Entry(
-                req.rid, req.op, req.table, req.key, local.nonce, dict(req.params), seq=local.seq
-            )
-            body = entry_to_av(entry)
-            size = item_size({"x": body})
-            if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
-                row_entry = replace(entry)
-                self.store.body_rows(self.tx_id, row_entry)  # counts its rows (near 400 KB: >1)
-                rows.append(row_entry)
-                entry.spilled, entry.params, entry.parts = True, None, row_entry.parts
-                body = entry_to_av(entry)
-                size = item_size({"x": body})
-            self._header_bytes += size
-            bodies[req.rid] = body
-        return bodies, rows
-
-    def _write_body_rows(self, entries: list[Entry]) -> Step[None]:
-        """Bodies are in place before the record names them (a resume reads them)."""
+    def write_rows(self, entries: list[Entry]) -> Step[None]:
+        """Put the rows of ``entries``' bodies; a refusal refuses the add (or take-over)."""
         try:
-            yield from self._write_batches(
-                self.store.table,
-                [
-                    {"PutRequest": {"Item": row}}
-                    for e in entries
-                    for row in self.store.body_rows(self.tx_id, e)
-                ],
-            )
+            yield from self.bodies.write(entries)
         except ValidationFailed as exc:
             if "size" in str(exc).lower() and len(entries) == 1:
                 req = entries[0]
@@ -455,34 +295,6 @@ class RecordView:
                 )
                 raise AddRefused(error) from exc
             raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
-        with self._lock:
-            self.spilled.update(e.rid for e in entries)
-            self.parts.update((e.rid, e.parts) for e in entries)
-
-    def _drop_rows(self, entries: list[Entry], spilled: set[str] | None = None) -> Step[None]:
-        """Delete body rows the record does not name (under their nonce).
-
-        With ``spilled`` (which bodies had rows before a refused add): a refused
-        upgrade wrote over its read's row (same item, same nonce), so that row
-        gets the read's body back if the read's body had a row, and is deleted
-        otherwise.
-        """
-        rows: list[dict[str, Any]] = []
-        for entry in entries:
-            read = self.requests.get(entry.rid)
-            if spilled and read is not None and read.nonce == entry.nonce and entry.rid in spilled:
-                old = read.request
-                restored = Entry(old.rid, old.op, old.table, old.key, read.nonce, old.params)
-                puts = self.store.body_rows(self.tx_id, restored)
-                rows.extend({"PutRequest": {"Item": row}} for row in puts)
-                surplus = self.store.body_keys(self.tx_id, entry)[len(puts) :]
-            else:
-                surplus = self.store.body_keys(self.tx_id, entry)
-            rows.extend({"DeleteRequest": {"Key": key}} for key in surplus)
-        try:
-            yield from self._write_batches(self.store.table, rows)
-        except Exception:  # rows the record never names expire by their TTL
-            logger.warning("could not undo unnamed body rows of %s", self.tx_id, exc_info=True)
 
     # -- take over, wait mark, decide -------------------------------------------------------
 
@@ -494,11 +306,11 @@ class RecordView:
         unconfirmed, for the commit to catch up again.
         """
         req = local.request
-        moved = req.rid in self.spilled
+        moved = self.bodies.has_row(req.rid)
         moved_body = Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))
         if moved:
             # Body rows are keyed by nonce: the new one's is in place before the record names it.
-            yield from self._write_body_rows([moved_body])
+            yield from self.write_rows([moved_body])
         fresh = Local(request=req, nonce=new_nonce)
         try:
             header = yield from self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce)
@@ -509,13 +321,13 @@ class RecordView:
             recorded = now.entries.get(req.rid)
             if recorded is None or recorded.nonce != new_nonce:
                 if moved:  # another nonce won: our new row is unnamed
-                    yield from self._drop_rows([moved_body])
+                    yield from self.bodies.drop([moved_body])
                 yield from self.follow(now)
                 return self.current(local), False
             header = now  # our own take-over, its answer lost and the SDK's retry refused
         yield from self.follow(header, own=[fresh])
         if moved:  # the record names the new nonce's row now: the old one is unnamed
-            yield from self._drop_rows([replace(moved_body, nonce=local.nonce)])
+            yield from self.bodies.drop([replace(moved_body, nonce=local.nonce)])
         after = self.current(fresh)
         return after, after is fresh
 
@@ -571,4 +383,14 @@ def rejected(tx_id: str, requests: list[Any], exc: Exception) -> InvalidRequestE
         tx_id=tx_id,
         table=one.table if one else None,
         key=one.key if one else None,
+    )
+
+
+def matches(local: Local | None, entry: Entry) -> bool:
+    """Whether ``entry`` records ``local``: same nonce, operation and write number."""
+    return (
+        local is not None
+        and local.nonce == entry.nonce
+        and local.request.op == entry.op
+        and local.seq == entry.seq
     )

@@ -11,7 +11,7 @@ every plain write unchanged.
 Each record is judged from its own two images, never from state kept between
 records, so a batch split anywhere (a retry, a bisected batch, a resharded
 stream) gives the same changes. How one record is judged, by the protocol step
-that writes it (``_steps``, ``_rewrite``, ``Protocol.release``/``restore``):
+that writes it (``_steps``, ``_apply``, ``_rewrite``, ``Protocol.release``/``restore``):
 
 - lock, apply, a later write to the item, mark deleted: the new image carries
   ``_tx:id``. No change (the item is held, nothing is committed yet).

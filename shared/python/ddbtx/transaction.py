@@ -2,8 +2,9 @@
 
 See docs/protocol.md for the protocol and :mod:`ddbtx._protocol` for its step table.
 The pieces: :class:`~ddbtx._view.RecordView` owns this coordinator's view of
-the TX record and every write to it; :class:`~ddbtx._steps.ItemSteps` locks and
-applies; :mod:`ddbtx._contention` handles items other transactions hold.
+the TX record (:class:`~ddbtx._adding.Adding` sends its adds);
+:class:`~ddbtx._steps.ItemSteps` locks and :class:`~ddbtx._apply.Applies` applies;
+:mod:`ddbtx._contention` handles items other transactions hold.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from ._body_rows import HEADER_SOFT_LIMIT, SPILL_BYTES
 from ._contention import Contention
 from ._exactly import check_transaction_id
+from ._item_writes import INLINE_IMAGE_LIMIT
 from ._manager_core import RETRIED, AlreadyCommitted, Attempts, ManagerCore, closing, deletes
 from ._manager_reads import ManagerReads
 from ._manager_steps import sweep
 from ._oneshot import one_call
 from ._protocol import SweepOutcome
 from ._requests import KeyTypes
-from ._steps import INLINE_IMAGE_LIMIT
 from ._transaction import Transaction
-from ._view import HEADER_SOFT_LIMIT, SPILL_BYTES
 from .reads import Isolation
 
 __all__ = [

@@ -1,0 +1,161 @@
+"""save image + apply, and mark deleted: a transaction's first write to a locked item.
+
+Once a request's lock is on its item (:mod:`ddbtx._steps`), :class:`Applies` makes
+its write there, with the item as it was before (its image) saved in the same write
+or, when too large, first in the images table; a delete only marks the item, to be
+deleted at commit. A later write of the same transaction to the item is a rewrite
+(:mod:`ddbtx._rewrite`).
+
+Each write is conditioned on this request's lock (named conditions below), and a
+failed condition is settled by reading the item: our own write whose answer was
+lost, the request's own condition false, or the lock gone (taken over by another
+coordinator of the transaction, whose write the lock steps then follow, or rolled
+back). Each is a step (:mod:`ddbtx._effects`); its requests go out through
+:class:`ddbtx._item_writes.ItemWrites`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import schema as s
+from ._effects import Step
+from ._item_writes import Holder
+from ._items import flag, strip
+from ._record import new_lock_value
+from ._requests import with_user_condition
+from ._responses import attributes, return_values
+from ._view import Local
+from .errors import ConditionFailed, InvalidRequestError, ValidationFailed
+
+#: apply: only under this request's lock, and only once.
+APPLY = "#ddbtxl = :ddbtxl AND attribute_not_exists(#ddbtxp)"
+#: mark deleted: only under this request's lock.
+HELD_BY_REQUEST = "#ddbtxl = :ddbtxl"
+
+
+class Applies:
+    """apply and mark deleted for first writes to items of one transaction."""
+
+    def __init__(self, steps: Holder) -> None:
+        self.steps = steps
+        self.tx = steps.tx
+        self.p = steps.p
+        self.writes = steps.writes
+
+    def mark_deleted(self, local: Local) -> Step[dict[str, Any]]:
+        """apply (delete): mark a locked item for deletion at commit, if its condition holds.
+
+        The item may have been locked by a read that checked no condition, so
+        the delete's own condition is evaluated here: on the item itself in
+        the same write, or on the absent item when the lock inserted it.
+        """
+        req = local.request
+        if req.condition and local.transient:
+            yield from self.writes.check_on_absent(local)
+        names, values = self.writes.lock_names(local)
+        names["#ddbtxd"] = s.ATTR_DELETED
+        values[":ddbtxt"] = {"BOOL": True}
+        condition = HELD_BY_REQUEST
+        if not local.transient:
+            condition = with_user_condition(req, condition)
+        try:
+            yield from self.writes.update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
+        except ValidationFailed as exc:
+            raise self.writes.rejected_write(req, exc) from exc
+        except ConditionFailed as exc:
+            item = yield from self.p.read_item(req.table, req.key)
+            lock = (item or {}).get(s.ATTR_LOCK, {}).get("S")
+            if lock != new_lock_value(self.tx.id, local.nonce):
+                return (yield from self.steps.lost_lock(local))
+            if not flag(item, s.ATTR_DELETED):
+                raise self.writes.condition_false(req) from exc
+        local.confirmed = True
+        return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+
+    def apply(self, local: Local, *, check_condition: bool) -> Step[dict[str, Any]]:
+        """save image + apply: the write, with the pre-write image, under our lock."""
+        req = local.request
+        if check_condition and req.condition and local.transient:
+            yield from self.writes.check_on_absent(local)
+        names = dict(req.params.get("ExpressionAttributeNames") or {})
+        values = dict(req.params.get("ExpressionAttributeValues") or {})
+        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
+        values.update(
+            {":ddbtxl": {"S": new_lock_value(self.tx.id, local.nonce)}, ":ddbtxt": {"BOOL": True}}
+        )
+        condition = APPLY
+        if check_condition and not local.transient:
+            condition = with_user_condition(req, condition)
+        try:
+            image_attrs = yield from self.writes.image_attrs(local, values)
+            if req.op == "put":
+                return (yield from self._apply_put(local, image_attrs, condition, names, values))
+            return (yield from self._apply_update(local, image_attrs, condition, names, values))
+        except ValidationFailed as exc:
+            raise InvalidRequestError(
+                f"DynamoDB rejected the write: {exc}",
+                tx_id=self.tx.id,
+                table=req.table,
+                key=req.key,
+            ) from exc
+        except ConditionFailed as exc:
+            return (yield from self._settle_apply(local, values[":ddbtxl"]["S"], exc))
+
+    def _apply_put(
+        self,
+        local: Local,
+        image_attrs: dict[str, Any],
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> Step[dict[str, Any]]:
+        req = local.request
+        item = {
+            **req.params["Item"],
+            s.ATTR_LOCK: values[":ddbtxl"],
+            s.ATTR_APPLIED: {"BOOL": True},
+            **image_attrs,
+        }
+        if local.transient:
+            item[s.ATTR_TRANSIENT] = {"BOOL": True}
+        yield from self.writes.guarded_put(req, item, condition, names, values)
+        local.applied = local.confirmed = True
+        return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+
+    def _apply_update(
+        self,
+        local: Local,
+        image_attrs: dict[str, Any],
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> Step[dict[str, Any]]:
+        req = local.request
+        rv = req.return_values
+        sets = "#ddbtxp = :ddbtxt"
+        for i, (attr, value) in enumerate(image_attrs.items()):
+            names[f"#ddbtxi{i}"] = attr
+            values[f":ddbtxi{i}"] = value
+            sets += f", #ddbtxi{i} = :ddbtxi{i}"
+        resp = yield from self.writes.user_update(
+            req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
+        )
+        local.applied = local.confirmed = True
+        if rv == "ALL_OLD":
+            return attributes(local.pre)
+        return attributes(strip(resp.get("Attributes")))
+
+    def _settle_apply(self, local: Local, lock: str, exc: ConditionFailed) -> Step[dict[str, Any]]:
+        """The apply's condition failed: our write (response lost), a false condition, or
+        the lock is gone."""
+        req = local.request
+        item = yield from self.p.read_item(req.table, req.key)
+        held = (item or {}).get(s.ATTR_LOCK, {}).get("S") == lock
+        if held and flag(item, s.ATTR_APPLIED):
+            local.applied = local.confirmed = True  # our own write, its response lost
+            assert item is not None
+            return return_values(local, item)
+        if held:
+            raise self.writes.condition_false(req) from exc
+        return (yield from self.steps.lost_lock(local))

@@ -1,0 +1,160 @@
+"""Which request bodies of one coordinator's transaction have rows of their own.
+
+A request's body rides in the TX record's header while the header stays small; a
+large one, or any once the header has grown, goes to a row of its own (over several
+rows near 400 KB), written before the record names it. :class:`BodyRows` is the
+part of a coordinator's view (:class:`ddbtx._view.RecordView`) that knows which
+bodies have rows, over how many rows, and how large the header is, and the only
+code that changes that knowledge; it writes and deletes those rows as steps
+(:mod:`ddbtx._effects`).
+
+Its state changes under a lock of its own, never held across a request. The view
+calls in while holding its own lock (the view's lock first, never the other way
+round), so the two cannot wait on each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ._effects import Step
+from ._items import item_size
+from ._record import Entry, Header, RecordStore, entry_to_av
+
+logger = logging.getLogger(__name__)
+
+#: Request bodies larger than this go to their own row instead of the header.
+SPILL_BYTES = 16 * 1024
+#: The header moves every body to a row once it reaches this size. Every change
+#: to the header (each add, the decision, the completion) is billed for its
+#: whole size, so it stays small: a large transaction pays one extra put per
+#: body row instead of rewriting hundreds of KB per request.
+HEADER_SOFT_LIMIT = 32 * 1024
+
+#: The step that puts or deletes rows in batches: ``write_batches(table, rows)``
+#: (:meth:`ddbtx._protocol.Protocol.write_batches`).
+WriteBatches = Callable[[str, list[Any]], Step[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The bodies of an add as :meth:`BodyRows.plan` laid them out.
+
+    ``bodies`` are the requests as the header stores them, by request id; ``rows``
+    the entries whose bodies need a row of their own; the rest is what the view
+    knew before, for :meth:`BodyRows.undo` to put back if the add is refused.
+    """
+
+    bodies: dict[str, dict[str, Any]]
+    rows: list[Entry]
+    header_bytes: int
+    spilled: frozenset[str]
+    parts: dict[str, int]
+
+
+class BodyRows:
+    """The body rows of one transaction as one coordinator knows them, and the steps
+    that write and delete them (``write_batches``: the manager's
+    :meth:`~ddbtx._protocol.Protocol.write_batches`)."""
+
+    def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
+        self.tx_id = tx_id
+        self.store = store
+        self._write_batches = write_batches
+        self._spilled: set[str] = set()  # requests whose body has its own row
+        self._parts: dict[str, int] = {}  # rows of each such body (more than one near 400 KB)
+        self._header_bytes = 0
+        self._lock = threading.Lock()
+
+    def has_row(self, rid: str) -> bool:
+        """Whether request ``rid``'s body has a row of its own."""
+        with self._lock:
+            return rid in self._spilled
+
+    def parts(self, rid: str) -> int:
+        """The rows request ``rid``'s body spans (1 when it has none)."""
+        with self._lock:
+            return self._parts.get(rid, 1)
+
+    def adopt(self, header: Header) -> None:
+        """The record moved on to ``header``: its size, and the bodies it keeps in rows."""
+        with self._lock:
+            self._header_bytes = header.raw_size
+            for entry in header.entries.values():
+                if entry.spilled:
+                    self._spilled.add(entry.rid)
+                    self._parts[entry.rid] = entry.parts
+
+    def plan(self, entries: list[Entry]) -> Planned:
+        """Lay out the bodies of ``entries`` (each with its params): in the header, or in
+        a row of their own; the header's size counts them from now on."""
+        with self._lock:
+            before = (self._header_bytes, frozenset(self._spilled), dict(self._parts))
+            bodies: dict[str, dict[str, Any]] = {}
+            rows: list[Entry] = []
+            for entry in entries:
+                body = entry_to_av(entry)
+                size = item_size({"x": body})
+                if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
+                    row_entry = replace(entry)
+                    self.store.body_rows(self.tx_id, row_entry)  # counts its rows (near 400 KB: >1)
+                    rows.append(row_entry)
+                    entry.spilled, entry.params, entry.parts = True, None, row_entry.parts
+                    body = entry_to_av(entry)
+                    size = item_size({"x": body})
+                self._header_bytes += size
+                bodies[entry.rid] = body
+        return Planned(bodies, rows, *before)
+
+    def undo(self, planned: Planned, recorded: set[str]) -> None:
+        """An add was refused: back to what was known before :meth:`plan`, but for the
+        requests ``recorded`` by another chunk of it (the record names their rows)."""
+        with self._lock:
+            self._header_bytes = planned.header_bytes
+            self._spilled = set(planned.spilled) | (recorded & self._spilled)
+            self._parts = planned.parts | {
+                rid: self._parts[rid] for rid in recorded if rid in self._parts
+            }
+
+    def write(self, entries: list[Entry]) -> Step[None]:
+        """Put the rows of ``entries``' bodies (a refusal raises ``ValidationFailed``).
+
+        Bodies are in place before the record names them (a resume reads them).
+        """
+        yield from self._write_batches(
+            self.store.table,
+            [
+                {"PutRequest": {"Item": row}}
+                for e in entries
+                for row in self.store.body_rows(self.tx_id, e)
+            ],
+        )
+        with self._lock:
+            self._spilled.update(e.rid for e in entries)
+            self._parts.update((e.rid, e.parts) for e in entries)
+
+    def drop(self, entries: list[Entry], earlier: Mapping[str, Entry] | None = None) -> Step[None]:
+        """Delete body rows the record does not name (under their nonce).
+
+        ``earlier``, by request id: the body a row held before this write put another
+        in it (a refused upgrade writes over its read's row: same item, same nonce);
+        that row gets it back instead of being deleted.
+        """
+        rows: list[dict[str, Any]] = []
+        for entry in entries:
+            restored = (earlier or {}).get(entry.rid)
+            if restored is not None:
+                puts = self.store.body_rows(self.tx_id, restored)
+                rows.extend({"PutRequest": {"Item": row}} for row in puts)
+                surplus = self.store.body_keys(self.tx_id, entry)[len(puts) :]
+            else:
+                surplus = self.store.body_keys(self.tx_id, entry)
+            rows.extend({"DeleteRequest": {"Key": key}} for key in surplus)
+        try:
+            yield from self._write_batches(self.store.table, rows)
+        except Exception:  # rows the record never names expire by their TTL
+            logger.warning("could not undo unnamed body rows of %s", self.tx_id, exc_info=True)

@@ -1,0 +1,245 @@
+"""The requests item steps send to an item, and what a refusal of one means.
+
+Every write the item steps make to take an item's lock or to write under it
+(lock, apply, mark deleted, a rewrite) goes out through :class:`ItemWrites`: a
+conditional UpdateItem or PutItem that names only the placeholders its expressions
+use; so do a saved image's rows, and the two probes that evaluate a request's own
+condition where the lock's write cannot (the *verdict* on a free item, and a delete
+of a key that cannot exist for an absent one). Releasing a lock is the protocol's
+(:class:`ddbtx._protocol.Protocol`). This module is the one place the item steps'
+requests are sent (``request`` below), so a harness that rewrites them patches it here.
+
+Each is a step (:mod:`ddbtx._effects`); the lock, apply and rewrite steps that
+decide what to send are :mod:`ddbtx._steps`, :mod:`ddbtx._apply` and
+:mod:`ddbtx._rewrite`.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+import uuid
+from typing import Any
+
+from . import schema as s
+from ._effects import Step, request
+from ._items import MAX_ITEM_BYTES, Item, item_size
+from ._protocol import Protocol
+from ._record import new_lock_value
+from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large
+from ._view import Local, rejected
+from .errors import (
+    ConditionalCheckFailedError,
+    ConditionFailed,
+    InvalidRequestError,
+    ValidationFailed,
+)
+
+#: verdict: a no-op write that succeeds only while the item exists, is free, and the
+#: request's own condition is false; it tells a false condition from a lock race.
+VERDICT = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl) AND NOT ({condition})"
+
+#: Images larger than this live in the images table instead of the item.
+INLINE_IMAGE_LIMIT = 64 * 1024
+
+
+class Identified(typing.Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class Holder(typing.Protocol):
+    """What a write under the item's lock (:mod:`ddbtx._apply`, :mod:`ddbtx._rewrite`)
+    uses of the steps that took the lock (:class:`ddbtx._steps.ItemSteps`)."""
+
+    @property
+    def tx(self) -> Identified: ...
+    @property
+    def p(self) -> Protocol: ...
+    @property
+    def writes(self) -> ItemWrites: ...
+    def lost_lock(self, local: Local) -> Step[dict[str, Any]]: ...
+
+
+class ItemWrites:
+    """The requests of one transaction's item steps (any of its coordinators) to its items."""
+
+    def __init__(self, tx: Identified, p: Protocol) -> None:
+        self.tx = tx
+        self.p = p
+
+    def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]:
+        req = local.request
+        names = dict(req.params.get("ExpressionAttributeNames") or {})
+        values = dict(req.params.get("ExpressionAttributeValues") or {})
+        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxk": next(iter(req.key))})
+        values[":ddbtxl"] = {"S": new_lock_value(self.tx.id, local.nonce)}
+        return names, values
+
+    # -- conditions on the item's logical state -------------------------------------------
+
+    def check_condition_now(self, local: Local, *, absent: bool) -> Step[None]:
+        """Raise :class:`ConditionalCheckFailedError` if the request's condition is false now.
+
+        Returns when it holds, or when the item is locked again (the caller retries).
+        """
+        req = local.request
+        if absent:
+            yield from self.check_on_absent(local)
+            return
+        names, values = self.lock_names(local)
+        names["#ddbtxv"] = s.ATTR_VERDICT
+        condition = VERDICT.format(condition=req.condition)
+        try:
+            yield from self.update(req, "REMOVE #ddbtxv", condition, names, values)
+        except ConditionFailed:
+            return
+        raise self.condition_false(req)
+
+    def check_on_absent(self, local: Local) -> Step[None]:
+        """Evaluate the user's condition as DynamoDB would on an absent item."""
+        req = local.request
+        probe = {name: _probe_value(value) for name, value in req.key.items()}
+        try:
+            # A conditional delete of a key that cannot exist writes nothing.
+            yield from request(
+                "delete_item",
+                TableName=req.table,
+                Key=probe,
+                ConditionExpression=req.condition,
+                **_expr_params(req.params),
+            )
+        except ConditionFailed as exc:
+            raise self.condition_false(req) from exc
+        except ValidationFailed as exc:
+            raise rejected(self.tx.id, [req], exc) from exc
+
+    def rejected_write(self, req: Request, exc: ValidationFailed) -> InvalidRequestError:
+        """DynamoDB refused a write; an item too large for its lock is said so exactly."""
+        if "size" in str(exc).lower():
+            return InvalidRequestError(too_large(), tx_id=self.tx.id, table=req.table, key=req.key)
+        return rejected(self.tx.id, [req], exc)
+
+    def condition_false(self, req: Request) -> ConditionalCheckFailedError:
+        return ConditionalCheckFailedError(
+            "the request's condition is false", tx_id=self.tx.id, table=req.table, key=req.key
+        )
+
+    # -- save image -----------------------------------------------------------------------
+
+    def image_attrs(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
+        """save image: in the item while both copies fit, else in the images table."""
+        image = local.pre
+        if image is None:
+            return {}
+        incoming = item_size(local.request.params.get("Item") or {}) + item_size(values)
+        if item_size(image) > INLINE_IMAGE_LIMIT or (
+            item_size(image) * 2 + incoming + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES
+        ):
+            yield from self.save_image(local, image)
+            return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
+        return {s.ATTR_IMAGE: {"M": image}}
+
+    def save_image(self, local: Local, image: Item) -> Step[None]:
+        """save image: one too large to ride inside the item goes to the images table
+        (over several rows near 400 KB, all written before the item names them)."""
+        rows = self.p.image_rows(self.tx.id, local.request.rid, image)
+        if len(rows) == 1:
+            yield from request("put_item", TableName=self.p.images_table, Item=rows[0])
+        else:
+            puts = [{"PutRequest": {"Item": r}} for r in rows]
+            yield from self.p.write_batches(self.p.images_table, puts)
+        local.external_image = True
+
+    # -- the conditional writes -------------------------------------------------------------
+
+    def guarded_put(
+        self,
+        req: Request,
+        item: Item,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> Step[None]:
+        """Put a whole item under ``condition``, passing only the placeholders it uses."""
+        used_values = _used(values, condition)
+        passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
+        yield from request(
+            "put_item",
+            TableName=req.table,
+            Item=item,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=_used(names, condition),
+            **passed,
+        )
+
+    def user_update(
+        self,
+        req: Request,
+        protocol_sets: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        condition: str,
+        return_values: str,
+    ) -> Step[dict[str, Any]]:
+        """The user's UpdateExpression with protocol assignments joined to its SET clause."""
+        update = merge_set(req.params.get("UpdateExpression") or "", protocol_sets)
+        return (
+            yield from self.update(
+                req, update, condition, names, values, ReturnValues=return_values
+            )
+        )
+
+    def update(
+        self,
+        req: Request,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        **extra: Any,
+    ) -> Step[dict[str, Any]]:
+        """One conditional UpdateItem of the request's item, passing only the placeholders
+        its expressions use (DynamoDB rejects unused ones)."""
+        used_values = _used(values, update, condition)
+        passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
+        response: dict[str, Any] = yield from request(
+            "update_item",
+            TableName=req.table,
+            Key=req.key,
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=_used(names, update, condition),
+            **passed,
+            **extra,
+        )
+        return response
+
+
+def _used(mapping: dict[str, Any], *expressions: str) -> dict[str, Any]:
+    """Only the placeholders an expression uses (DynamoDB rejects unused ones)."""
+    text = " ".join(expressions)
+    tokens = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
+    return {k: v for k, v in mapping.items() if k in tokens}
+
+
+def _expr_params(params: dict[str, Any]) -> dict[str, Any]:
+    cond = str(params.get("ConditionExpression") or "")
+    out: dict[str, Any] = {}
+    names = _used(params.get("ExpressionAttributeNames") or {}, cond)
+    values = _used(params.get("ExpressionAttributeValues") or {}, cond)
+    if names:
+        out["ExpressionAttributeNames"] = names
+    if values:
+        out["ExpressionAttributeValues"] = values
+    return out
+
+
+def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
+    ((kind, _),) = value.items()
+    token = uuid.uuid4()
+    if kind == "N":
+        return {"N": str(token.int % 10**30 + 10**30)}
+    if kind == "B":
+        return {"B": b"ddbtx-probe-" + token.bytes}
+    return {"S": f"ddbtx-probe-{token.hex}"}
