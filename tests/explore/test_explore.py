@@ -122,7 +122,10 @@ def test_given_the_protocol_when_random_schedules_run_then_no_anomaly(world: Wor
 
 
 #: Schedules the explorer found failing before issue 15's fixes, or with a bug of issue 20
-#: injected (replay lines).
+#: injected (replay lines). They were found by the thread-and-gate explorer; the explorer's
+#: own driver orders a seed's calls its own way, so a seeded line no longer replays the
+#: interleaving its comment tells (the forced ones, pol=forced, take the path they name).
+#: Each stays a schedule that must pass.
 FOUND_BEFORE_THE_FIXES = {
     # c2 takes c over; c0 took c2's lock for its own stray and undid it.
     "stray-by-nonce": "seed=1697151834 pol=rand mw=1 c0=uc:commit c1=:commit c2=:commit "
