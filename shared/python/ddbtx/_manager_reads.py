@@ -1,8 +1,4 @@
-"""The reads of a :class:`~ddbtx.transaction.TransactionManager` outside transactions.
-
-Each delegates to :mod:`ddbtx.reads` at an :class:`Isolation` level (docs/transactions.md:
-"Reads of many items"); the manager inherits them.
-"""
+"""The reads of a :class:`~ddbtx.transaction.TransactionManager` outside transactions."""
 
 from __future__ import annotations
 

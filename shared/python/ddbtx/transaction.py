@@ -1,11 +1,4 @@
-"""Multi-item ACID transactions over DynamoDB: the public API.
-
-See docs/protocol.md for the protocol and :mod:`ddbtx._protocol` for its step table.
-The pieces: :class:`~ddbtx._view.RecordView` owns this coordinator's view of
-the TX record (:class:`~ddbtx._adding.Adding` sends its adds);
-:class:`~ddbtx._steps.ItemSteps` locks and :class:`~ddbtx._apply.Applies` applies;
-:mod:`ddbtx._contention` handles items other transactions hold.
-"""
+"""Multi-item ACID transactions over DynamoDB: the public API (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -99,8 +92,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
 
     @property
     def sleep(self) -> Callable[[float], None]:
-        """How this manager waits: its protocol steps' pauses (a contention wait is one)
-        are slept with it by the driver, so setting it here changes every wait."""
+        """How this manager waits: setting it changes every pause of its steps."""
         return self.protocol.sleep
 
     @sleep.setter
@@ -110,8 +102,6 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     def close(self) -> None:
         """Stop the pool of per-item step threads; a later step starts a new one."""
         self.protocol.close()
-
-    # -- tables ----------------------------------------------------------------
 
     def create_tables(self) -> None:
         """Create the transactions and images tables if missing; wait until active.
@@ -131,8 +121,6 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     def key_types(self, table: str) -> KeyTypes:
         """A data table's key attributes (hash first) and their types, read once and cached."""
         return self.protocol.run(self.schemas.types(table))
-
-    # -- transactions ----------------------------------------------------------
 
     def begin(
         self, *, priority: str | None = None, transaction_id: str | None = None
@@ -280,8 +268,6 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         a sweeper that read an old version.
         """
         return self.protocol.run(sweep(self.protocol, tx_id, rollback_after, delete_after))
-
-    # -- one-shot writes ---------------------------------------------------------
 
     def transact_write(self, requests: list[dict[str, Any]]) -> str:
         """Write several items atomically; returns ``"native"`` or ``"protocol"``.

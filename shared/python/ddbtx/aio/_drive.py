@@ -1,7 +1,4 @@
-"""The asyncio driver: runs a protocol step (:mod:`ddbtx._effects`) on an aiobotocore client.
-
-It only carries requests and answers; every decision is the step's.
-"""
+"""The asyncio driver: runs a protocol step (:mod:`ddbtx._effects`) on an aiobotocore client."""
 
 from __future__ import annotations
 
