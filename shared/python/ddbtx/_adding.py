@@ -1,5 +1,4 @@
-"""create/add: record requests and their nonces before any item is touched, and settle
-each answer (our own lost write, a duplicate, a decision) into the coordinator's view."""
+"""create/add: record requests and their nonces before any item is touched."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ ADD_BATCH = 20
 
 @dataclass(frozen=True, slots=True)
 class ChunkOutcome:
-    """One chunk's refusal, or None: a value, as other chunks may land; boxed, as a gather
-    takes an exception result for a failure."""
+    """One chunk's refusal, boxed (a gather takes an exception result for a failure)."""
 
     refused: AddRefused | None = None
 
@@ -34,8 +32,7 @@ class Adding:
         self.store = view.store
 
     def add(self, locals_: list[Local]) -> Step[None]:
-        """create/add. Raises :class:`~ddbtx._view.AddRefused` (``partial``: another chunk
-        was recorded, so the caller must roll back)."""
+        """create/add; ``AddRefused.partial``: another chunk was recorded (roll back)."""
         view = self.view
         recorded: list[Local] = []
         with view.adding(locals_):
@@ -103,9 +100,7 @@ class Adding:
         }
         try:
             header = yield from self.store.add(
-                self.tx_id,
-                {loc.request.rid: bodies[loc.request.rid] for loc in chunk},
-                upgrades,
+                self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
             )
         except ConditionFailed:
             return ChunkOutcome((yield from self._settle_add(chunk)))

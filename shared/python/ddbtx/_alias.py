@@ -1,8 +1,6 @@
-"""Alias rows: the caller's exactly-once id and the transaction that carries it.
-
-Created before that transaction's record, moved only away from a rolled-back one, and
-deleted just before the record it names; its TTL is a backstop for the rest.
-"""
+"""Alias rows: the caller's exactly-once id and the transaction that carries it. Created
+before that transaction's record, moved only away from a rolled-back one, deleted just
+before the record it names; its TTL is a backstop for the rest."""
 
 from __future__ import annotations
 
@@ -52,10 +50,7 @@ class AliasStore:
     def read(self, caller_id: str) -> Step[str | None]:
         """The transaction the caller's id names now, or None."""
         resp = yield from request(
-            "get_item",
-            TableName=self.table,
-            Key=self.key(caller_id),
-            ConsistentRead=True,
+            "get_item", TableName=self.table, Key=self.key(caller_id), ConsistentRead=True
         )
         item = resp.get("Item")
         return item[s.ALIAS_TX]["S"] if item else None

@@ -1,8 +1,4 @@
-"""save image + apply, and mark deleted: a transaction's first write to a locked item.
-
-The image goes in the same write or, when too large, first to the images table; a delete
-only marks the item. A failed condition is settled by reading the item.
-"""
+"""save image + apply, and mark deleted: a transaction's first write to a locked item."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Which request bodies of a coordinator's transaction have rows of their own (a large one,
 or any once the header has grown), and the steps that write and delete those rows.
-
-Its lock is taken inside the view's, never the other way round, and never across a request.
-"""
+Its lock is taken inside the view's, never the other way round, and never across a request."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ WriteBatches = Callable[[str, list[Any]], Step[None]]
 
 @dataclass(frozen=True, slots=True)
 class Planned:
-    """An add's bodies as the header stores them, the entries needing rows, and what was
-    known before (for :meth:`BodyRows.undo`)."""
+    """An add's bodies laid out, and what was known before (for :meth:`BodyRows.undo`)."""
 
     bodies: dict[str, dict[str, Any]]
     rows: list[Entry]

@@ -1,12 +1,5 @@
-"""Client-side evaluation of DynamoDB condition, key condition and projection expressions.
-
-A committed read returns a locked item as its saved image, which DynamoDB cannot filter
-or project, so the reads apply the request's expressions to images here; it must agree
-with DynamoDB (``tests/test_conditions.py`` compares the two on both emulators). Only
-expressions DynamoDB accepted are evaluated (the request is always sent to it first).
-Semantics follow the Developer Guide ("Condition and filter expressions, operators, and
-functions"); ``<>`` holds on an item without the attribute.
-"""
+"""Client-side evaluation of DynamoDB expressions on saved images, which DynamoDB cannot
+filter or project; it must agree with DynamoDB (``tests/test_conditions.py``)."""
 
 from __future__ import annotations
 
@@ -67,8 +60,7 @@ def _tokens(text: str) -> list[_Token]:
 
 
 class _Parser:
-    """Recursive descent over DynamoDB's condition grammar (precedence: comparisons and
-    functions, then NOT, AND, OR; parentheses group)."""
+    """Recursive descent (precedence: comparisons and functions, NOT, AND, OR)."""
 
     def __init__(self, text: str, names: Mapping[str, str]) -> None:
         self.tokens = _tokens(text)
@@ -308,15 +300,7 @@ def resolve(item: Item, path: Path) -> Item | None:
 
 
 class Condition:
-    """A parsed condition, key condition or filter expression, to evaluate on items.
-
-    Examples
-    --------
-    >>> cond = Condition("#b >= :min AND begins_with(id, :p)", {"#b": "balance"})
-    >>> cond.matches({"id": {"S": "acct-1"}, "balance": {"N": "12"}},
-    ...              {":min": {"N": "10"}, ":p": {"S": "acct"}})
-    True
-    """
+    """A parsed condition, key condition or filter expression, to evaluate on items."""
 
     def __init__(self, text: str, names: Mapping[str, str] | None = None) -> None:
         parser = _Parser(text, names or {})

@@ -185,12 +185,11 @@ class ItemContention:
         return True
 
     def _outwait_younger(self, owner: str, header: Header) -> Step[bool]:
-        """Wound-wait, patiently: a running younger holder will likely commit soon. True once
-        it is no longer pending; False after rolling it back."""
+        """Wound-wait, patiently: a running younger holder will likely commit soon."""
         current: Header | None = header
         while current is not None and current.state == s.STATE_PENDING and not current.completed:
-            # wound: the older transaction rolls back a younger holder that is blocked,
-            # or that kept it waiting past its patience.
+            # wound: a younger holder that is blocked (waiting could deadlock), or that
+            # kept it waiting past its patience.
             if current.waiting or self.waiter.impatient():
                 yield from self.p.settle(owner, by=self.tx.id)
                 return False

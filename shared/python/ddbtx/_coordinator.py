@@ -1,5 +1,4 @@
-"""One transaction as its coordinator drives it, as steps (either driver's transaction
-is one): requests (plan, add, lock + apply), and settling when another party decided first."""
+"""One transaction as its coordinator drives it, as steps (either driver's transaction)."""
 
 from __future__ import annotations
 
@@ -62,8 +61,7 @@ class Manager(Patience, HasReads, typing.Protocol):
 
 
 class CoordinatorSteps:
-    """One coordinator of one transaction: its state, and its protocol as steps. The TX
-    record, not this object, says what the transaction holds."""
+    """One coordinator of one transaction (the TX record says what the transaction holds)."""
 
     def __init__(self, manager: Manager, tx_id: str, *, transaction_id: str | None = None) -> None:
         self.manager = manager
@@ -189,9 +187,7 @@ class CoordinatorSteps:
         if known is None:
             return Local(request=req, nonce=new_nonce())
         if not known.confirmed:
-            # An earlier call on this item was interrupted (throttling, a network
-            # error), or made by an earlier attempt with this transaction_id: the
-            # same request again resumes it, idempotently.
+            # An interrupted call (or an earlier attempt's): the same request resumes it.
             if not same_request(known.request, req):
                 raise DuplicateRequestError(
                     "another coordinator of this transaction wrote this item; a resumed "
@@ -210,8 +206,7 @@ class CoordinatorSteps:
 
     @staticmethod
     def _next_write(known: Local, req: Request) -> Local:
-        """A write to an item this transaction holds, under the same lock: the upgrade of
-        its read lock, or its next write (over the earlier ones; the image stays)."""
+        """A write to an item this transaction holds: its read lock's upgrade, or a rewrite."""
         prior = None
         if known.request.op != "get":
             op = known.request.op
@@ -233,8 +228,7 @@ class CoordinatorSteps:
         )
 
     def add(self, locals_: list[Local]) -> Step[list[Local]]:
-        """add: record the requests; those to lock (another attempt's equal ones, when two
-        attempts of one exactly-once id run at once)."""
+        """add: record the requests; those to lock (maybe another attempt's equal ones)."""
         fresh = [loc for loc in locals_ if loc is not self.record.requests.get(loc.request.rid)]
         if not fresh:
             return locals_
@@ -310,8 +304,7 @@ class CoordinatorSteps:
         return header
 
     def decided(self, header: Header | None) -> Step[TransactionError]:
-        """Another party decided (or deleted) this transaction: help complete it; the error
-        to raise, saying who won."""
+        """Another party decided this transaction: help complete it; the error to raise."""
         if header is None:
             return (yield from self.gone())
         yield from self.record.follow(header)

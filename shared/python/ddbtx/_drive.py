@@ -37,15 +37,7 @@ def drive(
     sleep: Callable[[float], None] = time.sleep,
     parallel: Parallel = one_by_one,
 ) -> T:
-    """Run ``step`` to its end on ``client`` (boto3); a gather's steps run through
-    ``parallel`` (the manager's pool).
-
-    Examples
-    --------
-    >>> from ddbtx._effects import request
-    >>> drive(request("describe_table", TableName="Accounts"), client)  # doctest: +SKIP
-    {'Table': {...}}
-    """
+    """Run ``step`` to its end on ``client`` (boto3); gathers through ``parallel``."""
     for effect in (run := Run(step)):
         with run.outcome() as out:
             out.value = (

@@ -1,24 +1,9 @@
 """Requests as values: the protocol core says what to send, a driver sends it.
 
-A step (:data:`Step`) is a generator that yields an :data:`Effect` (a call, a pause) and
-is resumed with the answer or has the failure thrown in at that ``yield``, so one step
-runs unchanged on the sync driver, the asyncio driver and the explorer. :class:`Run`
-advances a step and translates what a driver got back; a driver only performs effects.
-
-Examples
---------
->>> def read(table: str, key: dict) -> Step[dict | None]:
-...     response = yield from request("get_item", TableName=table, Key=key)
-...     return response.get("Item")
->>> step = read("Accounts", {"id": {"S": "alice"}})
->>> for effect in (run := Run(step)):
-...     print(effect)
-...     with run.outcome() as out:
-...         out.value = {"Item": {"id": {"S": "alice"}}, "ResponseMetadata": {}}
-Call(operation='get_item', params={'TableName': 'Accounts', 'Key': {'id': {'S': 'alice'}}})
->>> run.result
-{'id': {'S': 'alice'}}
-"""
+A step (:data:`Step`) is a generator that yields an :data:`Effect` (a call, a pause) and is
+resumed with the answer or has the failure thrown in at that ``yield``, so one step runs
+unchanged on either driver and the explorer. :class:`Run` advances a step and translates
+what a driver got back; a driver only performs effects."""
 
 from __future__ import annotations
 
@@ -58,16 +43,14 @@ class Sleep:
 
 @dataclass(frozen=True, slots=True)
 class Gather:
-    """Independent steps to run at once; answered with their results in order. Every step
-    runs to its end before the first failure is thrown in."""
+    """Steps to run at once; every one ends before the first failure is thrown in."""
 
     steps: tuple[Step[Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What a :class:`Call` answers: the response without ``ResponseMetadata``, and whether
-    the SDK sent it more than once (an earlier attempt may have applied unseen)."""
+    """A :class:`Call`'s response without ``ResponseMetadata``, and whether it was resent."""
 
     response: dict[str, Any]
     resent: bool
@@ -79,8 +62,7 @@ Step: TypeAlias = Generator[Effect, Any, T]
 
 
 def request(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
-    """The step of one DynamoDB call: its response, or the translated error raised.
-    ``resent``, if given, gets whether the SDK sent it more than once, answered or not."""
+    """The step of one call: its response; ``resent`` gets whether the SDK resent it."""
     try:
         reply: Reply = yield Call(operation, params)
     except DynamoDBError as exc:
@@ -93,8 +75,7 @@ def request(operation: str, *, resent: list[bool] | None = None, **params: Any) 
 
 
 def was_resent(exc: BaseException) -> bool:
-    """Whether the SDK sent the request that failed with ``exc`` more than once (unknown:
-    yes)."""
+    """Whether the SDK sent the request that failed with ``exc`` more than once."""
     response = getattr(exc.__cause__, "response", None)
     meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
     return int(meta.get("RetryAttempts", 1)) > 0
@@ -120,15 +101,9 @@ def first_failure(outcomes: Iterable[object]) -> None:
 
 
 def insert_new(
-    table: str,
-    item: dict[str, Any],
-    condition: str,
-    key: str,
-    *,
-    resent: list[bool] | None = None,
+    table: str, item: dict[str, Any], condition: str, key: str, *, resent: list[bool] | None = None
 ) -> Step[bool]:
-    """PutItem of a row that must not exist yet (``condition`` names ``key`` as ``#id``);
-    False when it exists (maybe our own put, answer lost: ``resent`` tells)."""
+    """PutItem of a row that must not exist yet (``#id``: ``key``); False when it does."""
     try:
         yield from request(
             "put_item",

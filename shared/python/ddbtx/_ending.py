@@ -1,5 +1,4 @@
-"""The end of a transaction as its coordinator drives it, as steps: commit (decide, then
-complete), roll back, delete the completed record."""
+"""The end of a transaction, as steps: commit (decide, then complete), roll back, delete."""
 
 from __future__ import annotations
 
@@ -80,8 +79,7 @@ class Ending:
         )
 
     def _commit_empty(self, caller_id: str) -> Step[None]:
-        """An exactly-once transaction with no request is still recorded committed (one
-        write), so a retry with its id does not run the work again."""
+        """An exactly-once transaction with no request is still recorded committed."""
         tx, record = self.tx, self.tx.record
         resent: list[bool] = []
         records = tx.p.records

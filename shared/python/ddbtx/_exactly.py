@@ -1,10 +1,6 @@
 """Exactly-once transactions keyed by the caller's id (``transaction_id=``): checking the
-id, replaying a pending transaction's requests, joining a concurrent attempt.
-
-An alias row (:mod:`ddbtx._alias`) names the internal transaction that carries the id;
-the caller's id never becomes a wound-wait priority (it does not sort by age). What a
-second attempt does in each state: docs/transactions.md, "Exactly-once ids".
-"""
+id, replaying a pending transaction's requests, joining a concurrent attempt (what a
+second attempt does in each state: docs/transactions.md, "Exactly-once ids")."""
 
 from __future__ import annotations
 
@@ -100,14 +96,12 @@ def _canonical_params(req: Request) -> dict[str, Any]:
 
 
 def same_request(a: Request, b: Request) -> bool:
-    """Whether two requests are the same, values compared as DynamoDB compares them (a
-    recorded one comes back with numbers and sets spelt its way)."""
+    """Whether two requests are the same, values compared as DynamoDB compares them."""
     return a.op == b.op and a.rid == b.rid and _canonical_params(a) == _canonical_params(b)
 
 
 class Replay:
-    """A pending transaction resumed by its caller's id, while its work runs again: its
-    requests are matched with the recorded ones (docs/transactions.md, "Exactly-once ids")."""
+    """A pending transaction resumed by its caller's id: its requests matched with the record's."""
 
     def __init__(self, tx: Resumed) -> None:
         self.tx = tx
@@ -197,8 +191,7 @@ class Replay:
         )
 
     def _start_over(self, req: Request, what: str) -> Step[TransactionRolledBackError]:
-        """A request whose answer the record does not keep: roll back, so the work runs
-        again from the start; the error to raise."""
+        """A request whose answer the record does not keep: roll back (the work starts over)."""
         yield from self.tx.abort()
         return TransactionRolledBackError(
             f"resumed by its transaction_id, the transaction cannot answer {what} to this "
@@ -218,8 +211,7 @@ class Replay:
 
 
 def join(tx: Resumed, locals_: list[Local]) -> Step[list[Local] | None]:
-    """Two attempts of one id at once: the other's equal requests to go on with, or None
-    when the refusal was about other items."""
+    """Two attempts of one id at once: the other's equal requests, or None (other items)."""
     header = yield from tx.pending_header()
     yield from tx.record.follow(header)
     out: list[Local] = []

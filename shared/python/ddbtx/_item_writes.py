@@ -66,8 +66,7 @@ class ItemWrites:
         return names, values
 
     def check_condition_now(self, local: Local, *, absent: bool) -> Step[None]:
-        """Raise if the request's condition is false now (the verdict); return when it holds
-        or the item is locked again."""
+        """verdict: raise if the request's condition is false on the free item now."""
         req = local.request
         if absent:
             yield from self.check_on_absent(local)
@@ -179,8 +178,7 @@ class ItemWrites:
         values: dict[str, Any],
         **extra: Any,
     ) -> Step[dict[str, Any]]:
-        """One conditional UpdateItem of the request's item, passing only the placeholders
-        its expressions use (DynamoDB rejects unused ones)."""
+        """One conditional UpdateItem, passing only the placeholders its expressions use."""
         used_values = _used(values, update, condition)
         passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
         response: dict[str, Any] = yield from request(

@@ -1,5 +1,4 @@
-"""What both transaction managers (sync and asyncio) are made of: settings, stores, reads,
-opening transactions, and the decisions around a block of work."""
+"""What both transaction managers (sync and asyncio) are made of."""
 
 from __future__ import annotations
 
@@ -49,8 +48,7 @@ class AlreadyCommitted:
 
 
 class ManagerCore(Generic[Tx]):
-    """A manager's settings and parts (see :class:`~ddbtx.TransactionManager` for each
-    parameter); ``sleep`` is the one its protocol's blocking driver uses."""
+    """A manager's settings and parts (parameters: :class:`~ddbtx.TransactionManager`)."""
 
     protocol: Protocol
     reads: Reads
@@ -161,8 +159,7 @@ RETRIED = (TransactionCommittedError, TransactionRolledBackError, TransactionCon
 
 
 class Attempts:
-    """The attempts of ``run``: each one's ``transaction()`` options (a retry is as old as
-    the first attempt) and what follows its end."""
+    """The attempts of ``run`` (a retry is as old as the first attempt)."""
 
     def __init__(self, attempts: int, transaction_id: str | None) -> None:
         if attempts < 1:

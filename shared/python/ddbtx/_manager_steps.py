@@ -1,5 +1,4 @@
-"""The manager's protocol, as steps (for either driver): open the transaction that carries
-a caller's exactly-once id, take over one begun elsewhere, move one TX record along."""
+"""The manager's protocol as steps: open by exactly-once id, resume, sweep."""
 
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ class Opener(Generic[Tx]):
                 tx.replay = Replay(tx)
             return tx
         raise TransactionError(
-            f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
+            f"the transaction_id {caller_id!r:.80} kept changing hands; try again"
         )
 
     def resume(self, tx_id: str) -> Step[Tx]:

@@ -41,8 +41,7 @@ def join(parts: list[bytes]) -> dict[str, Any]:
 
 
 def rows(first: Item, key: Item, sort_name: str, value: dict[str, Any]) -> list[Item]:
-    """The rows of ``value``: ``first`` (the row's key and attributes, without the
-    value) carrying part 0 and the count, then one row per further part."""
+    """The rows of ``value``: ``first`` with part 0 and the count, then the further parts."""
     parts = split(value)
     out = [{**first, s.ROW_PART: {"B": parts[0]}, s.ROW_PARTS: {"N": str(len(parts))}}]
     extra = {name: av for name, av in first.items() if name not in key}

@@ -1,12 +1,6 @@
 """Protocol steps shared by every coordinator and janitor: complete, undo, settle, delete.
-
-Every step is a conditional write that is safe to repeat; a failed condition is settled
-by reading, never by assuming.
-An item lock is ``"<tx id>/<nonce>"``; the nonce is recorded when the request is
-added, so a lock whose nonce the record does not name is a *stray* (a paused or
-superseded coordinator's) and is always undone. The step table (step, condition,
-function) is in docs/protocol.md.
-"""
+A lock whose nonce the record does not name is a *stray*, always undone (docs/protocol.md
+has the step table)."""
 
 from __future__ import annotations
 
@@ -86,8 +80,7 @@ class SweepOutcome(enum.Enum):
 
 
 class Protocol:
-    """Stateless protocol steps bound to one client, table pair and clock (``records``
-    writes TX records; the steps here work on items and whole records)."""
+    """Stateless protocol steps bound to one client, table pair and clock."""
 
     def __init__(
         self,
@@ -123,8 +116,7 @@ class Protocol:
         return int(self.clock() * 1000)
 
     def parallel(self, fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
-        """Run per-item steps on a bounded pool; results in order. Every step ends before
-        the first error is raised, so none is left half-done."""
+        """Run per-item steps on a bounded pool; every step ends before an error is raised."""
         work = list(items)
         if self.max_workers <= 1 or len(work) <= 1:
             return [fn(w) for w in work]
@@ -259,12 +251,9 @@ class Protocol:
     def undo(
         self, tx_id: str, table: str, key: Item, item: Item | None, *, only: str | None = None
     ) -> Step[None]:
-        """Roll one item back (restore its image, or delete it if inserted) and unlock it.
-
-        ``item``: as the caller believes it (None: read it). ``only`` (a lock value): undo
-        just that stray, never the recorded lock that may replace it. A failed condition
-        re-reads and decides again, so concurrent undo is safe.
-        """
+        """Roll one item back (restore its image, or delete it if inserted) and unlock it;
+        ``only`` (a lock value): just that stray, never the recorded lock that may replace it.
+        A failed condition re-reads and decides again, so concurrent undo is safe."""
         for _ in range(8):
             if item is None:
                 item = yield from self.read_item(table, key)
@@ -388,9 +377,8 @@ class Protocol:
         *,
         external_images: bool | None = None,
     ) -> Step[int]:
-        """complete: every item of a decided transaction, then the record; how many requests
-        were skipped. ``known``: by request id, as for :meth:`complete_item`;
-        ``external_images`` False skips the images query."""
+        """complete: every item of a decided transaction, then the record; how many were
+        skipped (``external_images`` False: no images query)."""
         if header.completed:
             return 0
         known = known or {}
@@ -411,11 +399,8 @@ class Protocol:
         expect_updated_ms: int | None = None,
         by: str | None = None,
     ) -> Step[SweepOutcome]:
-        """Roll back a pending record, then complete it; complete a decided one.
-
-        ``expect_version`` / ``expect_updated_ms``: only the record as the caller saw it (one
-        that moved on since is ``ACTIVE``); ``by``: the transaction that wounds this one.
-        """
+        """Roll back a pending record (only as the caller saw it, with ``expect_*``: else
+        ``ACTIVE``), then complete it; complete a decided one."""
         if header is None or header.state == s.STATE_PENDING:
             header = yield from self.records.decide(
                 tx_id,

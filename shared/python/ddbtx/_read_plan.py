@@ -1,9 +1,7 @@
-"""How an isolated Query, Scan, GetItem or BatchGetItem is sent, and how its items are judged.
-
-The user's request, changed only so that each item says whether it is locked (protocol
+"""How an isolated Query, Scan, GetItem or BatchGetItem is sent, and how its items are judged:
+the user's request, changed only so that each item says whether it is locked (protocol
 attributes and the key added to a projection; a committed read's filter widened to let
-uncommitted values through, judged on the client against their image).
-"""
+uncommitted values through, judged on the client against their image)."""
 
 from __future__ import annotations
 
@@ -78,8 +76,7 @@ def _fail(message: str, table: str | None) -> InvalidRequestError:
 
 
 def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> str:
-    """Check a read's parameters before anything is sent; its table name. ``op`` ``batch``:
-    one table of a ``BatchGetItem`` (named by ``table``)."""
+    """Check a read's parameters (``batch``: one table's of a BatchGetItem); its table."""
     if not isinstance(params, Mapping):
         raise _fail(f"the {op} parameters must be a dict", table)
     table = check_table(params.get("TableName") if op != "batch" else table)
@@ -247,8 +244,7 @@ def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
 
 
 def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
-    """The index lacks the protocol attributes: every item through the filter (applied on
-    the client to each base item), and the table's key back."""
+    """The index lacks the protocol attributes: every item through, the table's key back."""
     sent = read.params = dict(read.params)
     if sent.get("FilterExpression"):
         sent["FilterExpression"] = f"{grouped(sent['FilterExpression'])} OR {EVERY_ITEM}"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 import secrets
 import threading
@@ -19,8 +18,6 @@ from . import schema as s
 from ._effects import Step, insert_new, request
 from ._items import Item, flag, item_size
 from .errors import ConditionFailed, TransactionError
-
-logger = logging.getLogger(__name__)
 
 #: Body rows the record never named (the coordinator died in between) expire after this.
 BODY_ROW_TTL = timedelta(days=7)
@@ -192,8 +189,7 @@ DELETE_COMPLETED = "#fin = :t"
 
 
 class RecordStore:
-    """Every read and write of TX records; stateless, so anyone may call any method for
-    any transaction."""
+    """Every read and write of TX records; stateless."""
 
     def __init__(
         self, table: str, *, clock: Callable[[], float], completed_ttl_seconds: int
@@ -286,9 +282,8 @@ class RecordStore:
     def create_completed(
         self, tx_id: str, caller_id: str, state: str, *, resent: list[bool] | None = None
     ) -> Step[bool]:
-        """create, decided and completed at once, with no requests (False: it exists).
-        Rolled back, it fences an alias's id that has no record; committed, it records an
-        exactly-once transaction that made no requests."""
+        """create, decided and completed, with no requests (False: it exists): fences an
+        alias's id that has no record, or records an empty exactly-once transaction."""
         item = {
             **self.header_key(tx_id),
             s.TX_STATE: {"S": state},
@@ -305,9 +300,8 @@ class RecordStore:
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
     ) -> Step[Header]:
-        """add: record requests; the header after. ``upgrades``: by request id, the nonce
-        of our lock on the item and the writes the entry it replaces made (0: a read).
-        The wait mark goes in the same write (an adder is no longer blocked)."""
+        """add: record requests (and drop the wait mark); the header after. ``upgrades``: our
+        lock's nonce and the replaced entry's writes (0: a read), by request id."""
         names = {
             "#rq": s.TX_REQUESTS,
             "#st": s.TX_STATE,
@@ -378,8 +372,7 @@ class RecordStore:
         return header_from_item(resp["Attributes"])
 
     def mark_waiting(self, tx_id: str, owner: str) -> Step[None]:
-        """wait mark: blocked on ``owner``. ``v`` and ``ts`` stay: staleness is judged by
-        them, and a wait must not look like progress (raises ConditionFailed)."""
+        """wait mark: ``v`` and ``ts`` stay, so a wait does not look like progress."""
         yield from request(
             "update_item",
             TableName=self.table,

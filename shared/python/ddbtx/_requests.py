@@ -1,5 +1,4 @@
-"""Validation and normalisation of the boto3-shaped requests a transaction accepts, before
-anything is written."""
+"""Validation and normalisation of the requests a transaction accepts, before any write."""
 
 from __future__ import annotations
 
@@ -49,8 +48,7 @@ KeyTypes = Mapping[str, str | None]
 
 
 class KeySchemas:
-    """Each data table's key attributes and types, read once (``DescribeTable``) and kept;
-    ``known`` seeds tables whose keys the caller gave."""
+    """Each data table's key attributes and types, read once and kept (or given: ``known``)."""
 
     def __init__(self, known: Mapping[str, Sequence[str] | KeyTypes] | None = None) -> None:
         self._known: dict[str, KeyTypes] = {
@@ -278,8 +276,7 @@ def too_large(size: int | None = None) -> str:
 
 
 def merge_set(update_expression: str, assignments: str) -> str:
-    """Add ``assignments`` to the SET clause of a user's update expression (DynamoDB allows
-    each clause keyword once)."""
+    """Add ``assignments`` to the user's SET clause (DynamoDB allows each clause once)."""
     if not update_expression:
         return f"SET {assignments}"
     matches = [m for m in _CLAUSE.finditer(update_expression) if m.group(1).upper() == "SET"]

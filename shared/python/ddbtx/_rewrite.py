@@ -1,12 +1,7 @@
-"""apply, for a transaction's second and later writes to one item: under the same lock,
-over what the earlier writes left; the saved image stays the one from before.
-
+"""apply, for a transaction's second and later writes to one item, under the same lock.
 The item carries the write's number (``seq``) in ``_tx:ap`` once applied, so a resumed
-coordinator applies exactly the write the item lacks (a write is recorded only after
-the one before it applied). After a delete, an update first clears the item to its key
-(``_tx:ap`` = ``"<seq>-"``, where a crash resumes from), as DynamoDB's update of a
-missing item does.
-"""
+coordinator applies exactly the write it lacks. After a delete, an update first clears
+the item to its key (``_tx:ap`` = ``"<seq>-"``, where a crash resumes from)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Item steps of one transaction: lock (+apply), adopt our own lock, lost lock, catch up.
-
-A failed condition is settled by reading the item, and where it cannot tell, the record.
-"""
+"""Item steps of one transaction: lock (+apply), adopt our own lock, lost lock, catch up."""
 
 from __future__ import annotations
 
@@ -51,9 +48,8 @@ class ItemSteps:
         req = local.request
         if local.locked:  # upgrade of our own read lock, or the retry of an interrupted write
             return (yield from self._apply_locked(local))
-        # Other requests usually find their item; a put creates one, or replaces
-        # one, as the last put on that table did. A wrong guess costs one failed
-        # conditional write; after a missed insert the item most likely exists.
+        # A put guesses insert or replace as the last put on its table did (a wrong guess
+        # costs one failed write); other requests usually find their item.
         path = self.p.put_paths.get(req.table, "insert") if req.op == "put" else "existing"
         guessing = True
         contender = self.tx.contender.for_item(req)
@@ -131,11 +127,9 @@ class ItemSteps:
         local.transient = False
         local.locked = True
         if any(resent) or local.maybe_landed:
-            # An earlier attempt of this lock may have landed, been adopted by another
-            # coordinator, decided and completed: this lock is then a late one on the
-            # completed item, and applying would write a second time. Only a pending
-            # record proves it is not (completion follows the decision); a decided one
-            # settles this lock as the record says (a late lock is undone: no image).
+            # An earlier attempt may have landed and been adopted, decided and completed
+            # elsewhere: this lock is then late, and applying would write twice. Only a
+            # pending record proves it is not; a decided one settles the lock.
             yield from self.tx.pending_header()
         if req.op in ("put", "update"):
             return (yield from self.applies.apply(local, check_condition=False))
@@ -178,8 +172,7 @@ class ItemSteps:
         return {}
 
     def adopt_own_lock(self, local: Local, item: Item) -> Step[dict[str, Any]]:
-        """The record's lock for this request is on the item (a retried write landed, or a
-        resume): apply the write if it is not yet, with its condition evaluated again."""
+        """The record's lock for this request is on the item: apply the write if not yet."""
         if local.seq > 1:
             return (yield from self.rewrites.apply(local, item))
         local.locked = True
@@ -228,9 +221,8 @@ class ItemSteps:
         )
 
     def catch_up(self, local: Local) -> Step[None]:
-        """catch up: a request recorded elsewhere, locked and applied. The recorded lock is
-        adopted; otherwise the request is taken over first, so a late lock by its adder is
-        stray (a take-over lost leaves it unconfirmed, for the commit to catch up again)."""
+        """catch up: a request recorded elsewhere, locked and applied. Without the recorded
+        lock on the item, it is taken over first, so a late lock by its adder is stray."""
         req = local.request
         item = yield from self.p.read_item(req.table, req.key)
         if (item or {}).get(s.ATTR_LOCK, {}).get("S") == new_lock_value(self.tx.id, local.nonce):

@@ -1,10 +1,9 @@
 """One coordinator's view of its TX record, and the only way that view changes.
 
-Moving to a newer version of the record merges its requests in; one not seen applied
-under the recorded nonce is *unconfirmed*, and a commit is decided only at the view's
-version with nothing unconfirmed. The state changes under a lock never held across a
-request (the sync driver's threads share the view; asyncio tasks interleave at requests).
-"""
+Moving to a newer version merges its requests in; one not seen applied under the recorded
+nonce is *unconfirmed*, and a commit is decided only at the view's version with nothing
+unconfirmed. Its lock is never held across a request (threads share the view; asyncio
+tasks interleave at requests)."""
 
 from __future__ import annotations
 
@@ -20,12 +19,7 @@ from ._effects import Step
 from ._items import Item
 from ._record import Entry, Header, RecordStore
 from ._requests import Request, too_large
-from .errors import (
-    ConditionFailed,
-    DuplicateRequestError,
-    InvalidRequestError,
-    ValidationFailed,
-)
+from .errors import ConditionFailed, DuplicateRequestError, InvalidRequestError, ValidationFailed
 
 #: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
 COMMIT_ROUNDS = 16
@@ -63,9 +57,7 @@ class AddRefused(Exception):
 
 
 class RecordView:
-    """The TX record as one coordinator knows it. Adds are sent by
-    :class:`ddbtx._adding.Adding`, which reports here; take over, wait mark and decide
-    are here; body rows are ``bodies``."""
+    """The TX record as one coordinator knows it (adds are :class:`ddbtx._adding.Adding`'s)."""
 
     def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
         self.tx_id = tx_id
@@ -101,13 +93,9 @@ class RecordView:
         own: Iterable[Local] = (),
         bodies: dict[str, dict[str, Any]] | None = None,
     ) -> list[Entry]:
-        """Move to ``header`` if newer, merging its requests; ``own``: ours, just written.
-
-        A request added or taken over elsewhere replaces ours, unconfirmed. An older
-        header adds only our own requests, where no newer take-over replaced them.
-        ``bodies``: params of entries with body rows; the entries still lacking one are
-        returned (nothing changed), for the caller to read.
-        """
+        """Move to ``header`` if newer, merging its requests (``own``: ours, just written;
+        one added elsewhere replaces ours, unconfirmed). The entries still lacking a body
+        in ``bodies`` are returned, with nothing changed."""
         ours = list(own)
         bodies = bodies or {}
         with self._lock:

@@ -169,9 +169,8 @@ class Reads:
     def serializable(
         self, work: Callable[[InTransaction], Step[dict[str, Any]]]
     ) -> Step[dict[str, Any]]:
-        """Run ``work`` in a short read-locking transaction and commit it. The commit makes
-        the answer a snapshot: one wounded meanwhile is refused, and the read tried again,
-        as old as its first try (so it cannot starve)."""
+        """Run ``work`` in a short read-locking transaction; the commit makes it a snapshot
+        (one wounded meanwhile is refused and tried again, as old as its first try)."""
         first: str | None = None
         wounded: TransactionRolledBackError | None = None
         for _ in range(ATTEMPTS):
@@ -350,8 +349,7 @@ class Reads:
             wanted = unique[start : start + BATCH_KEYS]
             for attempt in range(ATTEMPTS):
                 response = yield from request(
-                    "batch_get_item",
-                    RequestItems={table: {"Keys": wanted, "ConsistentRead": True}},
+                    "batch_get_item", RequestItems={table: {"Keys": wanted, "ConsistentRead": True}}
                 )
                 for item in response.get("Responses", {}).get(table, []):
                     found[request_id(table, key_of(item, tuple(wanted[0])))] = item
@@ -422,12 +420,10 @@ def locked_read(
 def _settled_page(
     tx: InTransaction, read: ReadPlan
 ) -> Step[tuple[dict[str, Any], list[Item | None]]]:
-    """A page whose every item ``tx`` holds, read at a moment it holds them all.
-
-    Items are locked after DynamoDB listed them, so another transaction may commit an
-    item into the page in between: no snapshot. So the page is read again, locking what
-    it lists anew, until a read lists only held items (one read more when nothing moved).
-    """
+    """A page whose every item ``tx`` holds, read at a moment it holds them all. Items are
+    locked after DynamoDB listed them, so another transaction may commit an item into the
+    page in between: the page is read again, locking what it lists anew, until a read lists
+    only held items (one read more when nothing moved)."""
     reads = tx.manager.reads
     held: dict[str, Item | None] = {}
     response = yield from reads.send(read)

@@ -1,8 +1,5 @@
-"""boto3's ``Table`` resource shape over ddbtx: Python values in and out, conditions objects.
-
-Values and conditions go through boto3's own serializers and condition builder, so a
-request means what it means to boto3; all is converted before anything is sent.
-"""
+"""boto3's ``Table`` resource shape over ddbtx: Python values in and out, conditions objects
+(through boto3's own serializers and condition builder), all converted before sending."""
 
 from __future__ import annotations
 

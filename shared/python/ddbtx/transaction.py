@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -32,8 +31,6 @@ __all__ = [
     "Transaction",
     "TransactionManager",
 ]
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -254,11 +251,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         return self.protocol.run(self.opener.resume(tx_id))
 
     def sweep(
-        self,
-        tx_id: str,
-        *,
-        rollback_after: timedelta,
-        delete_after: timedelta,
+        self, tx_id: str, *, rollback_after: timedelta, delete_after: timedelta
     ) -> SweepOutcome:
         """Move one TX record along: roll back if stale, complete if decided, delete if old.
 
