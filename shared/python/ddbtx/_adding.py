@@ -1,12 +1,4 @@
-"""create/add: record requests and their nonces before any item is touched.
-
-:class:`Adding` sends an add to the TX record (the record's create, or conditional
-adds in chunks at once, after the bodies that need rows of their own) and settles
-what each answer means: our own write whose answer was lost, a duplicate, a
-decision. What it learns goes to the coordinator's view
-(:class:`ddbtx._view.RecordView`), which stays the only code that changes what the
-view knows. Each is a step (:mod:`ddbtx._effects`).
-"""
+"""create/add: record requests and their nonces before any item is touched."""
 
 from __future__ import annotations
 
@@ -26,11 +18,7 @@ ADD_BATCH = 20
 
 @dataclass(frozen=True, slots=True)
 class ChunkOutcome:
-    """What one chunk of an add did: recorded (``refused`` None), or refused.
-
-    The refusal is a value, not raised, since other chunks may land; and boxed, since a
-    gather takes a step whose result is an exception for a step that failed.
-    """
+    """One chunk's refusal, boxed (a gather takes an exception result for a failure)."""
 
     refused: AddRefused | None = None
 
@@ -44,13 +32,7 @@ class Adding:
         self.store = view.store
 
     def add(self, locals_: list[Local]) -> Step[None]:
-        """create/add: record requests and their nonces before any item is touched.
-
-        A request refused here wrote nothing to the record and is forgotten.
-        Raises :class:`~ddbtx._view.AddRefused`; its ``partial`` is True when another
-        chunk of the same batch was recorded (the record cannot take those back: the
-        caller must roll back).
-        """
+        """create/add; ``AddRefused.partial``: another chunk was recorded (roll back)."""
         view = self.view
         recorded: list[Local] = []
         with view.adding(locals_):
@@ -94,9 +76,8 @@ class Adding:
                 for loc in locals_
             ):
                 if header is not None:
-                    # Ids are unique, so it is our create: its answer was lost and another
-                    # coordinator has taken our request over since. The view must know the
-                    # record exists, or a rollback would return without deciding it.
+                    # Our create, taken over since: the view must know the record exists,
+                    # or a rollback would return without deciding it.
                     yield from self.view.follow(header)
                 raise TransactionError(
                     "our create's answer was lost and the record has changed since",
@@ -111,7 +92,7 @@ class Adding:
     def _add_chunk(
         self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
     ) -> Step[ChunkOutcome]:
-        """One conditional add of ``chunk``; a refusal comes back as a value (others may land)."""
+        """One conditional add of ``chunk``."""
         upgrades = {
             loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
             for loc in chunk
@@ -119,9 +100,7 @@ class Adding:
         }
         try:
             header = yield from self.store.add(
-                self.tx_id,
-                {loc.request.rid: bodies[loc.request.rid] for loc in chunk},
-                upgrades,
+                self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
             )
         except ConditionFailed:
             return ChunkOutcome((yield from self._settle_add(chunk)))
@@ -156,17 +135,13 @@ class Adding:
         return None
 
     def _overwritten(self, entries: list[Entry], planned: Planned) -> dict[str, Entry]:
-        """What the rows of a refused add wrote over, by request id: a read's body, where
-        an upgrade of the read put its own body in the read's row."""
+        """By request id, the read's body a refused upgrade wrote over in the read's row."""
         earlier: dict[str, Entry] = {}
         for entry in entries:
             read = self.view.requests.get(entry.rid)
             if read is None:
                 continue
-            # undo a refused add: the row is the read's (same item, same nonce), and it
-            # held the read's body before the add
-            reads_row = read.nonce == entry.nonce and entry.rid in planned.spilled
-            if reads_row:
+            if read.nonce == entry.nonce and entry.rid in planned.spilled:  # the read's row
                 old = read.request
                 earlier[entry.rid] = Entry(
                     old.rid, old.op, old.table, old.key, read.nonce, old.params
@@ -175,6 +150,5 @@ class Adding:
 
 
 def body_entry(local: Local) -> Entry:
-    """``local``'s request as the record stores it, with its whole body."""
     req = local.request
     return Entry(req.rid, req.op, req.table, req.key, local.nonce, dict(req.params), seq=local.seq)

@@ -1,14 +1,6 @@
-"""Alias rows: the caller's exactly-once id and the transaction that carries it (persistence).
-
-An alias row lives in the transactions table under ``id = "@" + caller's id``
-(see :mod:`ddbtx.schema`) and names one internal transaction id. It is
-created before that transaction's record, moved only away from a transaction
-that was rolled back, and deleted only together with the record it names
-(before it, so a crash in between leaves a record the sweeper deletes again,
-never an alias that outlives its record's deletion by the sweeper). Its TTL is
-a backstop for aliases whose record was never created or was removed by
-DynamoDB TTL.
-"""
+"""Alias rows: the caller's exactly-once id and the transaction that carries it. Created
+before that transaction's record, moved only away from a rolled-back one, deleted just
+before the record it names; its TTL is a backstop for the rest."""
 
 from __future__ import annotations
 
@@ -21,9 +13,8 @@ from ._effects import Step, insert_new, request
 from ._items import Item
 from .errors import ConditionFailed
 
-#: An alias outlives the longest a completed record is kept (``finished_ttl``) by this
-#: much, counted from its creation: room for the transaction to run, be rolled back by
-#: the sweeper and completed before its record's own TTL starts.
+#: An alias outlives a completed record's ``finished_ttl`` by this much, from its creation:
+#: room for the transaction to run and be settled before its record's own TTL starts.
 ALIAS_TTL_MARGIN = timedelta(days=7)
 
 #: create: the caller's id is free; the first attempt to claim it names its transaction.
@@ -36,8 +27,7 @@ FORGET = "#tx = :tx"
 
 
 class AliasStore:
-    """Every read and write of alias rows; stateless apart from its table. Each method
-    that reads or writes is a step (:mod:`ddbtx._effects`)."""
+    """Every read and write of alias rows; stateless apart from its table."""
 
     def __init__(self, table: str, *, clock: Callable[[], float], ttl_seconds: int) -> None:
         self.table = table
@@ -60,10 +50,7 @@ class AliasStore:
     def read(self, caller_id: str) -> Step[str | None]:
         """The transaction the caller's id names now, or None."""
         resp = yield from request(
-            "get_item",
-            TableName=self.table,
-            Key=self.key(caller_id),
-            ConsistentRead=True,
+            "get_item", TableName=self.table, Key=self.key(caller_id), ConsistentRead=True
         )
         item = resp.get("Item")
         return item[s.ALIAS_TX]["S"] if item else None
@@ -90,7 +77,6 @@ class AliasStore:
 
     def forget(self, caller_id: str, tx_id: str) -> Step[None]:
         """Delete the alias if it still names ``tx_id`` (a record being deleted)."""
-        # Failing means it is gone already, or a retry moved it on to a newer attempt.
         with contextlib.suppress(ConditionFailed):
             yield from request(
                 "delete_item",

@@ -1,18 +1,4 @@
-"""save image + apply, and mark deleted: a transaction's first write to a locked item.
-
-Once a request's lock is on its item (:mod:`ddbtx._steps`), :class:`Applies` makes
-its write there, with the item as it was before (its image) saved in the same write
-or, when too large, first in the images table; a delete only marks the item, to be
-deleted at commit. A later write of the same transaction to the item is a rewrite
-(:mod:`ddbtx._rewrite`).
-
-Each write is conditioned on this request's lock (named conditions below), and a
-failed condition is settled by reading the item: our own write whose answer was
-lost, the request's own condition false, or the lock gone (taken over by another
-coordinator of the transaction, whose write the lock steps then follow, or rolled
-back). Each is a step (:mod:`ddbtx._effects`); its requests go out through
-:class:`ddbtx._item_writes.ItemWrites`.
-"""
+"""save image + apply, and mark deleted: a transaction's first write to a locked item."""
 
 from __future__ import annotations
 
@@ -44,12 +30,8 @@ class Applies:
         self.writes = steps.writes
 
     def mark_deleted(self, local: Local) -> Step[dict[str, Any]]:
-        """apply (delete): mark a locked item for deletion at commit, if its condition holds.
-
-        The item may have been locked by a read that checked no condition, so
-        the delete's own condition is evaluated here: on the item itself in
-        the same write, or on the absent item when the lock inserted it.
-        """
+        """apply (delete): mark the item for deletion at commit. Its condition is checked
+        here (a read's lock checked none): in the same write, or on an absent item."""
         req = local.request
         if req.condition and local.transient:
             yield from self.writes.check_on_absent(local)
@@ -147,8 +129,7 @@ class Applies:
         return attributes(strip(resp.get("Attributes")))
 
     def _settle_apply(self, local: Local, lock: str, exc: ConditionFailed) -> Step[dict[str, Any]]:
-        """The apply's condition failed: our write (response lost), a false condition, or
-        the lock is gone."""
+        """The apply's condition failed: our write (lost answer), false, or the lock gone."""
         req = local.request
         item = yield from self.p.read_item(req.table, req.key)
         held = (item or {}).get(s.ATTR_LOCK, {}).get("S") == lock

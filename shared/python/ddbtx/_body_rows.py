@@ -1,17 +1,6 @@
-"""Which request bodies of one coordinator's transaction have rows of their own.
-
-A request's body rides in the TX record's header while the header stays small; a
-large one, or any once the header has grown, goes to a row of its own (over several
-rows near 400 KB), written before the record names it. :class:`BodyRows` is the
-part of a coordinator's view (:class:`ddbtx._view.RecordView`) that knows which
-bodies have rows, over how many rows, and how large the header is, and the only
-code that changes that knowledge; it writes and deletes those rows as steps
-(:mod:`ddbtx._effects`).
-
-Its state changes under a lock of its own, never held across a request. The view
-calls in while holding its own lock (the view's lock first, never the other way
-round), so the two cannot wait on each other.
-"""
+"""Which request bodies of a coordinator's transaction have rows of their own (a large one,
+or any once the header has grown), and the steps that write and delete those rows.
+Its lock is taken inside the view's, never the other way round, and never across a request."""
 
 from __future__ import annotations
 
@@ -29,25 +18,17 @@ logger = logging.getLogger(__name__)
 
 #: Request bodies larger than this go to their own row instead of the header.
 SPILL_BYTES = 16 * 1024
-#: The header moves every body to a row once it reaches this size. Every change
-#: to the header (each add, the decision, the completion) is billed for its
-#: whole size, so it stays small: a large transaction pays one extra put per
-#: body row instead of rewriting hundreds of KB per request.
+#: The header moves every body to a row once it reaches this size: each change to it is
+#: billed for its whole size, so a large transaction pays a put per body row instead.
 HEADER_SOFT_LIMIT = 32 * 1024
 
-#: The step that puts or deletes rows in batches: ``write_batches(table, rows)``
-#: (:meth:`ddbtx._protocol.Protocol.write_batches`).
+#: :meth:`ddbtx._protocol.Protocol.write_batches`.
 WriteBatches = Callable[[str, list[Any]], Step[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class Planned:
-    """The bodies of an add as :meth:`BodyRows.plan` laid them out.
-
-    ``bodies`` are the requests as the header stores them, by request id; ``rows``
-    the entries whose bodies need a row of their own; the rest is what the view
-    knew before, for :meth:`BodyRows.undo` to put back if the add is refused.
-    """
+    """An add's bodies laid out, and what was known before (for :meth:`BodyRows.undo`)."""
 
     bodies: dict[str, dict[str, Any]]
     rows: list[Entry]
@@ -57,9 +38,7 @@ class Planned:
 
 
 class BodyRows:
-    """The body rows of one transaction as one coordinator knows them, and the steps
-    that write and delete them (``write_batches``: the manager's
-    :meth:`~ddbtx._protocol.Protocol.write_batches`)."""
+    """The body rows of one transaction as one coordinator knows them."""
 
     def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
         self.tx_id = tx_id
@@ -71,12 +50,10 @@ class BodyRows:
         self._lock = threading.Lock()
 
     def has_row(self, rid: str) -> bool:
-        """Whether request ``rid``'s body has a row of its own."""
         with self._lock:
             return rid in self._spilled
 
     def parts(self, rid: str) -> int:
-        """The rows request ``rid``'s body spans (1 when it has none)."""
         with self._lock:
             return self._parts.get(rid, 1)
 
@@ -90,8 +67,7 @@ class BodyRows:
                     self._parts[entry.rid] = entry.parts
 
     def plan(self, entries: list[Entry]) -> Planned:
-        """Lay out the bodies of ``entries`` (each with its params): in the header, or in
-        a row of their own; the header's size counts them from now on."""
+        """Lay out the bodies of ``entries``: in the header, or in rows of their own."""
         with self._lock:
             before = (self._header_bytes, frozenset(self._spilled), dict(self._parts))
             bodies: dict[str, dict[str, Any]] = {}
@@ -111,8 +87,7 @@ class BodyRows:
         return Planned(bodies, rows, *before)
 
     def undo(self, planned: Planned, recorded: set[str]) -> None:
-        """An add was refused: back to what was known before :meth:`plan`, but for the
-        requests ``recorded`` by another chunk of it (the record names their rows)."""
+        """An add was refused: back to before :meth:`plan`, but for those ``recorded``."""
         with self._lock:
             self._header_bytes = planned.header_bytes
             self._spilled = set(planned.spilled) | (recorded & self._spilled)
@@ -121,10 +96,7 @@ class BodyRows:
             }
 
     def write(self, entries: list[Entry]) -> Step[None]:
-        """Put the rows of ``entries``' bodies (a refusal raises ``ValidationFailed``).
-
-        Bodies are in place before the record names them (a resume reads them).
-        """
+        """Put the rows of ``entries``' bodies, before the record names them."""
         yield from self._write_batches(
             self.store.table,
             [
@@ -138,12 +110,8 @@ class BodyRows:
             self._parts.update((e.rid, e.parts) for e in entries)
 
     def drop(self, entries: list[Entry], earlier: Mapping[str, Entry] | None = None) -> Step[None]:
-        """Delete body rows the record does not name (under their nonce).
-
-        ``earlier``, by request id: the body a row held before this write put another
-        in it (a refused upgrade writes over its read's row: same item, same nonce);
-        that row gets it back instead of being deleted.
-        """
+        """Delete body rows the record does not name; a row in ``earlier`` (a read's row a
+        refused upgrade wrote over) gets that body back instead."""
         rows: list[dict[str, Any]] = []
         for entry in entries:
             restored = (earlier or {}).get(entry.rid)

@@ -1,34 +1,5 @@
-"""Client-side evaluation of DynamoDB condition, key condition and projection expressions.
-
-A committed read returns a locked item as its saved image, and an image is not
-an item DynamoDB can filter or project: the reads of :mod:`ddbtx.reads` apply a
-request's ``KeyConditionExpression``, ``FilterExpression`` and
-``ProjectionExpression`` to such items here, and DynamoDB applies them to
-every other item. The two must agree: ``tests/test_conditions.py`` compares
-this evaluator with DynamoDB's own ``Scan`` on both emulators, expression by
-expression.
-
-DynamoDB validates every expression before it reads anything (the same
-request is always sent to it first), so this module evaluates only expressions
-DynamoDB accepted; what it cannot parse raises :class:`ExpressionError`.
-
-Semantics, as DynamoDB documents them (Developer Guide, "Condition and filter
-expressions, operators, and functions"; the legacy ``ComparisonOperator``
-reference for the details it leaves out):
-
-- ``=`` is true when both operands have the same type and the same value
-  (numbers compare as numbers, sets as sets, lists in order, maps by key), or
-  are both missing; ``<>`` is its negation, so ``a <> :v`` holds on an item
-  without ``a``.
-- ``<``, ``<=``, ``>``, ``>=`` and ``BETWEEN`` compare numbers, strings (by
-  UTF-8 bytes) and binaries of one type; any other pair is false.
-- ``IN`` is ``=`` against any of its operands.
-- ``begins_with`` takes a string or a binary prefix of the same type;
-  ``contains`` a substring, a binary subsequence, a set member or a list
-  element, with a string, number or binary operand.
-- ``size`` counts a string's characters, a binary's bytes, and the elements of
-  a set, list or map; on any other type or a missing path it is missing.
-"""
+"""Client-side evaluation of DynamoDB expressions on saved images, which DynamoDB cannot
+filter or project; it must agree with DynamoDB (``tests/test_conditions.py``)."""
 
 from __future__ import annotations
 
@@ -46,8 +17,6 @@ Path = tuple[str | int, ...]
 class ExpressionError(ValueError):
     """The expression could not be parsed (DynamoDB would have rejected it first)."""
 
-
-# --- tokens ---------------------------------------------------------------------------
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -91,8 +60,7 @@ def _tokens(text: str) -> list[_Token]:
 
 
 class _Parser:
-    """Recursive descent over DynamoDB's condition grammar (precedence: comparisons and
-    functions, then NOT, AND, OR; parentheses group)."""
+    """Recursive descent (precedence: comparisons and functions, NOT, AND, OR)."""
 
     def __init__(self, text: str, names: Mapping[str, str]) -> None:
         self.tokens = _tokens(text)
@@ -123,8 +91,6 @@ class _Parser:
         if self.peek() is not None:
             raise ExpressionError(f"unexpected {self.peek()}")
 
-    # -- paths ----------------------------------------------------------------------
-
     def name(self) -> str:
         token = self.take()
         if token.kind == "name":
@@ -147,8 +113,6 @@ class _Parser:
                 self.expect("punct", "]")
             else:
                 return tuple(steps)
-
-    # -- conditions -----------------------------------------------------------------
 
     def condition(self) -> tuple[Any, ...]:
         left = self.conjunction()
@@ -230,9 +194,6 @@ class _Parser:
             self.expect("punct", ")")
             return ("size", inner)
         return ("path", self.path())
-
-
-# --- values ---------------------------------------------------------------------------
 
 
 def _bytes(raw: Any) -> bytes:
@@ -338,19 +299,8 @@ def resolve(item: Item, path: Path) -> Item | None:
     return value
 
 
-# --- conditions -----------------------------------------------------------------------
-
-
 class Condition:
-    """A parsed condition, key condition or filter expression, to evaluate on items.
-
-    Examples
-    --------
-    >>> cond = Condition("#b >= :min AND begins_with(id, :p)", {"#b": "balance"})
-    >>> cond.matches({"id": {"S": "acct-1"}, "balance": {"N": "12"}},
-    ...              {":min": {"N": "10"}, ":p": {"S": "acct"}})
-    True
-    """
+    """A parsed condition, key condition or filter expression, to evaluate on items."""
 
     def __init__(self, text: str, names: Mapping[str, str] | None = None) -> None:
         parser = _Parser(text, names or {})
@@ -382,7 +332,6 @@ class Condition:
         return self._test(node, item, values)
 
     def _test(self, node: tuple[Any, ...], item: Item, values: Mapping[str, Item]) -> bool:
-        """A comparison or a function: what the logical operators combine."""
         op = node[0]
         if op == "cmp":
             left, right = (self._operand(n, item, values) for n in node[2:])
@@ -410,9 +359,6 @@ _TESTS: dict[str, Callable[..., bool]] = {
 }
 
 
-# --- projections ----------------------------------------------------------------------
-
-
 def parse_projection(text: str, names: Mapping[str, str] | None = None) -> list[Path]:
     """The document paths of a ``ProjectionExpression``, names resolved."""
     parser = _Parser(text, names or {})
@@ -425,11 +371,8 @@ def parse_projection(text: str, names: Mapping[str, str] | None = None) -> list[
 
 
 def project(item: Item, paths: list[Path]) -> Item:
-    """``item`` with only ``paths``, as DynamoDB projects it.
-
-    A path that leads nowhere adds nothing; list elements keep their order and
-    close up (``l[3], l[1]`` gives a two-element list, ``l[1]`` first).
-    """
+    """``item`` with only ``paths``, as DynamoDB projects it (list elements keep their
+    order and close up: ``l[3], l[1]`` gives ``l[1]`` then ``l[3]``)."""
     tree: dict[Any, Any] = {}
     for path in paths:
         node: Any = tree

@@ -1,11 +1,5 @@
-"""Contention: what a transaction does about an item another transaction has locked.
-
-Wound-wait by start order (ids sort by start time): an older transaction rolls
-a younger holder back (patiently, see :meth:`ItemContention._outwait_younger`);
-a younger one waits for an older holder, up to ``lock_wait``. A holder whose
-record makes no progress for ``stale_after`` (on the waiter's monotonic clock)
-is rolled back whatever its age.
-"""
+"""Contention: wound-wait by start order (an older transaction rolls a younger holder back,
+a younger one waits up to ``lock_wait``); a holder stale for ``stale_after`` is rolled back."""
 
 from __future__ import annotations
 
@@ -34,8 +28,7 @@ class Contention(enum.Enum):
 
 
 class Patience(typing.Protocol):
-    """The settings a wait reads from its :class:`~ddbtx.TransactionManager` (its pauses
-    are :class:`~ddbtx._effects.Sleep` effects: the driver sleeps, on the manager's clock)."""
+    """The settings a wait reads from its :class:`~ddbtx.TransactionManager`."""
 
     @property
     def contention(self) -> Contention: ...
@@ -136,15 +129,11 @@ class ItemContention:
         self.waiter = Waiter(tx.manager)
 
     def contend(self, owner: str) -> Step[bool]:
-        """The item is locked by ``owner``: wound it, wait, or help it complete.
-
-        Returns True after a wait, so the caller next reads the item (one request)
-        instead of retrying its lock (a failed write and then that read anyway).
-        """
+        """The item is locked by ``owner``: wound it, wait, or help it complete. True after
+        a wait: the caller reads the item next instead of retrying its lock."""
         waiter = self.waiter
         if waiter.watching(owner):
-            # A holder already judged worth waiting for: its record is read again
-            # only once it may have gone stale or the wait is over, not on every poll.
+            # Its record is read again only once it may be stale or the wait is over.
             if not waiter.expired():
                 yield from waiter.pause()
                 return True
@@ -171,8 +160,7 @@ class ItemContention:
             yield from self.p.undo(owner, req.table, req.key, item)
 
     def _wait_for_decided(self, owner: str, header: Header) -> Step[bool]:
-        """A decided holder's coordinator is releasing its items right now: helping would
-        only repeat that work. It is completed here once the wait shows it is not."""
+        """A decided holder is likely releasing its items: completed here only after a wait."""
         waiter = self.waiter
         stale = waiter.holder_is_stale(owner, header.version, decided=True)
         if stale or waiter.expired() or waiter.grace_over():
@@ -197,20 +185,11 @@ class ItemContention:
         return True
 
     def _outwait_younger(self, owner: str, header: Header) -> Step[bool]:
-        """Wound-wait, patiently: wait for a younger, running holder; roll it back when needed.
-
-        A younger holder that is running will most likely commit soon, and rolling
-        it back wastes its work and its retry. It is rolled back once it marks
-        itself waiting (it is blocked on an older transaction: waiting for it could
-        be a deadlock) or ``wound_patience`` is over (it may be idle, or blocked on
-        a younger one of its own). While it is pending its locks stay put, so each
-        poll reads its TX record alone. Returns True once it is no longer pending
-        (the caller reads the item next), False after rolling it back.
-        """
+        """Wound-wait, patiently: a running younger holder will likely commit soon."""
         current: Header | None = header
         while current is not None and current.state == s.STATE_PENDING and not current.completed:
-            # wound: the older transaction rolls back a younger holder that is blocked,
-            # or that kept it waiting past its patience.
+            # wound: a younger holder that is blocked (waiting could deadlock), or that
+            # kept it waiting past its patience.
             if current.waiting or self.waiter.impatient():
                 yield from self.p.settle(owner, by=self.tx.id)
                 return False

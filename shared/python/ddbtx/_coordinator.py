@@ -1,13 +1,4 @@
-"""One transaction as its coordinator drives it, as steps: the requests, and what the
-record says when another party decided first.
-
-:class:`CoordinatorSteps` decides what a coordinator sends and what each answer means,
-and sends nothing itself (:mod:`ddbtx._effects`). The sync
-:class:`~ddbtx.transaction.Transaction` is one, each public method running one of its
-steps on the sync driver; an asyncio transaction runs the same steps on its own. The
-request flow is plan, add, lock (+apply); the end (decide, then complete) is
-:class:`~ddbtx._ending.Ending`'s (the step table is at the top of :mod:`ddbtx._protocol`).
-"""
+"""One transaction as its coordinator drives it, as steps (either driver's transaction)."""
 
 from __future__ import annotations
 
@@ -70,12 +61,7 @@ class Manager(Patience, HasReads, typing.Protocol):
 
 
 class CoordinatorSteps:
-    """One coordinator of one transaction: its state, and its protocol as steps.
-
-    The TX record, not this object's memory, says what the transaction holds
-    (:class:`~ddbtx._view.RecordView`), so any number of coordinators may work on
-    one transaction, each its own object, in any process and on either driver.
-    """
+    """One coordinator of one transaction (the TX record says what the transaction holds)."""
 
     def __init__(self, manager: Manager, tx_id: str, *, transaction_id: str | None = None) -> None:
         self.manager = manager
@@ -111,8 +97,6 @@ class CoordinatorSteps:
             f"requests={len(self.record.requests)})"
         )
 
-    # -- the request flow: plan, add, lock (+apply) ---------------------------------------
-
     def request(self, op: Op, params: dict[str, Any]) -> Step[dict[str, Any]]:
         """One request (boto3's parameters): its answer once its item is locked and written."""
         self.check_pending()
@@ -128,8 +112,7 @@ class CoordinatorSteps:
         return (yield from self.guarded(self.steps.lock_and_apply(local)))
 
     def write_many(self, requests: list[dict[str, Any]]) -> Step[list[dict[str, Any]]]:
-        """Several writes (``TransactItems``' shape): one add for all, then every lock and
-        write at once; the answers in order."""
+        """Several writes (``TransactItems``' shape): one add, then every lock at once."""
         self.check_pending()
         batch = parse_batch(requests)
         reqs = []
@@ -148,17 +131,14 @@ class CoordinatorSteps:
         return (yield from self.guarded(gather(self.steps.lock_and_apply(loc) for loc in locals_)))
 
     def read_many(self, table: str, keys: list[Item]) -> Step[list[Item | None]]:
-        """Read-lock every key of ``table`` (one add, then every lock at once): each item's
-        value under its lock, None where there is none; items already held read as this
-        transaction sees them."""
+        """Read-lock every key of ``table`` (one add, then every lock at once); each value."""
         self.check_pending()
         requests = []
         for key in keys:
             requests.append((yield from self.build("get", {"TableName": table, "Key": key})))
         values: dict[str, Item | None] = {}
         if self.replay is not None:
-            # Resumed by its transaction_id: each read is matched with the recorded ones (those
-            # first, as write_many does), one at a time.
+            # Resumed by its transaction_id: matched one at a time, as write_many does.
             for req in sorted(requests, key=lambda r: r.rid not in self.record.requests):
                 values[req.rid] = (yield from self.request("get", dict(req.params))).get("Item")
             return [values[req.rid] for req in requests]
@@ -187,8 +167,7 @@ class CoordinatorSteps:
             raise TransactionRolledBackError("transaction was rolled back", tx_id=self.id)
 
     def build(self, op: Op, params: dict[str, Any]) -> Step[Request]:
-        """A validated request, its errors naming this transaction (the table's keys are
-        read once, on its first request)."""
+        """A validated request, its errors naming this transaction."""
         table = params.get("TableName") if isinstance(params, dict) else None
         try:
             key_types = (
@@ -208,9 +187,7 @@ class CoordinatorSteps:
         if known is None:
             return Local(request=req, nonce=new_nonce())
         if not known.confirmed:
-            # An earlier call on this item was interrupted (throttling, a network
-            # error), or made by an earlier attempt with this transaction_id: the
-            # same request again resumes it, idempotently.
+            # An interrupted call (or an earlier attempt's): the same request resumes it.
             if not same_request(known.request, req):
                 raise DuplicateRequestError(
                     "another coordinator of this transaction wrote this item; a resumed "
@@ -229,9 +206,7 @@ class CoordinatorSteps:
 
     @staticmethod
     def _next_write(known: Local, req: Request) -> Local:
-        """A write to an item this transaction holds, under the same lock: the upgrade of
-        its read lock, or its next write (applied over the earlier ones; the image stays
-        the one from before the transaction)."""
+        """A write to an item this transaction holds: its read lock's upgrade, or a rewrite."""
         prior = None
         if known.request.op != "get":
             op = known.request.op
@@ -253,11 +228,7 @@ class CoordinatorSteps:
         )
 
     def add(self, locals_: list[Local]) -> Step[list[Local]]:
-        """add: record the requests (those already recorded, retried, are skipped).
-
-        Returns the requests to lock: ``locals_``, or for an exactly-once
-        transaction run by two attempts at once, the other's equal requests.
-        """
+        """add: record the requests; those to lock (maybe another attempt's equal ones)."""
         fresh = [loc for loc in locals_ if loc is not self.record.requests.get(loc.request.rid)]
         if not fresh:
             return locals_
@@ -270,8 +241,7 @@ class CoordinatorSteps:
         return locals_
 
     def _refused(self, locals_: list[Local], refused: AddRefused) -> Step[list[Local]]:
-        """An add refused: join another attempt's equal requests, or raise why (rolling
-        back first when part of the batch was recorded)."""
+        """An add refused: join another attempt's equal requests, or roll back and raise."""
         joins = self.transaction_id is not None and type(refused.error) is DuplicateRequestError
         try:
             joined = (yield from join(self, locals_)) if joins else None
@@ -325,8 +295,6 @@ class CoordinatorSteps:
             )
         return wrap(user_view(item))
 
-    # -- settling from the record ---------------------------------------------------------
-
     def pending_header(self) -> Step[Header]:
         """The record as it is now, if still pending; otherwise complete it and raise."""
         header = yield from self.p.records.read_header(self.id)
@@ -336,9 +304,7 @@ class CoordinatorSteps:
         return header
 
     def decided(self, header: Header | None) -> Step[TransactionError]:
-        """Another coordinator decided (or a janitor deleted) this transaction: help it
-        complete, leave nothing of ours, and tell the caller who won (a step whose result
-        is the error to raise)."""
+        """Another party decided this transaction: help complete it; the error to raise."""
         if header is None:
             return (yield from self.gone())
         yield from self.record.follow(header)
@@ -357,16 +323,13 @@ class CoordinatorSteps:
         )
 
     def undo_late_locks(self) -> Step[None]:
-        """Once a record is completed or gone, any lock of ours on an item was taken late
-        (this coordinator was paused): a stray, undone."""
+        """Once the record is completed or gone, a lock of ours is a late stray: undone."""
         touched = list(self.record.touched.values())
         yield from gather(self.p.undo(self.id, req.table, req.key, None) for req in touched)
 
     def gone(self) -> Step[TransactionRolledBackError | TransactionOutcomeUnknownError]:
-        """The record was deleted: only janitors delete a record nobody completed here,
-        and they never commit a pending one, so to this caller it was rolled back, unless
-        this coordinator sent a commit decision whose fate it never learned (a step whose
-        result is the error to raise)."""
+        """The record was deleted (janitors never commit a pending one): rolled back, unless
+        a commit decision of ours went unanswered. The error to raise."""
         yield from self.undo_late_locks()
         self.record.completed = True
         if self.record.commit_unanswered:
@@ -378,12 +341,10 @@ class CoordinatorSteps:
         )
 
     def check_known(self) -> None:
-        """A transaction whose record vanished behind a lost commit answer stays unknown."""
         if self.record.completed and self.record.commit_unanswered:
             raise self.outcome_unknown()
 
     def outcome_unknown(self) -> TransactionOutcomeUnknownError:
-        """The error for a commit whose answer was lost before its record went."""
         return TransactionOutcomeUnknownError(
             "the TX record is gone after a commit decision whose answer was lost: "
             "it committed, or was rolled back first; the items show which",

@@ -1,25 +1,16 @@
-"""The sync driver: runs a protocol step (:mod:`ddbtx._effects`) on a boto3 client.
-
-It only carries requests and answers; every decision is the step's.
-"""
+"""The sync driver: runs a protocol step (:mod:`ddbtx._effects`) on a boto3 client."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ._effects import Call, Gather, Run, Sleep, Step, first_failure
 
 T = TypeVar("T")
 #: How a gather's steps run: ``parallel(run_one, steps)``, results (or exceptions) in order.
 Parallel = Callable[[Callable[[Step[Any]], Any], list[Step[Any]]], list[Any]]
-
-
-class Runner(Protocol):
-    """What runs a step to its end for a caller that blocks (a manager's :meth:`run`)."""
-
-    def __call__(self, step: Step[T], /) -> T: ...
 
 
 def one_by_one(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:
@@ -34,8 +25,7 @@ def one_by_one(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> l
 
 
 def perform(client: Any, sleep: Callable[[float], Any], effect: Call | Sleep) -> Any:
-    """Send a :class:`Call` through ``client``, or sleep: the answer, or for an asyncio
-    client and sleep, the awaitable of it (so both drivers perform effects alike)."""
+    """Send a :class:`Call` through ``client``, or sleep: the answer (or its awaitable)."""
     if isinstance(effect, Call):
         return getattr(client, effect.operation)(**effect.params)
     return sleep(effect.seconds)
@@ -47,17 +37,7 @@ def drive(
     sleep: Callable[[float], None] = time.sleep,
     parallel: Parallel = one_by_one,
 ) -> T:
-    """Run ``step`` to its end on ``client`` (a boto3 DynamoDB client); its result.
-
-    A :class:`Gather`'s steps run through ``parallel`` (the manager's bounded pool),
-    each driven here too; the first failure, in order, is thrown in after all ended.
-
-    Examples
-    --------
-    >>> from ddbtx._effects import request
-    >>> drive(request("describe_table", TableName="Accounts"), client)  # doctest: +SKIP
-    {'Table': {...}}
-    """
+    """Run ``step`` to its end on ``client`` (boto3); gathers through ``parallel``."""
     for effect in (run := Run(step)):
         with run.outcome() as out:
             out.value = (

@@ -1,32 +1,9 @@
 """Requests as values: the protocol core says what to send, a driver sends it.
 
-A protocol step is a generator (:data:`Step`) that yields an :data:`Effect` each time
-it needs the outside world (a DynamoDB call, a pause) and is resumed with the answer,
-or has the failure thrown in at that very ``yield``, exactly where a blocking call
-would have raised. Nothing here performs I/O, so the same step runs unchanged under
-the sync driver (:mod:`ddbtx._drive`: boto3, threads), the asyncio driver
-(:mod:`ddbtx.aio._drive`: aiobotocore, tasks) and a deterministic explorer that
-interleaves many steps on one thread.
-
-:class:`Run` is the one place that advances a step and turns what a driver got
-back into what the step sees: a response without its metadata, or a botocore
-``ClientError`` translated into a :class:`~ddbtx.errors.DynamoDBError` that keeps
-the cause (:func:`~ddbtx.errors.translate`). A driver only performs effects.
-
-Examples
---------
->>> def read(table: str, key: dict) -> Step[dict | None]:
-...     response = yield from request("get_item", TableName=table, Key=key)
-...     return response.get("Item")
->>> step = read("Accounts", {"id": {"S": "alice"}})
->>> for effect in (run := Run(step)):
-...     print(effect)
-...     with run.outcome() as out:
-...         out.value = {"Item": {"id": {"S": "alice"}}, "ResponseMetadata": {}}
-Call(operation='get_item', params={'TableName': 'Accounts', 'Key': {'id': {'S': 'alice'}}})
->>> run.result
-{'id': {'S': 'alice'}}
-"""
+A step (:data:`Step`) is a generator that yields an :data:`Effect` (a call, a pause) and is
+resumed with the answer or has the failure thrown in at that ``yield``, so one step runs
+unchanged on either driver and the explorer. :class:`Run` advances a step and translates
+what a driver got back; a driver only performs effects."""
 
 from __future__ import annotations
 
@@ -66,18 +43,14 @@ class Sleep:
 
 @dataclass(frozen=True, slots=True)
 class Gather:
-    """Independent steps to run at once (the sync driver's pool, asyncio tasks, or the
-    explorer's interleaving); answered with their results in order. Every step runs
-    to its end before the first failure, in order, is thrown in."""
+    """Steps to run at once; every one ends before the first failure is thrown in."""
 
     steps: tuple[Step[Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What a :class:`Call` answers: the response without ``ResponseMetadata``, and
-    whether the SDK sent the request more than once (an earlier attempt may then have
-    been applied behind a lost answer)."""
+    """A :class:`Call`'s response without ``ResponseMetadata``, and whether it was resent."""
 
     response: dict[str, Any]
     resent: bool
@@ -89,11 +62,7 @@ Step: TypeAlias = Generator[Effect, Any, T]
 
 
 def request(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
-    """The step of one DynamoDB call: its response (a dict), or the translated error raised.
-
-    ``resent``, if given, gets whether the SDK sent the request more than once,
-    whether it was answered or failed (a refused retry may follow an applied attempt).
-    """
+    """The step of one call: its response; ``resent`` gets whether the SDK resent it."""
     try:
         reply: Reply = yield Call(operation, params)
     except DynamoDBError as exc:
@@ -106,8 +75,7 @@ def request(operation: str, *, resent: list[bool] | None = None, **params: Any) 
 
 
 def was_resent(exc: BaseException) -> bool:
-    """Whether the SDK sent the request that failed with ``exc`` (a translated error)
-    more than once; an unknown count is taken as resent."""
+    """Whether the SDK sent the request that failed with ``exc`` more than once."""
     response = getattr(exc.__cause__, "response", None)
     meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
     return int(meta.get("RetryAttempts", 1)) > 0
@@ -119,11 +87,8 @@ def pause(seconds: float) -> Step[None]:
 
 
 def gather(steps: Iterable[Step[T]]) -> Step[list[T]]:
-    """The step of running ``steps`` at once: their results, in order.
-
-    A step's result must not be an exception: drivers take one for that step's failure
-    (asyncio's ``gather`` returns both alike), so a step returning one boxes it.
-    """
+    """The step of running ``steps`` at once: their results, in order. A result must not
+    be an exception (drivers take one for a failure), so a step returning one boxes it."""
     results: list[T] = yield Gather(tuple(steps))
     return results
 
@@ -136,18 +101,9 @@ def first_failure(outcomes: Iterable[object]) -> None:
 
 
 def insert_new(
-    table: str,
-    item: dict[str, Any],
-    condition: str,
-    key: str,
-    *,
-    resent: list[bool] | None = None,
+    table: str, item: dict[str, Any], condition: str, key: str, *, resent: list[bool] | None = None
 ) -> Step[bool]:
-    """PutItem of a row that must not exist yet (``condition`` names ``key`` as ``#id``).
-
-    False when the condition failed: the row exists (possibly our own put, its
-    response lost and the SDK's retry refused: ``resent`` tells, as for :func:`request`).
-    """
+    """PutItem of a row that must not exist yet (``#id``: ``key``); False when it does."""
     try:
         yield from request(
             "put_item",
@@ -163,8 +119,7 @@ def insert_new(
 
 
 def failure(exc: ClientError, call: Call) -> DynamoDBError:
-    """``exc`` as the :class:`DynamoDBError` a step sees, caused by ``exc`` (as ``raise
-    ... from exc`` would set it)."""
+    """``exc`` as the :class:`DynamoDBError` a step sees, caused by ``exc``."""
     error = translate(exc, call.tables())
     error.__cause__ = exc
     error.__suppress_context__ = True
@@ -178,19 +133,12 @@ def reply_to(response: dict[str, Any]) -> Reply:
 
 
 class _Outcome:
-    """Where a driver puts what performing the current effect gave (see :meth:`Run.outcome`)."""
-
     value: Any = None
 
 
 class Run(Generic[T]):
-    """One step being driven: the effect it waits on, or its result once done.
-
-    A driver iterates over the run's effects; it performs each inside ``with
-    run.outcome() as out`` and sets ``out.value``; whatever the effect raised
-    instead is thrown into the step (a ``ClientError`` translated first). Any
-    exception the step itself raises leaves the ``with`` to the driver's caller.
-    """
+    """One step being driven: a driver performs each effect inside ``with run.outcome() as
+    out``, setting ``out.value``; what it raises instead is thrown into the step."""
 
     def __init__(self, step: Step[T]) -> None:
         self._step = step

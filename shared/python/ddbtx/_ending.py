@@ -1,9 +1,4 @@
-"""The end of a transaction as its coordinator drives it, as steps: decide, then
-complete; roll back; delete the completed record.
-
-:class:`Ending` belongs to one coordinator (:class:`~ddbtx._coordinator.CoordinatorSteps`)
-and reads and moves that coordinator's view of the record; it sends nothing itself.
-"""
+"""The end of a transaction, as steps: commit (decide, then complete), roll back, delete."""
 
 from __future__ import annotations
 
@@ -47,12 +42,7 @@ class Ending:
         self.tx = tx
 
     def commit(self) -> Step[None]:
-        """commit + complete: decide the transaction committed, then unlock every item.
-
-        Every request the record names is caught up (locked and applied under
-        the recorded nonce) before the decision, which is made only at the
-        version this coordinator has seen in full.
-        """
+        """commit + complete, as :meth:`ddbtx.Transaction.commit`."""
         tx, record = self.tx, self.tx.record
         if record.state == s.STATE_COMMITTED:
             yield from self.complete()
@@ -89,8 +79,7 @@ class Ending:
         )
 
     def _commit_empty(self, caller_id: str) -> Step[None]:
-        """An exactly-once transaction with no request is still recorded committed, so that
-        a retry with its id does not run the work again (one write)."""
+        """An exactly-once transaction with no request is still recorded committed."""
         tx, record = self.tx, self.tx.record
         resent: list[bool] = []
         records = tx.p.records
@@ -101,10 +90,8 @@ class Ending:
             header = yield from records.read_header(tx.id)
             # Refused after a resend and gone: maybe our own committed record, deleted.
             record.commit_unanswered |= header is None and any(resent)
-            if header is None or header.state == s.STATE_ROLLED_BACK:
-                raise (
-                    yield from tx.decided(header)
-                )  # fenced by a retry with the same id: rolled back
+            if header is None or header.state == s.STATE_ROLLED_BACK:  # fenced by a retry
+                raise (yield from tx.decided(header))
             if header.state != s.STATE_COMMITTED:  # only this object creates it
                 raise TransactionError("the record appeared pending", tx_id=tx.id)
         record.state = s.STATE_COMMITTED
@@ -129,7 +116,6 @@ class Ending:
         record.completed = True
 
     def rollback(self) -> Step[None]:
-        """Roll back: restore every item to its state before the transaction and unlock it."""
         tx, record = self.tx, self.tx.record
         if record.state == s.STATE_ROLLED_BACK:
             yield from self.complete()
@@ -162,7 +148,6 @@ class Ending:
             logger.exception("rollback of %s after a failed request did not complete", self.tx.id)
 
     def delete(self) -> Step[None]:
-        """delete: remove the completed TX record (the caller has noted the outcome)."""
         tx, record = self.tx, self.tx.record
         if not record.created:
             return

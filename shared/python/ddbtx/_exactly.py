@@ -1,23 +1,6 @@
-"""Exactly-once transactions keyed by the caller's id (``transaction_id=``).
-
-The caller's id is *not* the transaction's id: internal ids sort by start time
-and wound-wait compares them, so a caller's id (which does not sort by age)
-never becomes a priority. An alias row (:mod:`ddbtx._alias`) names the
-internal transaction that carries the caller's id, and a second attempt acts
-on that transaction's state:
-
-=================  ===========================================================
-record             a new attempt with the same id
-=================  ===========================================================
-pending            resumes it: the work runs again and its requests are matched
-                   with the recorded ones (:class:`Replay`); none applies twice
-committed          gets it back already committed (``tm.run`` skips the work)
-rolled back        starts over: a new transaction, the alias moved to it
-none               fences the named id with a rolled-back record (its
-                   coordinator may be alive and about to create it: it then
-                   finds it rolled back), then starts over
-=================  ===========================================================
-"""
+"""Exactly-once transactions keyed by the caller's id (``transaction_id=``): checking the
+id, replaying a pending transaction's requests, joining a concurrent attempt (what a
+second attempt does in each state: docs/transactions.md, "Exactly-once ids")."""
 
 from __future__ import annotations
 
@@ -64,8 +47,7 @@ def check_transaction_id(value: object) -> str:
 
 
 class Resumed(typing.Protocol):
-    """What a replay and a join use of their coordinator
-    (:class:`~ddbtx._coordinator.CoordinatorSteps`)."""
+    """What a replay and a join use of their coordinator."""
 
     @property
     def id(self) -> str: ...
@@ -79,9 +61,6 @@ class Resumed(typing.Protocol):
     def pending_header(self) -> Step[Header]: ...
     def catch_up(self, pending: list[Local]) -> Step[None]: ...
     def abort(self) -> Step[None]: ...
-
-
-# --- matching a run's requests with the recorded ones --------------------------------
 
 
 def _canonical(value: dict[str, Any]) -> Any:
@@ -117,35 +96,12 @@ def _canonical_params(req: Request) -> dict[str, Any]:
 
 
 def same_request(a: Request, b: Request) -> bool:
-    """Whether two requests are the same request, as recorded and as made again.
-
-    A recorded request comes back from DynamoDB, which may spell numbers and
-    order sets differently: values are compared as DynamoDB compares them.
-    """
+    """Whether two requests are the same, values compared as DynamoDB compares them."""
     return a.op == b.op and a.rid == b.rid and _canonical_params(a) == _canonical_params(b)
 
 
 class Replay:
-    """A pending transaction resumed by its caller's id, while its work runs again.
-
-    The work is expected to make the recorded requests again before any other
-    (as a deterministic retry does), in any order: each must equal the
-    recorded one on its item and is not applied again. A read of an item the
-    earlier attempt later wrote (the record keeps the write) is answered with
-    the item as it was before the transaction, as that read was. A request on
-    an item the record does not name, while recorded ones are still to come,
-    means the id was reused for other work: :class:`TransactionIdReusedError`,
-    and nothing is written. A commit before every recorded request came again
-    raises it too (rolling back first if this run recorded requests of its own).
-
-    An item written several times keeps only its last write in the record,
-    with its number: the run's earlier writes to it were applied already (a
-    write is recorded only once the one before it is) and are neither applied
-    again nor compared. What an earlier attempt saw between them (a read, old
-    or new values of a write) is not kept: such a request rolls the
-    transaction back (:class:`TransactionRolledBackError`, which ``tm.run``
-    retries), and the work starts over in a new transaction.
-    """
+    """A pending transaction resumed by its caller's id: its requests matched with the record's."""
 
     def __init__(self, tx: Resumed) -> None:
         self.tx = tx
@@ -195,7 +151,6 @@ class Replay:
         raise self._reused(req, "the request differs from the one recorded on this item")
 
     def _answer(self, local: Local) -> Step[dict[str, Any]]:
-        """The answer to a request an earlier attempt made and this run makes again."""
         req = local.request
         if req.op == "get" or req.return_values in ("ALL_NEW", "UPDATED_NEW"):
             item = (yield from self.tx.own(local)).get("Item", {})
@@ -203,8 +158,8 @@ class Replay:
         return return_values(local, {})
 
     def _read_before_write(self, local: Local) -> Step[dict[str, Any]]:
-        """A read the earlier attempt made of an item it then wrote: the item before the
-        transaction, as that read saw it (the write is caught up first, which saves it)."""
+        """A read of an item the earlier attempt then wrote: the item before the transaction
+        (the write is caught up first, which saves it)."""
         tx = self.tx
         for _ in range(COMMIT_ROUNDS):
             if local.confirmed:
@@ -236,9 +191,7 @@ class Replay:
         )
 
     def _start_over(self, req: Request, what: str) -> Step[TransactionRolledBackError]:
-        """A request whose answer the record does not keep: roll back, so the work can
-        run again from the start in a new transaction under the same id (a step whose
-        result is the error to raise)."""
+        """A request whose answer the record does not keep: roll back (the work starts over)."""
         yield from self.tx.abort()
         return TransactionRolledBackError(
             f"resumed by its transaction_id, the transaction cannot answer {what} to this "
@@ -258,12 +211,7 @@ class Replay:
 
 
 def join(tx: Resumed, locals_: list[Local]) -> Step[list[Local] | None]:
-    """Two attempts of one id at once: requests another recorded first are ours to join.
-
-    Returns the requests to go on with, or None when the refusal was not
-    about the same items (the caller raises it). A different request on the
-    same item means the id carries other work.
-    """
+    """Two attempts of one id at once: the other's equal requests, or None (other items)."""
     header = yield from tx.pending_header()
     yield from tx.record.follow(header)
     out: list[Local] = []

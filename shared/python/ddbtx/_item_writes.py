@@ -1,17 +1,7 @@
-"""The requests item steps send to an item, and what a refusal of one means.
-
-Every write the item steps make to take an item's lock or to write under it
-(lock, apply, mark deleted, a rewrite) goes out through :class:`ItemWrites`: a
-conditional UpdateItem or PutItem that names only the placeholders its expressions
-use; so do a saved image's rows, and the two probes that evaluate a request's own
-condition where the lock's write cannot (the *verdict* on a free item, and a delete
-of a key that cannot exist for an absent one). Releasing a lock is the protocol's
-(:class:`ddbtx._protocol.Protocol`). This module is the one place the item steps'
-requests are sent (``request`` below), so a harness that rewrites them patches it here.
-
-Each is a step (:mod:`ddbtx._effects`); the lock, apply and rewrite steps that
-decide what to send are :mod:`ddbtx._steps`, :mod:`ddbtx._apply` and
-:mod:`ddbtx._rewrite`.
+"""The requests item steps send to an item (lock, apply, mark deleted, rewrite, a saved
+image, the condition probes), and what a refusal means. The one place they are sent
+(``request`` below), so a harness that rewrites them patches it here; a release is
+:class:`ddbtx._protocol.Protocol`'s.
 """
 
 from __future__ import annotations
@@ -49,8 +39,7 @@ class Identified(typing.Protocol):
 
 
 class Holder(typing.Protocol):
-    """What a write under the item's lock (:mod:`ddbtx._apply`, :mod:`ddbtx._rewrite`)
-    uses of the steps that took the lock (:class:`ddbtx._steps.ItemSteps`)."""
+    """What a write under the lock uses of :class:`ddbtx._steps.ItemSteps`."""
 
     @property
     def tx(self) -> Identified: ...
@@ -62,7 +51,7 @@ class Holder(typing.Protocol):
 
 
 class ItemWrites:
-    """The requests of one transaction's item steps (any of its coordinators) to its items."""
+    """The requests of one transaction's item steps to its items."""
 
     def __init__(self, tx: Identified, p: Protocol) -> None:
         self.tx = tx
@@ -76,13 +65,8 @@ class ItemWrites:
         values[":ddbtxl"] = {"S": new_lock_value(self.tx.id, local.nonce)}
         return names, values
 
-    # -- conditions on the item's logical state -------------------------------------------
-
     def check_condition_now(self, local: Local, *, absent: bool) -> Step[None]:
-        """Raise :class:`ConditionalCheckFailedError` if the request's condition is false now.
-
-        Returns when it holds, or when the item is locked again (the caller retries).
-        """
+        """verdict: raise if the request's condition is false on the free item now."""
         req = local.request
         if absent:
             yield from self.check_on_absent(local)
@@ -125,8 +109,6 @@ class ItemWrites:
             "the request's condition is false", tx_id=self.tx.id, table=req.table, key=req.key
         )
 
-    # -- save image -----------------------------------------------------------------------
-
     def image_attrs(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
         """save image: in the item while both copies fit, else in the images table."""
         image = local.pre
@@ -141,8 +123,7 @@ class ItemWrites:
         return {s.ATTR_IMAGE: {"M": image}}
 
     def save_image(self, local: Local, image: Item) -> Step[None]:
-        """save image: one too large to ride inside the item goes to the images table
-        (over several rows near 400 KB, all written before the item names them)."""
+        """save image: to the images table, every row before the item names it."""
         rows = self.p.image_rows(self.tx.id, local.request.rid, image)
         if len(rows) == 1:
             yield from request("put_item", TableName=self.p.images_table, Item=rows[0])
@@ -150,8 +131,6 @@ class ItemWrites:
             puts = [{"PutRequest": {"Item": r}} for r in rows]
             yield from self.p.write_batches(self.p.images_table, puts)
         local.external_image = True
-
-    # -- the conditional writes -------------------------------------------------------------
 
     def guarded_put(
         self,
@@ -199,8 +178,7 @@ class ItemWrites:
         values: dict[str, Any],
         **extra: Any,
     ) -> Step[dict[str, Any]]:
-        """One conditional UpdateItem of the request's item, passing only the placeholders
-        its expressions use (DynamoDB rejects unused ones)."""
+        """One conditional UpdateItem, passing only the placeholders its expressions use."""
         used_values = _used(values, update, condition)
         passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
         response: dict[str, Any] = yield from request(

@@ -1,10 +1,4 @@
-"""What both transaction managers are made of: their settings, their stores and reads,
-how they name and open transactions, and the decisions around a block of work.
-
-The sync :class:`~ddbtx.transaction.TransactionManager` and the asyncio one
-(:mod:`ddbtx.aio`) derive from :class:`ManagerCore`; they differ only in how they
-run a step (the sync driver, or the asyncio one) and in the transactions they make.
-"""
+"""What both transaction managers (sync and asyncio) are made of."""
 
 from __future__ import annotations
 
@@ -54,13 +48,12 @@ class AlreadyCommitted:
 
 
 class ManagerCore(Generic[Tx]):
-    """A manager's settings and parts (see :class:`~ddbtx.TransactionManager` for each
-    parameter); ``sleep`` is the one its protocol's blocking driver uses."""
+    """A manager's settings and parts (parameters: :class:`~ddbtx.TransactionManager`)."""
 
     protocol: Protocol
     reads: Reads
-    #: Whether ``max_workers`` threads share the client's connection pool (the sync
-    #: driver's), so a smaller pool is worth a warning; aiohttp's queues for a connection.
+    #: Whether ``max_workers`` threads share the client's connection pool (a smaller pool
+    #: is worth a warning); aiohttp's queues for a connection instead.
     sized_pool = True
 
     def __init__(
@@ -127,18 +120,15 @@ class ManagerCore(Generic[Tx]):
         raise NotImplementedError
 
     def new_id(self, priority: str | None) -> str:
-        """A new transaction id, as old as ``priority`` when given (wound-wait)."""
         clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
         return new_tx_id(clock_ns, priority=priority)
 
     def new_transaction(self, priority: str | None = None) -> Tx:
-        """A new transaction (nothing is written until its first request)."""
         return self.make(self.new_id(priority))
 
 
 def deletes(delete: bool | None, transaction_id: str | None) -> bool:
-    """Whether a ``transaction()`` block deletes its record on exit (the default: unless
-    it carries a ``transaction_id``, which the record remembers)."""
+    """Whether a ``transaction()`` block deletes its record (not one a transaction_id keeps)."""
     if delete is None:
         return transaction_id is None
     if delete and transaction_id is not None:
@@ -147,8 +137,8 @@ def deletes(delete: bool | None, transaction_id: str | None) -> bool:
 
 
 def closing(tx: CoordinatorSteps, failure: BaseException | None, delete: bool) -> Step[None]:
-    """The end of a ``transaction()`` block: commit (and delete) after a normal exit; after
-    ``failure``, roll back (and delete) without hiding it (the caller re-raises it)."""
+    """The end of a ``transaction()`` block: commit, or after ``failure`` roll back without
+    hiding it (the caller re-raises it); then delete if asked."""
     if failure is None:
         yield from tx.end.commit()
         if delete:
@@ -169,9 +159,7 @@ RETRIED = (TransactionCommittedError, TransactionRolledBackError, TransactionCon
 
 
 class Attempts:
-    """The attempts of ``run``: the options of each one's ``transaction()`` block (a
-    retry is as old as the first attempt, so under wound-wait it only gets older), and
-    what follows one's end."""
+    """The attempts of ``run`` (a retry is as old as the first attempt)."""
 
     def __init__(self, attempts: int, transaction_id: str | None) -> None:
         if attempts < 1:
@@ -182,14 +170,12 @@ class Attempts:
         self.tx: CoordinatorSteps | None = None
 
     def options(self) -> dict[str, Any]:
-        """The next attempt's ``transaction()`` options."""
         self.left -= 1
         self.tx = None
         return {"priority": self.priority, "transaction_id": self.transaction_id}
 
     def began(self, tx: CoordinatorSteps) -> AlreadyCommitted | None:
-        """The attempt's transaction is open: what ``run`` returns without running the
-        work (an earlier attempt with the id committed it), or None to run it."""
+        """The attempt's transaction is open: ``run``'s result if already committed, or None."""
         self.tx = tx
         self.priority = self.priority or tx.id
         if tx.already_committed:
@@ -197,11 +183,10 @@ class Attempts:
         return None
 
     def failed(self, exc: Exception) -> AlreadyCommitted | None:
-        """The attempt failed with ``exc`` (one of :data:`RETRIED`): what ``run`` returns
-        (another attempt with the id committed it), None to try again, or ``exc`` raised."""
+        """The attempt failed with ``exc``: ``run``'s result (another attempt with the id
+        committed), None to try again, or ``exc`` raised."""
         tx = self.tx
         if isinstance(exc, TransactionCommittedError):
-            # Another attempt with the same id committed this transaction meanwhile.
             if tx is None or self.transaction_id is None or exc.tx_id != tx.id:
                 raise exc
             return AlreadyCommitted(self.transaction_id, tx.id)
@@ -217,8 +202,7 @@ OWN_ATTEMPTS = 10
 def own_transaction(
     new: Callable[[str | None], CoordinatorSteps], op: Op, params: dict[str, Any]
 ) -> Step[dict[str, Any]]:
-    """One request in a transaction of its own (made by ``new(priority)``), committed and
-    deleted, retried as ``run`` retries work; its answer."""
+    """One request in a transaction of its own, retried as ``run`` retries work."""
     tries = Attempts(OWN_ATTEMPTS, None)
     while True:
         tx = new(tries.options()["priority"])

@@ -1,8 +1,4 @@
-"""The reads of a :class:`~ddbtx.transaction.TransactionManager` outside transactions.
-
-Each delegates to :mod:`ddbtx.reads` at an :class:`Isolation` level (docs/transactions.md:
-"Reads of many items"); the manager inherits them.
-"""
+"""The reads of a :class:`~ddbtx.transaction.TransactionManager` outside transactions."""
 
 from __future__ import annotations
 
@@ -46,11 +42,8 @@ class ManagerReads:
         """One page of a Query at the given isolation level, in boto3's response shape.
 
         Takes ``Query``'s parameters (expressions, ``IndexName``, ``Limit``,
-        ``ExclusiveStartKey``, ``Select``, ...). ``COMMITTED`` returns an item
-        with an applied write as its saved image and never an item a pending
-        transaction inserted; ``UNCOMMITTED`` the items as they are, without
-        bare lock holders and pending deletes; ``SERIALIZABLE`` read-locks every
-        item returned in a short transaction. docs/transactions.md: "Reads of many items".
+        ``ExclusiveStartKey``, ``Select``, ...); the levels are :class:`Isolation`'s
+        (docs/transactions.md: "Reads of many items").
 
         Examples
         --------

@@ -1,10 +1,4 @@
-"""The manager's protocol, as steps: open the transaction that carries a caller's
-exactly-once id, take over one begun elsewhere, move one TX record along.
-
-Both managers (the sync :class:`~ddbtx.transaction.TransactionManager` and the asyncio
-one) run these steps on their driver; each makes its own kind of transaction through
-the ``make`` it gives :class:`Opener`.
-"""
+"""The manager's protocol as steps: open by exactly-once id, resume, sweep."""
 
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ RESOLVE_ROUNDS = 8
 
 
 class Opened(Resumed, typing.Protocol):
-    """What opening sets up on a transaction (:class:`~ddbtx._coordinator.CoordinatorSteps`)."""
+    """What opening sets up on a transaction."""
 
     @property
     def record(self) -> RecordView: ...
@@ -50,8 +44,7 @@ class Opener(Generic[Tx]):
         self.make = make
 
     def by_caller_id(self, caller_id: str, fresh: str) -> Step[Tx]:
-        """The transaction that carries ``caller_id``: new (as ``fresh``), resumed, or
-        already committed."""
+        """The transaction that carries ``caller_id``: new, resumed, or already committed."""
         aliases, records = self.p.aliases, self.p.records
         for _ in range(RESOLVE_ROUNDS):
             if (yield from aliases.claim(caller_id, fresh)):
@@ -83,11 +76,10 @@ class Opener(Generic[Tx]):
                 tx.replay = Replay(tx)
             return tx
         raise TransactionError(
-            f"the transaction_id {caller_id!r:.80} kept changing hands; try again",
+            f"the transaction_id {caller_id!r:.80} kept changing hands; try again"
         )
 
     def resume(self, tx_id: str) -> Step[Tx]:
-        """Take over a transaction started elsewhere; a decided one is completed first."""
         header = yield from self.p.records.read_header(tx_id)
         if header is None:
             raise TransactionNotFoundError("no such transaction", tx_id=tx_id)
@@ -109,8 +101,7 @@ class Opener(Generic[Tx]):
 def sweep(
     p: Protocol, tx_id: str, rollback_after: timedelta, delete_after: timedelta
 ) -> Step[SweepOutcome]:
-    """Move one TX record along: roll back if stale, complete if decided, delete if old
-    (ages from the record's last change, by ``p``'s clock)."""
+    """As :meth:`ddbtx.TransactionManager.sweep`."""
     header = yield from p.records.read_header(tx_id)
     if header is None:
         return SweepOutcome.MISSING

@@ -16,8 +16,7 @@ logger = logging.getLogger(__name__)
 
 
 def one_call(schemas: KeySchemas, requests: list[dict[str, Any]]) -> Step[bool]:
-    """``transact_write``'s first step: validate the batch, then write it in one
-    ``TransactWriteItems`` call when it fits one; False when the protocol must take over."""
+    """Validate the batch and write it in one call if it fits; False: the protocol's turn."""
     built: list[Request] = []
     for op, params in parse_batch(requests):
         if "ReturnValues" in params:
@@ -56,17 +55,14 @@ def native_write(requests: list[Request]) -> Step[bool]:
         kind = {"put": "Put", "update": "Update", "delete": "Delete"}[r.op]
         items.append({kind: params})
     try:
-        # Retries after a lost response are deduplicated by DynamoDB through the
-        # ClientRequestToken botocore fills in and reuses on every attempt (10
-        # minutes). moto ignores the token and dynalite lacks the call, so this
-        # is the one step no emulator test can check.
+        # A retry after a lost answer is deduplicated by botocore's ClientRequestToken
+        # (no emulator honours it: the one step no emulator test can check).
         yield from request("transact_write_items", TransactItems=items)
         return True
     except ValidationFailed as exc:
         raise InvalidRequestError(f"DynamoDB rejected the request: {exc}") from exc
     except DynamoDBError as exc:
-        # TransactionCanceledException (a condition: ours or the user's, or a
-        # conflicting native transaction) or an emulator without the API: the
-        # general protocol sorts out which, and gives the same result.
+        # A cancellation (a condition, a conflict) or an emulator without the API: the
+        # protocol sorts out which, with the same result.
         logger.debug("transact_write falls back to the protocol: %s", exc.code)
         return False

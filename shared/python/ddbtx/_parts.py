@@ -1,17 +1,7 @@
-"""Values too large for one row, kept in several: saved images and request bodies.
-
-A transaction keeps two copies of an item besides the item itself: its saved
-image (images table) and its request body (a body row of the TX record). Each
-copy shares its row with a key and a few protocol attributes, so for an item
-near DynamoDB's 400 KB limit the copy no longer fits in one row. Such a value is
-serialised, compressed and cut into parts: the first row keeps the row's usual
-key and says how many parts there are, part ``k`` lives under the same key with
-``#k`` appended to its sort key. Values that fit keep the plain one-row format
-(readable in the console, and no extra work), so only near-400 KB items pay.
-
-Writers put every part before anything names the value (the lock's
-``_tx:ext`` flag, the record's entry), and deleters remove the first row
-before the others, so a reader that finds the first row always finds them all.
+"""Values too large for one row (saved images and request bodies of items near 400 KB):
+compressed and cut into parts. The first row keeps the usual key and the count; part
+``k`` has ``#k`` appended to its sort key. Writers put every part before anything names
+the value, deleters remove the first row first: who finds it finds them all.
 """
 
 from __future__ import annotations
@@ -32,7 +22,6 @@ ROW_LIMIT = MAX_ITEM_BYTES - 1024
 
 
 def fits(row: Item) -> bool:
-    """Whether ``row`` is safely within DynamoDB's item size limit."""
     return item_size(row) <= ROW_LIMIT
 
 
@@ -42,20 +31,17 @@ def part_sort_key(sort_key: str, k: int) -> str:
 
 
 def split(value: dict[str, Any]) -> list[bytes]:
-    """The parts of one AttributeValue (at least one)."""
     data = zlib.compress(json.dumps(as_json(value), separators=(",", ":")).encode(), 6)
     return [data[i : i + PART_BYTES] for i in range(0, max(len(data), 1), PART_BYTES)]
 
 
 def join(parts: list[bytes]) -> dict[str, Any]:
-    """The AttributeValue that :func:`split` cut into ``parts`` (in order)."""
     value: dict[str, Any] = _from_json(json.loads(zlib.decompress(b"".join(parts))))
     return value
 
 
 def rows(first: Item, key: Item, sort_name: str, value: dict[str, Any]) -> list[Item]:
-    """The rows of ``value``: ``first`` (the row's key and attributes, without the
-    value) carrying part 0 and the count, then one row per further part."""
+    """The rows of ``value``: ``first`` with part 0 and the count, then the further parts."""
     parts = split(value)
     out = [{**first, s.ROW_PART: {"B": parts[0]}, s.ROW_PARTS: {"N": str(len(parts))}}]
     extra = {name: av for name, av in first.items() if name not in key}

@@ -1,52 +1,6 @@
-"""Protocol steps shared by every coordinator and janitor: the seed's vocabulary.
-
-A transaction's state lives in its TX record (written only through
-:class:`ddbtx._record.RecordStore`) and in protocol attributes on the items it
-locks. Any process can run any step for any transaction; every step is a
-conditional write that is safe to repeat, and a failed condition is settled by
-reading, never by assuming.
-
-Item lock attribute: ``"<tx id>/<nonce>"``. The nonce is chosen when a request
-is *added* to the TX record and recorded there, so a lock whose nonce the
-*record* does not name is a *stray*, left by a coordinator that was paused or
-superseded, and is always undone, never kept. "Not my nonce" is never enough:
-another coordinator of the same transaction may have taken the request over.
-
-Steps, their conditions and where they live (docs/protocol.md shows the same table):
-
-=============  ==========================================  =================================
-step           condition (name: what it guards)            function
-=============  ==========================================  =================================
-create         ``_record.CREATE``: ids are unique           ``RecordStore.create``
-add            ``_record.ADD_NEW`` / ``ADD_UPGRADE`` /      ``RecordStore.add``
-               ``ADD_REWRITE``: the entry it replaces
-lock           ``_steps.LOCK_EXISTING``: free, exists,      ``ItemSteps.lock_existing``
-               the request's own condition
-lock (insert)  ``_steps.LOCK_INSERT``: the key is absent    ``ItemSteps.lock_insert``
-verdict        ``_item_writes.VERDICT``: free and own       ``ItemWrites.check_condition_now``
-               condition false (a no-op write that tells)
-save image     (none: images are keyed by tx and request)  ``ItemWrites.save_image``
-apply          ``_apply.APPLY``: under this request's       ``Applies.apply``
-               lock, once
-mark deleted   ``_apply.HELD_BY_REQUEST``: under this       ``Applies.mark_deleted``
-               request's lock
-apply (a       ``_rewrite.REWRITE``: under the lock, over   ``Rewrites.apply``
-later write)   exactly what the earlier write left
-take over      ``_record.TAKE_OVER``: nonce unchanged       ``RecordStore.take_over``
-wait mark      ``_record.PENDING``                          ``RecordStore.mark_waiting``
-decide         ``_record.DECIDE_AT_VERSION`` (commit),      ``RecordStore.decide``
-               ``DECIDE_IF_UNCHANGED`` (sweep)
-complete       ``HELD``, ``RELEASE_APPLIED``/``_UNAPPLIED``  ``Protocol.complete_item``
-               (unlock), ``HELD`` (delete, restore)
-complete       ``_record.MARK_COMPLETED``: decided, once    ``RecordStore.mark_completed``
-(record)
-delete         ``_record.DELETE_COMPLETED``                 ``RecordStore.delete``
-alias claim    ``_alias.CLAIM``: the caller's id is free    ``AliasStore.claim``
-alias move     ``_alias.MOVE``: names the rolled-back one   ``AliasStore.move``
-fence          ``_record.CREATE``: no record yet            ``RecordStore.create_completed``
-alias delete   ``_alias.FORGET``: names this record         ``AliasStore.forget``
-=============  ==========================================  =================================
-"""
+"""Protocol steps shared by every coordinator and janitor: complete, undo, settle, delete.
+A lock whose nonce the record does not name is a *stray*, always undone (docs/protocol.md
+has the step table)."""
 
 from __future__ import annotations
 
@@ -105,8 +59,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-PROTOCOL_ITEM_ATTRS = s.ITEM_ATTRIBUTES
-
 #: complete/undo: only while this very lock still holds the item.
 HELD = "#l = :l"
 #: complete (commit): an unlock must not drop a write it believes applied...
@@ -128,11 +80,7 @@ class SweepOutcome(enum.Enum):
 
 
 class Protocol:
-    """Stateless protocol steps bound to one client, table pair and clock.
-
-    ``records`` is the one writer of TX records; the steps here work on items
-    (complete, undo) and on whole records (:meth:`settle`, :meth:`complete`).
-    """
+    """Stateless protocol steps bound to one client, table pair and clock."""
 
     def __init__(
         self,
@@ -159,23 +107,16 @@ class Protocol:
         )
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        #: Recorded requests skipped because no call can ever read or apply them (a
-        #: janitor reports the count as a metric).
+        #: Recorded requests no call can ever read or apply (a janitor's metric).
         self.skipped_requests = 0
         #: Per table: did the last put of a transaction insert or replace? (lock's first guess)
         self.put_paths: dict[str, str] = {}
-
-    # -- helpers ---------------------------------------------------------------
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def parallel(self, fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
-        """Run independent per-item steps concurrently with a bounded pool; results in order.
-
-        Every step runs to its end before the first error is raised, so no
-        step is left half-done behind the caller's back.
-        """
+        """Run per-item steps on a bounded pool; every step ends before an error is raised."""
         work = list(items)
         if self.max_workers <= 1 or len(work) <= 1:
             return [fn(w) for w in work]
@@ -187,15 +128,12 @@ class Protocol:
         return [future.result() for future in futures]
 
     def run(self, step: Step[T]) -> T:
-        """Run a protocol step on this manager's client, clock and pool (the sync driver)."""
+        """Run a step on this client, clock and pool (the sync driver)."""
         return drive(step, self.client, self.sleep, self.parallel)
 
     def write_batches(self, table: str, rows: list[dict[str, Any]]) -> Step[None]:
-        """Put or delete ``rows`` (``PutRequest``/``DeleteRequest``s) in batches sent together.
-
-        Only for rows no one else writes (request bodies and images of one transaction):
-        a batch has no conditions, and resending one is harmless.
-        """
+        """Put or delete ``rows`` in batches sent together: only for rows no one else writes
+        (a batch has no conditions, and resending one is harmless)."""
         chunks = [rows[i : i + BATCH_ROWS] for i in range(0, len(rows), BATCH_ROWS)]
         yield from gather(self._batch_chunk(table, chunk) for chunk in chunks)
 
@@ -224,8 +162,6 @@ class Protocol:
         item: Item | None = resp.get("Item")
         return item
 
-    # -- complete: per-item steps after the decision -----------------------------
-
     def release(
         self, table: str, key: Item, lock_value: str, *, delete: bool, applied: bool | None
     ) -> Step[None]:
@@ -242,8 +178,8 @@ class Protocol:
                 ExpressionAttributeValues=values,
             )
             return
-        removal = ", ".join(f"#r{i}" for i in range(len(PROTOCOL_ITEM_ATTRS)))
-        names.update({f"#r{i}": a for i, a in enumerate(PROTOCOL_ITEM_ATTRS)})
+        removal = ", ".join(f"#r{i}" for i in range(len(s.ITEM_ATTRIBUTES)))
+        names.update({f"#r{i}": a for i, a in enumerate(s.ITEM_ATTRIBUTES)})
         condition = HELD
         if applied is not None:
             names["#ap"] = s.ATTR_APPLIED
@@ -292,8 +228,7 @@ class Protocol:
         return _parts.rows(first, key, s.IMAGE_SK, {"M": image})
 
     def read_image(self, tx_id: str, rid: str, row: Item | None = None) -> Step[Item | None]:
-        """A saved image from the images table (None: not there); ``row``: its first row,
-        already read."""
+        """A saved image from the images table (None: not there); ``row``: its first row."""
         key = self.image_key(tx_id, rid)
         row = row or (yield from self.get_image_row(key))
         if row is None:
@@ -311,22 +246,14 @@ class Protocol:
         return joined
 
     def get_image_row(self, key: Item) -> Step[Item | None]:
-        resp = yield from request(
-            "get_item", TableName=self.images_table, Key=key, ConsistentRead=True
-        )
-        row: Item | None = resp.get("Item")
-        return row
+        return (yield from self.read_item(self.images_table, key))
 
     def undo(
         self, tx_id: str, table: str, key: Item, item: Item | None, *, only: str | None = None
     ) -> Step[None]:
-        """Roll one item back: restore its image, or delete it if it was inserted, then unlock.
-
-        ``item`` is what the caller believes the item is (None: read it). With
-        ``only`` (a lock value) just that lock is undone: a stray of a committed
-        transaction, never the recorded lock that may replace it. Any failed
-        condition re-reads and decides again, so concurrent undo is safe.
-        """
+        """Roll one item back (restore its image, or delete it if inserted) and unlock it;
+        ``only`` (a lock value): just that stray, never the recorded lock that may replace it.
+        A failed condition re-reads and decides again, so concurrent undo is safe."""
         for _ in range(8):
             if item is None:
                 item = yield from self.read_item(table, key)
@@ -353,11 +280,8 @@ class Protocol:
         raise RuntimeError(f"undo of tx {tx_id} in {table} did not settle")
 
     def complete_item(self, header: Header, entry: Entry, known: Item | None = None) -> Step[None]:
-        """complete: complete one recorded request of a decided transaction.
-
-        ``known`` is the coordinator's own view of the item (saves a read); it
-        is trusted only while it carries the lock the record names.
-        """
+        """complete: one recorded request of a decided transaction. ``known``: the
+        coordinator's view of the item (saves a read), trusted only with the recorded lock."""
         tx_id = header.tx_id
         lock_value = new_lock_value(tx_id, entry.nonce)
         if header.state == s.STATE_ROLLED_BACK:
@@ -404,12 +328,8 @@ class Protocol:
         raise RuntimeError(f"completion of tx {tx_id} in {entry.table} did not settle")
 
     def _complete_or_skip(self, header: Header, entry: Entry, known: Item | None) -> Step[bool]:
-        """:meth:`complete_item`, or False for a request no call can ever read or apply.
-
-        A record may name an item DynamoDB rejects (a key of the wrong type,
-        a table deleted since): it can hold no lock, so nothing is left to
-        settle; the entry is skipped and reported, and the record can complete.
-        """
+        """:meth:`complete_item`, or False for an item DynamoDB rejects (a wrong key type,
+        a deleted table): it holds no lock, so it is skipped and the record can complete."""
         try:
             yield from self.complete_item(header, entry, known)
             return True
@@ -457,12 +377,8 @@ class Protocol:
         *,
         external_images: bool | None = None,
     ) -> Step[int]:
-        """complete: complete every item of a decided transaction, then mark the record completed.
-
-        ``known`` maps request ids to the coordinator's own view of each item
-        (saving a read per item); ``external_images`` False skips the images
-        query. Returns how many recorded requests were skipped as unappliable.
-        """
+        """complete: every item of a decided transaction, then the record; how many were
+        skipped (``external_images`` False: no images query)."""
         if header.completed:
             return 0
         known = known or {}
@@ -483,15 +399,8 @@ class Protocol:
         expect_updated_ms: int | None = None,
         by: str | None = None,
     ) -> Step[SweepOutcome]:
-        """Roll back a pending record, then complete it; complete a decided one.
-
-        The one copy of "roll back, then complete", for coordinators that wound
-        a holder, the sweeper, recovery and :meth:`TransactionManager.sweep`.
-        ``expect_version`` / ``expect_updated_ms`` roll back only the record as
-        the caller saw it (a live coordinator that moved on since is left
-        alone: ``ACTIVE``). ``header``: the record as just read, if at hand;
-        ``by``: the transaction that wounds this one (its coordinator is told).
-        """
+        """Roll back a pending record (only as the caller saw it, with ``expect_*``: else
+        ``ACTIVE``), then complete it; complete a decided one."""
         if header is None or header.state == s.STATE_PENDING:
             header = yield from self.records.decide(
                 tx_id,
@@ -515,12 +424,8 @@ class Protocol:
         return SweepOutcome.FINALISED
 
     def delete_record(self, header: Header) -> Step[None]:
-        """delete: remove a completed TX record and its body rows.
-
-        The alias of an exactly-once id goes first: a crash in between leaves
-        the record, which the sweeper finds and deletes again, not an alias
-        naming a record that is gone.
-        """
+        """delete: a completed TX record and its body rows. The alias goes first: a crash in
+        between leaves the record for the sweeper, never an alias naming nothing."""
         if header.caller_id is not None:
             yield from self.aliases.forget(header.caller_id, header.tx_id)
         yield from self.records.delete(header, self.write_batches)

@@ -1,13 +1,7 @@
-"""How an isolated Query, Scan, GetItem or BatchGetItem is sent, and how its items are judged.
-
-A read through ddbtx sends the user's own request, changed only so that each
-returned item says whether it is locked: when the request projects, the
-protocol attributes (and the table's key, needed to find an external image)
-are added to its projection. A committed read also widens the filter to let
-through every item whose stored value is not its committed one; those are
-judged on the client against their saved image (:mod:`ddbtx._conditions`).
-Everything is validated here before a single request is sent.
-"""
+"""How an isolated Query, Scan, GetItem or BatchGetItem is sent, and how its items are judged:
+the user's request, changed only so that each item says whether it is locked (protocol
+attributes and the key added to a projection; a committed read's filter widened to let
+uncommitted values through, judged on the client against their image)."""
 
 from __future__ import annotations
 
@@ -82,18 +76,7 @@ def _fail(message: str, table: str | None) -> InvalidRequestError:
 
 
 def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> str:
-    """Check a read's parameters before anything is sent; returns its table name.
-
-    ``op`` is ``query``, ``scan``, ``get`` or ``batch`` (one table of a
-    ``BatchGetItem``, whose name is given as ``table``).
-
-    Raises
-    ------
-    InvalidRequestError
-        Naming the first problem: an unknown or legacy parameter, a protocol
-        attribute name or a ``#ddbtx``/``:ddbtx`` placeholder, placeholders
-        defined and not used (or the reverse), a projection with ``COUNT``.
-    """
+    """Check a read's parameters (``batch``: one table's of a BatchGetItem); its table."""
     if not isinstance(params, Mapping):
         raise _fail(f"the {op} parameters must be a dict", table)
     table = check_table(params.get("TableName") if op != "batch" else table)
@@ -139,11 +122,10 @@ class IndexInfo:
 
     @property
     def shows_locks(self) -> bool:
-        """Whether its items carry every protocol attribute (``ALL``, or an ``INCLUDE`` of them)."""
+        """Whether its items carry every protocol attribute."""
         return self.attributes is None or set(PROTOCOL_NAMES) <= self.attributes
 
     def view(self, item: Item, table_keys: Sequence[str]) -> Item:
-        """``item`` as this index holds it."""
         if self.attributes is None:
             return item
         kept = {*table_keys, *self.keys, *self.attributes}
@@ -171,15 +153,12 @@ class ReadPlan:
     base_fetch: bool = False
     select_all: bool = False
 
-    # -- judging items ---------------------------------------------------------------
-
     def trusted(self, item: Item) -> Item:
         """An item DynamoDB filtered and projected on its committed value, as returned."""
         return {k: v for k, v in strip(item).items() if k not in self.added}
 
     def judge(self, view: Item) -> Item | None:
-        """The item as the read returns it, from its full committed (or locked) value;
-        None when the read would not return it."""
+        """The item as the read returns it from its full value; None if not returned."""
         seen = view
         if self.index is not None:
             if any(name not in view for name in self.index.keys):
@@ -195,8 +174,7 @@ class ReadPlan:
 
     @property
     def fetches(self) -> bool:
-        """Whether DynamoDB reads the table's item for a local index's entry: for
-        ``ALL_ATTRIBUTES``, or a projection of attributes the index lacks."""
+        """Whether DynamoDB reads the table's item for a local index's entry."""
         index = self.index
         if index is None or not index.local or index.attributes is None:
             return False
@@ -266,9 +244,7 @@ def _plan_direct(read: ReadPlan, names: dict[str, str]) -> None:
 
 
 def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
-    """The index lacks the protocol attributes: let every item through the filter (it is
-    applied on the client to each base item's committed value), and make sure the table's
-    key comes back."""
+    """The index lacks the protocol attributes: every item through, the table's key back."""
     sent = read.params = dict(read.params)
     if sent.get("FilterExpression"):
         sent["FilterExpression"] = f"{grouped(sent['FilterExpression'])} OR {EVERY_ITEM}"
@@ -284,15 +260,13 @@ def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
 
 
 def _unprojected_keys(read: ReadPlan) -> dict[str, str]:
-    """The table's key attributes the projection leaves out (the read needs them back),
-    by the placeholders that add them."""
+    """The key attributes the projection leaves out, by the placeholders that add them."""
     requested = {path[0] for path in read.projection or ()}
     missing = [k for k in read.key_names if k not in requested]
     return {f"#ddbtxk{i}": k for i, k in enumerate(missing)}
 
 
 def _keep_used(sent: dict[str, Any], names: dict[str, str], values: dict[str, Any]) -> None:
-    """Only the placeholders the expressions of ``sent`` use, in its placeholder maps."""
     used = set(_PLACEHOLDER.findall(" ".join(sent.get(e) or "" for e in _EXPRESSIONS)))
     for param, mapping in (
         ("ExpressionAttributeNames", names),

@@ -1,16 +1,9 @@
-"""The TX record: its format and every write to it (persistence).
-
-A transaction's record is one *header* row (state, version, the request map)
-plus optional *body rows* holding large request bodies. :class:`RecordStore`
-is the only code that writes either; coordinators (:class:`ddbtx._view.RecordView`),
-the sweeper and recovery all go through it. Each write is conditional, safe to
-repeat, and named after the protocol step it performs.
-"""
+"""The TX record (a header row, plus body rows for large request bodies): its format, and
+:class:`RecordStore`, the only code that writes it."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 import secrets
 import threading
@@ -26,10 +19,7 @@ from ._effects import Step, insert_new, request
 from ._items import Item, flag, item_size
 from .errors import ConditionFailed, TransactionError
 
-logger = logging.getLogger(__name__)
-
-#: Request bodies that were written to their own row but never named by the
-#: record (the coordinator died in between) expire after this long.
+#: Body rows the record never named (the coordinator died in between) expire after this.
 BODY_ROW_TTL = timedelta(days=7)
 
 _id_lock = threading.Lock()
@@ -37,12 +27,8 @@ _last_ns = 0
 
 
 def new_tx_id(clock_ns: Callable[[], int] = time.time_ns, *, priority: str | None = None) -> str:
-    """A transaction id that sorts by start time, strictly increasing within a process.
-
-    Wound-wait compares ids: the smaller id is the older transaction. With
-    ``priority`` (an earlier transaction's id) the new id keeps that one's start
-    time, so a retry is as old as its first attempt; the random part keeps it unique.
-    """
+    """A transaction id that sorts by start time (wound-wait: smaller is older), strictly
+    increasing within a process; with ``priority`` (an earlier id) as old as that one."""
     global _last_ns
     if priority is not None:
         if not re.fullmatch(r"[0-9a-f]{16}(-[0-9a-f]+)?", priority):
@@ -96,9 +82,6 @@ class Header:
     waiting: bool = False  # its coordinator is blocked on an older transaction's lock
     decided_by: str | None = None  # the transaction that rolled this one back (wound-wait)
     caller_id: str | None = None  # the caller's transaction_id: its alias goes with the record
-
-
-# --- (de)serialisation of requests into the TX record -------------------------
 
 
 def params_to_av(params: dict[str, Any]) -> dict[str, Any]:
@@ -179,8 +162,6 @@ def header_from_item(item: Item) -> Header:
     )
 
 
-# --- conditions on the TX record, one per step ---------------------------------
-
 #: create: transaction ids are unique, so a failure is our own retried write.
 CREATE = "attribute_not_exists(#id)"
 #: add: only a pending transaction takes requests (one per item: see ADD_NEW / ADD_UPGRADE).
@@ -208,12 +189,7 @@ DELETE_COMPLETED = "#fin = :t"
 
 
 class RecordStore:
-    """Every read and write of TX records: the persistence half of the protocol.
-
-    Stateless apart from its table; any coordinator, sweeper or recovery run may
-    call any method for any transaction. Each method that reads or writes is a
-    step (:mod:`ddbtx._effects`): the caller's driver sends its requests.
-    """
+    """Every read and write of TX records; stateless."""
 
     def __init__(
         self, table: str, *, clock: Callable[[], float], completed_ttl_seconds: int
@@ -229,35 +205,25 @@ class RecordStore:
         return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}}
 
     def body_key(self, tx_id: str, entry: Entry) -> Item:
-        """Key of a request body kept in its own row.
-
-        The nonce is part of it: two coordinators adding the same item to one
-        transaction write different rows, so the loser cannot overwrite the
-        body the record names.
-        """
+        """Key of a request body's own row; with the nonce, so that of two coordinators adding
+        one item the loser cannot overwrite the body the record names."""
         return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": f"r#{entry.rid}#{entry.nonce}"}}
 
-    # -- reads -------------------------------------------------------------------
-
     def read_header(self, tx_id: str) -> Step[Header | None]:
-        resp = yield from request(
-            "get_item",
-            TableName=self.table,
-            Key=self.header_key(tx_id),
-            ConsistentRead=True,
-        )
-        return header_from_item(resp["Item"]) if "Item" in resp else None
+        item = yield from self._get(self.header_key(tx_id))
+        return header_from_item(item) if item is not None else None
 
     def load_params(self, tx_id: str, entry: Entry) -> Step[dict[str, Any]]:
         """The full request of an entry, reading its body row(s) when it has them."""
         if entry.params is not None:
             return entry.params
+        gone = TransactionError(
+            f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
+        )
         key = self.body_key(tx_id, entry)
         row = yield from self._get(key)
         if row is None:
-            raise TransactionError(
-                f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
-            )
+            raise gone
         if "p" in row:
             entry.params = params_from_av(row["p"])
             return entry.params
@@ -265,9 +231,7 @@ class RecordStore:
         for part_key in _parts.part_keys(key, s.TX_SK, _parts.count(row)):
             part = yield from self._get(part_key)
             if part is None:  # deleted after the first row: the record is being deleted
-                raise TransactionError(
-                    f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
-                )
+                raise gone
             parts.append(part[s.ROW_PART]["B"])
         entry.params = params_from_av(_parts.join(parts))
         return entry.params
@@ -276,8 +240,6 @@ class RecordStore:
         resp = yield from request("get_item", TableName=self.table, Key=key, ConsistentRead=True)
         row: Item | None = resp.get("Item")
         return row
-
-    # -- writes by the transaction's own coordinators ------------------------------
 
     def body_rows(self, tx_id: str, entry: Entry) -> list[Item]:
         """The row(s) of a request body kept apart from the header; sets ``entry.parts``."""
@@ -320,13 +282,8 @@ class RecordStore:
     def create_completed(
         self, tx_id: str, caller_id: str, state: str, *, resent: list[bool] | None = None
     ) -> Step[bool]:
-        """create, decided and completed at once: a record with no requests (False: it exists).
-
-        Rolled back, it fences an id whose alias names a transaction with no
-        record: that transaction's coordinator can then never create it. Committed,
-        it records an exactly-once transaction that made no requests. ``resent``
-        gets whether the put was sent more than once (see :func:`request`).
-        """
+        """create, decided and completed, with no requests (False: it exists): fences an
+        alias's id that has no record, or records an empty exactly-once transaction."""
         item = {
             **self.header_key(tx_id),
             s.TX_STATE: {"S": state},
@@ -343,14 +300,8 @@ class RecordStore:
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
     ) -> Step[Header]:
-        """add: record requests; the header after.
-
-        ``upgrades`` maps a request id to the nonce of this transaction's lock on
-        the item and how many writes the entry it replaces has made (0: a read).
-
-        A coordinator that adds is no longer blocked: its wait mark goes in the
-        same write, so a wait episode costs one write to mark.
-        """
+        """add: record requests (and drop the wait mark); the header after. ``upgrades``: our
+        lock's nonce and the replaced entry's writes (0: a read), by request id."""
         names = {
             "#rq": s.TX_REQUESTS,
             "#st": s.TX_STATE,
@@ -421,11 +372,7 @@ class RecordStore:
         return header_from_item(resp["Attributes"])
 
     def mark_waiting(self, tx_id: str, owner: str) -> Step[None]:
-        """wait mark: blocked on ``owner``; ``v`` and ``ts`` stay (raises ConditionFailed).
-
-        Others judge a holder stale by its version and timestamp, and the
-        sweeper rolls back by them: a wait must not look like progress.
-        """
+        """wait mark: ``v`` and ``ts`` stay, so a wait does not look like progress."""
         yield from request(
             "update_item",
             TableName=self.table,
@@ -435,8 +382,6 @@ class RecordStore:
             ExpressionAttributeNames={"#wt": s.TX_WAITING, "#st": s.TX_STATE},
             ExpressionAttributeValues={":owner": {"S": owner}, ":p": {"S": s.STATE_PENDING}},
         )
-
-    # -- writes any coordinator or janitor makes -------------------------------------
 
     def decide(
         self,
@@ -448,18 +393,9 @@ class RecordStore:
         by: str | None = None,
         resent: list[bool] | None = None,
     ) -> Step[Header | None]:
-        """decide: move a pending transaction to committed or rolled back; the header after.
-
-        Returns the header as read when the condition fails (so the caller sees
-        who decided first), or None when the record is gone. ``expect_version``
-        decides only at that version; ``expect_updated_ms`` only while the
-        record's ``ts`` is still the one the caller saw, which lets a sweeper
-        that found a stale record through the sweep index (keys only, no
-        version) roll it back without reading it first. ``by`` names the
-        transaction that rolls this one back, for its coordinator's error.
-        ``resent`` gets whether the decision was sent more than once: refused
-        then, it may still be the first attempt that decided.
-        """
+        """decide: a pending transaction committed or rolled back; the header after (as read
+        when the condition fails; None when gone). ``expect_updated_ms``: only while ``ts``
+        is the one seen (a sweeper finds stale records by ``ts``, without the version)."""
         names = {"#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED, "#sw": s.TX_SWEEP_KEY}
         values: dict[str, Any] = {
             ":p": {"S": s.STATE_PENDING},

@@ -1,8 +1,4 @@
-"""Validation and normalisation of the boto3-shaped requests a transaction accepts.
-
-Everything here runs before a single byte is written, so a rejected request
-leaves the transaction exactly as it was.
-"""
+"""Validation and normalisation of the requests a transaction accepts, before any write."""
 
 from __future__ import annotations
 
@@ -37,11 +33,8 @@ PLACEHOLDER_PREFIX = "ddbtx"
 
 #: Bytes of an item a lock takes: ``_tx:id`` = "<tx id, 29 characters>/<nonce, 8>".
 LOCK_BYTES = len(schema.ATTR_LOCK) + 29 + 1 + 8
-#: Bytes a transaction adds to an item at most, besides an in-item image (which is kept
-#: in the images table whenever it does not fit): the lock, the applied flag, and either
-#: ``_tx:new`` (inserted to hold the lock) or ``_tx:ext`` (image kept elsewhere). A delete
-#: adds the lock and ``_tx:del``. DynamoDB counts these toward the item's 400 KB, so an
-#: item over ``MAX_ITEM_BYTES - PROTOCOL_OVERHEAD`` bytes cannot take part in a transaction.
+#: Bytes a transaction adds to an item at most, besides an in-item image: the lock, the
+#: applied flag, and ``_tx:new`` or ``_tx:ext`` (a delete: the lock and ``_tx:del``).
 PROTOCOL_OVERHEAD = (
     LOCK_BYTES
     + len(schema.ATTR_APPLIED)
@@ -50,14 +43,12 @@ PROTOCOL_OVERHEAD = (
     + 1
 )
 
-#: A table's key attributes, hash first, each with its type (S, N or B), or None
-#: where only the name is known. A plain sequence of names checks names only.
+#: A table's key attributes, hash first, each with its type (S, N or B) or None.
 KeyTypes = Mapping[str, str | None]
 
 
 class KeySchemas:
-    """Each data table's key attributes (hash first) and their types, read once (one
-    ``DescribeTable``) and kept; ``known`` seeds tables whose keys the caller gave."""
+    """Each data table's key attributes and types, read once and kept (or given: ``known``)."""
 
     def __init__(self, known: Mapping[str, Sequence[str] | KeyTypes] | None = None) -> None:
         self._known: dict[str, KeyTypes] = {
@@ -66,8 +57,7 @@ class KeySchemas:
         }
 
     def types(self, table: str) -> Step[KeyTypes]:
-        """The step of ``table``'s key types: no request once known; an unknown table is an
-        :class:`~ddbtx.errors.InvalidRequestError` naming it."""
+        """The step of ``table``'s key types (no request once known)."""
         keys = self._known.get(table)
         if keys is None:
             try:
@@ -137,8 +127,7 @@ def check_values(values: Any, table: str) -> None:
 
 
 def _entries(mapping: Any, param: str, sigil: str, table: str) -> Iterator[tuple[str, Any]]:
-    """A placeholder map's entries (none if it is absent), each placeholder checked as
-    it comes: ``sigil`` then letters, digits or _, and not reserved by ddbtx."""
+    """A placeholder map's entries, each placeholder checked as it comes."""
     if mapping is None:
         return
     if not isinstance(mapping, dict):
@@ -155,7 +144,6 @@ def _entries(mapping: Any, param: str, sigil: str, table: str) -> Iterator[tuple
 
 
 def check_table(table: Any) -> str:
-    """The ``TableName`` of a request, which it must have."""
     if not isinstance(table, str) or not table:
         raise _fail("TableName is missing", None)
     return table
@@ -164,14 +152,9 @@ def check_table(table: Any) -> str:
 def check_expressions(
     params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
-    """Each expression a non-empty string (or absent); every placeholder defined is used,
-    and every one used is defined, as DynamoDB demands.
-
-    DynamoDB rejects the whole request otherwise; the protocol's own writes add
-    placeholders of their own, so without this check such a request could be
-    applied (or worse, read one of the protocol's placeholders).
-    ``expression_params`` names the request's expression parameters.
-    """
+    """Each expression a non-empty string (or absent); every placeholder defined is used
+    and every one used is defined. DynamoDB demands it, but the protocol adds placeholders
+    of its own, so without this check such a request could be applied."""
     for name in expression_params:
         value = params.get(name)
         if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -186,8 +169,7 @@ def check_expressions(
 def _check_defined(
     param: str, defined: Any, mine: set[str], used: set[str], expressions: bool, table: str
 ) -> None:
-    """One placeholder map (``param``) against the placeholders the expressions use:
-    ``mine`` of its kind, ``used`` of both."""
+    """One placeholder map against ``mine`` (used, of its kind) and ``used`` (both kinds)."""
     if defined is None:
         mentioned = ", ".join(sorted(mine))
         if mentioned:
@@ -237,18 +219,8 @@ def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
 
 
 def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -> Request:
-    """Validate boto3-style ``params`` for ``op`` and return a :class:`Request`.
-
-    ``key_names`` are the table's key attributes, hash first: names, or names
-    mapped to their types to check those too. The request's key (also inside
-    ``params``) is put in canonical form, so that every spelling of one item
-    has one request id.
-
-    Raises
-    ------
-    InvalidRequestError
-        Naming the first problem found; nothing has been written.
-    """
+    """Validate boto3-style ``params`` for ``op`` (an :class:`InvalidRequestError` names the
+    first problem). The key is made canonical, so every spelling of an item has one id."""
     table = check_table(params.get("TableName"))
     unknown = set(params) - _ALLOWED[op]
     if unknown:
@@ -294,7 +266,7 @@ def _check_item(params: dict[str, Any], key_types: KeyTypes, table: str) -> Item
 
 
 def too_large(size: int | None = None) -> str:
-    """Why an item cannot take part in a transaction: what must fit in one DynamoDB item."""
+    """Why an item cannot take part in a transaction."""
     what = f"the item is {size} bytes" if size is not None else "the item is too large"
     return (
         f"{what}: in a transaction it must also hold its lock and flags ({PROTOCOL_OVERHEAD} "
@@ -304,12 +276,7 @@ def too_large(size: int | None = None) -> str:
 
 
 def merge_set(update_expression: str, assignments: str) -> str:
-    """Add ``assignments`` to the SET clause of a user's update expression.
-
-    DynamoDB allows each clause keyword once, so protocol assignments must join
-    the user's own SET clause rather than start a second one. An update with no
-    expression (DynamoDB then only makes sure the item exists) is the SET alone.
-    """
+    """Add ``assignments`` to the user's SET clause (DynamoDB allows each clause once)."""
     if not update_expression:
         return f"SET {assignments}"
     matches = [m for m in _CLAUSE.finditer(update_expression) if m.group(1).upper() == "SET"]

@@ -9,12 +9,10 @@ from ._view import Local
 
 
 def wrap(item: Item) -> dict[str, Any]:
-    """A read's response shape: ``{"Item": ...}``, or ``{}`` when there is no item."""
     return {"Item": item} if item else {}
 
 
 def attributes(item: Item | None) -> dict[str, Any]:
-    """A write's response shape: ``{"Attributes": ...}``, or ``{}``."""
     return {"Attributes": item} if item else {}
 
 

@@ -1,22 +1,7 @@
-"""apply, for a transaction's second and later writes to one item.
-
-The first write to an item locks it and saves its image. A later write in the
-same transaction (delete then put, put then update, update then update) applies
-to the item as the earlier writes left it, under the same lock, and the saved
-image stays the one from before the transaction, so a roll back restores it.
-
-The record keeps only the latest write of each item: its entry is replaced, with
-the write's number (``seq``), by an add conditioned on the entry it replaces
-(``_record.ADD_REWRITE``). The item carries that number in ``_tx:ap`` once the
-write is applied, so a resumed coordinator applies exactly the write the item
-does not carry yet; the earlier ones are on the item already, because a
-coordinator records a write only after the one before it was applied.
-
-A write after a delete applies to an absent item: its condition is evaluated on
-an absent item, a put replaces the item, and an update first clears the item
-down to its key (``_tx:ap`` = ``"<seq>-"``, so a crash between the two resumes
-from there) and then updates it, as DynamoDB's update of a missing item does.
-"""
+"""apply, for a transaction's second and later writes to one item, under the same lock.
+The item carries the write's number (``seq``) in ``_tx:ap`` once applied, so a resumed
+coordinator applies exactly the write it lacks. After a delete, an update first clears
+the item to its key (``_tx:ap`` = ``"<seq>-"``, where a crash resumes from)."""
 
 from __future__ import annotations
 
@@ -43,7 +28,6 @@ SAME_MARKER = "#ddbtxp = :ddbtxm"
 
 
 def _cleared(seq: int) -> dict[str, Any]:
-    """``_tx:ap`` of an item cleared to its key for the update that is write ``seq``."""
     return {"S": f"{seq}-"}
 
 
@@ -57,11 +41,7 @@ class Rewrites:
         self.writes = steps.writes
 
     def apply(self, local: Local, item: Item | None = None) -> Step[dict[str, Any]]:
-        """Apply ``local`` (seq >= 2) over what the earlier writes left.
-
-        ``item``: the item as just read (a resume); without it, the
-        coordinator's own knowledge of its earlier write is used.
-        """
+        """Apply ``local`` (seq >= 2); ``item``: as just read (else our own knowledge)."""
         req = local.request
         if item is not None or local.prior is None:
             if item is None:
@@ -83,8 +63,6 @@ class Rewrites:
         local.applied = local.confirmed = True
         return attributes(before) if req.return_values == "ALL_OLD" else result
 
-    # -- what the earlier writes left ---------------------------------------------------
-
     def _from_item(self, local: Local, item: Item | None) -> Step[bool]:
         """Learn from the item what the earlier writes left; True if this write is there."""
         if (item or {}).get(s.ATTR_LOCK, {}).get("S") != new_lock_value(self.tx.id, local.nonce):
@@ -104,15 +82,12 @@ class Rewrites:
         return marker == write_marker(local.seq, local.request.op)
 
     def _before(self, local: Local, absent: bool) -> Step[Item | None]:
-        """The item as the earlier writes left it, when the caller wants old values back
-        (a lost response leaves no other way to return them)."""
+        """The item before this write, when old values are wanted (a lost answer has none)."""
         if local.request.return_values not in ("ALL_OLD", "UPDATED_OLD"):
             return None
         if absent:
             return {}
         return strip((yield from self.p.read_item(local.request.table, local.request.key)))
-
-    # -- the write ----------------------------------------------------------------------
 
     def _names(self, local: Local) -> tuple[dict[str, str], dict[str, Any], str]:
         """Placeholders of the user's request and ours, and the REWRITE guard."""
@@ -127,7 +102,6 @@ class Rewrites:
         return names, values, REWRITE.format(prior=SAME_MARKER)
 
     def _image(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
-        """The image attributes an item replaced by this write must carry."""
         assert local.prior is not None
         if local.transient:
             return {}
@@ -183,13 +157,10 @@ class Rewrites:
             clauses += f", #ddbtxi{i} = :ddbtxi{i}"
         return clauses
 
-    # -- a failed guard -----------------------------------------------------------------
-
     def _settle(
         self, local: Local, before: Item | None, exc: ConditionFailed
     ) -> Step[dict[str, Any]]:
-        """The write's condition failed: our own write (its response lost), the user's
-        condition is false, or the lock is gone (the transaction was rolled back)."""
+        """The write's condition failed: our write (lost answer), false, or the lock gone."""
         req = local.request
         item = yield from self.p.read_item(req.table, req.key)
         seen = local.prior

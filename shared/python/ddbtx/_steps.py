@@ -1,16 +1,4 @@
-"""Item steps of one transaction: lock (+apply), adopt our own lock, lost lock, catch up.
-
-The lock is a request's first write to its item; the write itself is made under
-it by :mod:`ddbtx._apply` (the transaction's first write to the item) or
-:mod:`ddbtx._rewrite` (a later one), and every request to the item goes out
-through :class:`ddbtx._item_writes.ItemWrites`. Every write is conditioned on
-the item (named conditions below and there), and every failed condition is
-settled by reading the item, and where the item alone cannot tell, the TX record.
-
-Each is a step (:mod:`ddbtx._effects`): it yields its requests, and its waits on
-another transaction's lock (:mod:`ddbtx._contention`) as pauses; a driver sends them.
-The coordinator runs one with ``Protocol.run``, several at once in a ``gather``.
-"""
+"""Item steps of one transaction: lock (+apply), adopt our own lock, lost lock, catch up."""
 
 from __future__ import annotations
 
@@ -39,9 +27,6 @@ LOCK_INSERT = "attribute_not_exists(#ddbtxk)"
 
 
 class Coordinator(Contending, typing.Protocol):
-    """What the item steps use of their transaction (:class:`ddbtx.Transaction`), beyond
-    what its contention uses."""
-
     @property
     def contender(self) -> Contender: ...
     def pending_header(self) -> Step[Header]: ...
@@ -49,11 +34,7 @@ class Coordinator(Contending, typing.Protocol):
 
 
 class ItemSteps:
-    """The per-item steps of one transaction (any of its coordinators).
-
-    Its parts: ``writes``, the requests to an item; ``applies``, a first write made
-    under the lock; ``rewrites``, a later write to the same item.
-    """
+    """The per-item steps of one transaction (any of its coordinators)."""
 
     def __init__(self, tx: Coordinator) -> None:
         self.tx = tx
@@ -62,16 +43,13 @@ class ItemSteps:
         self.applies = Applies(self)
         self.rewrites = Rewrites(self)
 
-    # -- lock (+apply) ----------------------------------------------------------------
-
     def lock_and_apply(self, local: Local) -> Step[dict[str, Any]]:
         """lock (+apply): take the item's lock with this request's nonce and make the write."""
         req = local.request
         if local.locked:  # upgrade of our own read lock, or the retry of an interrupted write
             return (yield from self._apply_locked(local))
-        # Other requests usually find their item; a put creates one, or replaces
-        # one, as the last put on that table did. A wrong guess costs one failed
-        # conditional write; after a missed insert the item most likely exists.
+        # A put guesses insert or replace as the last put on its table did (a wrong guess
+        # costs one failed write); other requests usually find their item.
         path = self.p.put_paths.get(req.table, "insert") if req.op == "put" else "existing"
         guessing = True
         contender = self.tx.contender.for_item(req)
@@ -117,12 +95,8 @@ class ItemSteps:
             polling = yield from contender.contend(owner)
 
     def _settle_own_lock(self, local: Local, item: Item) -> Step[Local | None]:
-        """Our transaction's lock is on the item: is it the one the record names?
-
-        Returns the request to adopt the lock for (the record's nonce may be a
-        take-over's, not ours), or None after undoing a stray lock (a nonce the
-        record does not name): the caller then tries again.
-        """
+        """Our transaction's lock is on the item: the request to adopt it for (maybe a
+        take-over's), or None after undoing it as a stray (the caller tries again)."""
         lock = item[s.ATTR_LOCK]["S"]
         if lock == new_lock_value(self.tx.id, local.nonce):
             return local
@@ -153,11 +127,9 @@ class ItemSteps:
         local.transient = False
         local.locked = True
         if any(resent) or local.maybe_landed:
-            # An earlier attempt of this lock may have landed, been adopted by another
-            # coordinator, decided and completed: this lock is then a late one on the
-            # completed item, and applying would write a second time. Only a pending
-            # record proves it is not (completion follows the decision); a decided one
-            # settles this lock as the record says (a late lock is undone: no image).
+            # An earlier attempt may have landed and been adopted, decided and completed
+            # elsewhere: this lock is then late, and applying would write twice. Only a
+            # pending record proves it is not; a decided one settles the lock.
             yield from self.tx.pending_header()
         if req.op in ("put", "update"):
             return (yield from self.applies.apply(local, check_condition=False))
@@ -200,8 +172,7 @@ class ItemSteps:
         return {}
 
     def adopt_own_lock(self, local: Local, item: Item) -> Step[dict[str, Any]]:
-        """The record's lock for this request is on the item (a retried write landed, or a
-        resume): apply the write if it is not yet, with its condition evaluated again."""
+        """The record's lock for this request is on the item: apply the write if not yet."""
         if local.seq > 1:
             return (yield from self.rewrites.apply(local, item))
         local.locked = True
@@ -235,12 +206,7 @@ class ItemSteps:
         return (yield from self.applies.apply(local, check_condition=True))
 
     def lost_lock(self, local: Local) -> Step[dict[str, Any]]:
-        """This request's lock is not on the item: taken over elsewhere, or rolled back.
-
-        A take-over by another coordinator of this transaction is followed
-        (the request goes on under the recorded nonce); otherwise the
-        transaction was rolled back.
-        """
+        """This request's lock is not on the item: follow a take-over, or it was rolled back."""
         header = yield from self.tx.pending_header()
         req = local.request
         recorded = header.entries.get(req.rid)
@@ -254,17 +220,9 @@ class ItemSteps:
             key=req.key,
         )
 
-    # -- catch up -----------------------------------------------------------------------
-
     def catch_up(self, local: Local) -> Step[None]:
-        """catch up: make sure a request recorded by someone else is locked and applied.
-
-        If the item carries the recorded lock, it is adopted; otherwise the
-        request is taken over under a fresh nonce first, so that a late lock by
-        the coordinator that added it is stray. A take-over lost to another
-        coordinator leaves the request unconfirmed under the winner's nonce:
-        the commit catches it up again before deciding.
-        """
+        """catch up: a request recorded elsewhere, locked and applied. Without the recorded
+        lock on the item, it is taken over first, so a late lock by its adder is stray."""
         req = local.request
         item = yield from self.p.read_item(req.table, req.key)
         if (item or {}).get(s.ATTR_LOCK, {}).get("S") == new_lock_value(self.tx.id, local.nonce):

@@ -1,11 +1,5 @@
-"""One transaction as its caller drives it with blocking calls: requests, commit, roll back.
-
-:class:`Transaction` is created by :class:`~ddbtx.transaction.TransactionManager`
-(``begin``, ``resume``, ``transaction``, ``run``) and re-exported by
-:mod:`ddbtx.transaction`. Each method runs one step of
-:class:`~ddbtx._coordinator.CoordinatorSteps` on the sync driver (``Protocol.run``);
-the protocol is there.
-"""
+"""One transaction driven with blocking calls: each method runs one coordinator step
+(:class:`~ddbtx._coordinator.CoordinatorSteps`) on the sync driver."""
 
 from __future__ import annotations
 
@@ -30,8 +24,6 @@ class Transaction(CoordinatorSteps):
     caller's id and ``already_committed`` tells that an earlier attempt with it
     committed (the transaction then takes no requests).
     """
-
-    # -- public request API (boto3 shapes) ----------------------------------------
 
     def put_item(self, **params: Any) -> dict[str, Any]:
         """Put an item inside the transaction (``Item``, ``ConditionExpression``, ...)."""
@@ -82,9 +74,8 @@ class Transaction(CoordinatorSteps):
 
     def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]:
         """Read-lock every key of ``table`` (one add, then every lock at once); each item's
-        value under the lock, None where there is no item. Items this transaction already
-        holds read as it sees them (its own writes included). The reads of many items in a
-        transaction (:meth:`query`, :meth:`scan`, :meth:`batch_get_item`) are made of it."""
+        value under the lock, None where there is no item, held items as this transaction
+        sees them. :meth:`query`, :meth:`scan` and :meth:`batch_get_item` are made of it."""
         return self.p.run(self.read_many(table, keys))
 
     def table(self, name: str) -> Table:

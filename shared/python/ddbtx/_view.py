@@ -1,20 +1,9 @@
 """One coordinator's view of its TX record, and the only way that view changes.
 
-Several coordinators may work on one transaction at once, so the record, not a
-coordinator's memory, says which requests the transaction has and under which
-nonce. :class:`RecordView` keeps the view honest with one rule: whenever it
-moves to a newer version of the record (:meth:`RecordView.adopt`), it merges
-that version's requests in, and a request it has not seen applied under the
-recorded nonce is *unconfirmed*. A commit is decided only at the view's
-version and only when nothing is unconfirmed, so "decide at a version whose
-requests I have not caught up" cannot be written.
-
-Every method that reads or writes the record is a step (:mod:`ddbtx._effects`):
-its caller's driver sends the requests. The view's own state changes under a
-lock that is never held across a request: the sync driver runs item steps on a
-pool of threads that share the view, and an asyncio driver interleaves tasks at
-every request, where a re-entrant lock would let two tasks of one thread in.
-"""
+Moving to a newer version merges its requests in; one not seen applied under the recorded
+nonce is *unconfirmed*, and a commit is decided only at the view's version with nothing
+unconfirmed. Its lock is never held across a request (threads share the view; asyncio
+tasks interleave at requests)."""
 
 from __future__ import annotations
 
@@ -30,12 +19,7 @@ from ._effects import Step
 from ._items import Item
 from ._record import Entry, Header, RecordStore
 from ._requests import Request, too_large
-from .errors import (
-    ConditionFailed,
-    DuplicateRequestError,
-    InvalidRequestError,
-    ValidationFailed,
-)
+from .errors import ConditionFailed, DuplicateRequestError, InvalidRequestError, ValidationFailed
 
 #: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
 COMMIT_ROUNDS = 16
@@ -54,18 +38,12 @@ class Local:
     pre: Item | None = None  # the item before the write (user view), None if absent
     external_image: bool = False
     upgrade: bool = False  # a write on an item this transaction had read-locked or written
-    #: Which write to its item this is (2, 3, ...: it applies to the item as the
-    #: transaction's earlier writes left it; the image stays the one from before them).
-    seq: int = 1
-    #: For a rewrite (seq >= 2), what the earlier writes left, when this coordinator made
-    #: them: ``_tx:ap`` on the item now, whether the item reads as absent (deleted), and
-    #: whether an image is saved. None: not known here (read from the item).
+    seq: int = 1  # which write to its item this is (2, 3, ...: a rewrite)
+    #: For a rewrite made over our own earlier writes: ``_tx:ap`` on the item, whether it
+    #: reads as absent, whether an image is saved. None: read them from the item.
     prior: tuple[dict[str, Any] | None, bool, bool] | None = None
-    #: Learned from the record, not made here: another coordinator's request (or an
-    #: earlier attempt's), which this coordinator has not seen applied.
-    elsewhere: bool = False
-    #: An earlier lock write of this request may have been applied without our seeing
-    #: its answer (botocore resent it, or it failed mid-flight).
+    elsewhere: bool = False  # another coordinator's (or attempt's) request, from the record
+    #: An earlier lock write may have landed unseen (botocore resent it, or it failed).
     maybe_landed: bool = False
 
 
@@ -79,15 +57,7 @@ class AddRefused(Exception):
 
 
 class RecordView:
-    """The TX record as one coordinator knows it, and the only code that changes that.
-
-    Its reads and writes are steps. An add is sent by :class:`ddbtx._adding.Adding`,
-    which tells the view what it learns (:meth:`adding`, :meth:`recorded`,
-    :meth:`record_created`); the other writes (take over, wait mark, decide) are here.
-    Which request bodies have rows of their own, and the steps that write those rows,
-    are its :class:`~ddbtx._body_rows.BodyRows` (``write_batches``: the manager's
-    :meth:`~ddbtx._protocol.Protocol.write_batches`).
-    """
+    """The TX record as one coordinator knows it (adds are :class:`ddbtx._adding.Adding`'s)."""
 
     def __init__(self, tx_id: str, store: RecordStore, *, write_batches: WriteBatches) -> None:
         self.tx_id = tx_id
@@ -103,22 +73,14 @@ class RecordView:
         #: Items this coordinator sent a lock write for: where a late lock of ours can be.
         self.touched: dict[str, Request] = {}
         self._planned: dict[str, Local] = {}  # being added: not in the record yet
-        #: Adds whose outcome is unknown (throttled, a network error): a retry of the same
-        #: request re-adds it under the same nonce, and the record says if the first landed.
+        #: Adds whose outcome is unknown: a retry re-adds them under the same nonce.
         self.unrecorded: dict[str, Local] = {}
-        #: A commit decision was sent and no answer or later read told its fate: if the
-        #: record is then gone (completed and deleted by a janitor), it may have committed.
+        #: A commit decision's fate is unknown: if the record is gone, it may have committed.
         self.commit_unanswered = False
         self._lock = threading.RLock()
 
-    # -- the one way the view moves on -------------------------------------------------
-
     def follow(self, header: Header, own: Iterable[Local] = ()) -> Step[None]:
-        """Adopt ``header`` (see :meth:`adopt`), first reading the bodies it needs.
-
-        A request recorded elsewhere whose body has its own row is read here,
-        outside the view's lock, and :meth:`adopt` is tried again with it.
-        """
+        """:meth:`adopt` ``header``, reading the body rows it needs outside the lock."""
         ours = list(own)
         bodies: dict[str, dict[str, Any]] = {}
         while lacking := self.adopt(header, own=ours, bodies=bodies):
@@ -131,21 +93,9 @@ class RecordView:
         own: Iterable[Local] = (),
         bodies: dict[str, dict[str, Any]] | None = None,
     ) -> list[Entry]:
-        """Move to ``header`` if it is newer, merging every request it records.
-
-        ``own`` are requests this coordinator just wrote to the record (the
-        write that returned ``header``). A request whose nonce or operation
-        differs from ours (added or taken over elsewhere) replaces our
-        knowledge of it and is unconfirmed until caught up. The record's
-        requests only grow and a nonce changes only with the version, so a
-        header older than the view adds nothing but our own requests, and only
-        where no newer take-over replaced them meanwhile.
-
-        ``bodies`` are the parameters of requests recorded elsewhere, by request
-        id, for entries whose body has its own row. Without one the view needs,
-        nothing changes and the entries lacking a body are returned, for the
-        caller to read (:meth:`follow` does); otherwise an empty list.
-        """
+        """Move to ``header`` if newer, merging its requests (``own``: ours, just written;
+        one added elsewhere replaces ours, unconfirmed). The entries still lacking a body
+        in ``bodies`` are returned, with nothing changed."""
         ours = list(own)
         bodies = bodies or {}
         with self._lock:
@@ -185,7 +135,7 @@ class RecordView:
             return []
 
     def _strangers(self, header: Header, own: list[Local]) -> dict[str, Entry]:
-        """The entries of ``header`` no request of ours matches (called under the lock)."""
+        """The entries of ``header`` no request of ours matches (under the lock)."""
         mine = {local.request.rid: local for local in own}
         strangers: dict[str, Entry] = {}
         for entry in header.entries.values():
@@ -206,7 +156,7 @@ class RecordView:
         return Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
 
     def current(self, local: Local) -> Local:
-        """The view's knowledge of ``local``'s request now (another object after a merge)."""
+        """The view's ``local`` now (another object after a merge)."""
         with self._lock:
             return self.requests.get(local.request.rid, local)
 
@@ -238,16 +188,9 @@ class RecordView:
                 for rid, loc in self.requests.items()
             }
 
-    # -- what an add (:class:`ddbtx._adding.Adding`) learns ---------------------------------
-
     @contextmanager
     def adding(self, locals_: list[Local]) -> Iterator[None]:
-        """An add of ``locals_`` is in flight for the duration.
-
-        A header naming them under their nonces meanwhile is ours (they are planned).
-        If the add fails with its outcome unknown, they are unrecorded: a retry re-adds
-        them under the same nonces, and the record tells if this add landed.
-        """
+        """An add of ``locals_`` is in flight: planned meanwhile, unrecorded if it fails."""
         with self._lock:
             for local in locals_:
                 self._planned[local.request.rid] = local
@@ -256,7 +199,7 @@ class RecordView:
         except (AddRefused, Decided):
             raise
         except Exception:
-            with self._lock:  # outcome unknown: a retry re-adds under the same nonces
+            with self._lock:
                 for local in locals_:
                     if self.requests.get(local.request.rid) is not local:
                         self.unrecorded[local.request.rid] = local
@@ -267,7 +210,7 @@ class RecordView:
                     self._planned.pop(local.request.rid, None)
 
     def record_created(self, locals_: list[Local]) -> None:
-        """Our create of the record with ``locals_`` was answered: they are the record's."""
+        """Our create with ``locals_`` was answered."""
         with self._lock:
             for local in locals_:
                 self._planned.pop(local.request.rid, None)
@@ -276,12 +219,10 @@ class RecordView:
             self.version = max(self.version, 1)  # a resume elsewhere may have seen more already
 
     def recorded(self, locals_: list[Local], header: Header) -> Step[None]:
-        """Our add of ``locals_`` is in the record, as ``header`` (its answer, or a read)."""
+        """Our add of ``locals_`` is in ``header`` (its answer, or a read)."""
         with self._lock:
             self.marked = False  # an add takes the wait mark off in the same write
         yield from self.follow(header, own=locals_)
-
-    # -- bodies and their rows -----------------------------------------------------------
 
     def write_rows(self, entries: list[Entry]) -> Step[None]:
         """Put the rows of ``entries``' bodies; a refusal refuses the add (or take-over)."""
@@ -296,15 +237,9 @@ class RecordView:
                 raise AddRefused(error) from exc
             raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
 
-    # -- take over, wait mark, decide -------------------------------------------------------
-
     def take_over(self, local: Local, new_nonce: str) -> Step[tuple[Local, bool]]:
-        """take over: a fresh nonce for a request, so a late lock by its adder is stray.
-
-        Returns the view's request afterwards, and whether it is ours to lock
-        under ``new_nonce``; if not, it is whatever the record names now,
-        unconfirmed, for the commit to catch up again.
-        """
+        """take over: a fresh nonce, so a late lock by the adder is stray. The view's request
+        after, and whether it is ours to lock (if not: the record's, unconfirmed)."""
         req = local.request
         moved = self.bodies.has_row(req.rid)
         moved_body = Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))

@@ -1,23 +1,6 @@
-"""Reads of many items with isolation: Query, Scan, GetItem and BatchGetItem.
-
-Each read sends the user's own request (see :mod:`ddbtx._read_plan` for the
-little it changes) and judges every returned item by its protocol attributes:
-
-``uncommitted``
-    The item as stored, minus bare lock holders (``_tx:new`` without a write)
-    and pending deletes; protocol attributes are never returned.
-``committed``
-    Never an uncommitted value: an item with an applied write is returned as
-    its saved image (in the item, or one more read of the images table), an
-    item inserted by a pending transaction is not returned. Filter, key
-    condition and projection are applied to images on the client.
-``serializable``
-    The read runs in a short transaction of its own that read-locks every item
-    it returns, then releases them.
-
-Inside a transaction (:meth:`ddbtx.Transaction.query` and friends) every item
-returned is read-locked, and judged again on the value read under the lock.
-"""
+"""Reads with isolation (Query, Scan, GetItem, BatchGetItem): the user's own request sent
+(:mod:`ddbtx._read_plan`), each returned item judged by its protocol attributes at the
+:class:`Isolation` level; inside a transaction, every item returned is read-locked."""
 
 from __future__ import annotations
 
@@ -69,16 +52,13 @@ class HasReads(typing.Protocol):
 
 
 class Ends(typing.Protocol):
-    """The end of a transaction, as steps (:class:`~ddbtx._ending.Ending`)."""
-
     def commit(self) -> Step[None]: ...
     def rollback(self) -> Step[None]: ...
     def delete(self) -> Step[None]: ...
 
 
 class InTransaction(typing.Protocol):
-    """What the reads use of a transaction's coordinator
-    (:class:`~ddbtx._coordinator.CoordinatorSteps`, either driver's transaction)."""
+    """What the reads use of a transaction's coordinator (either driver's)."""
 
     @property
     def id(self) -> str: ...
@@ -94,8 +74,6 @@ class InTransaction(typing.Protocol):
 
 
 class Reader(typing.Protocol):
-    """What the reads use of their :class:`~ddbtx.TransactionManager`."""
-
     @property
     def images_table(self) -> str: ...
     @property
@@ -107,8 +85,6 @@ class Reader(typing.Protocol):
 
 @dataclass(frozen=True)
 class _External:
-    """An applied write whose image is in the images table."""
-
     tx_id: str
     rid: str
 
@@ -141,8 +117,6 @@ class Reads:
     def __init__(self, manager: Reader) -> None:
         self.tm = manager
         self._indexes: dict[str, dict[str, IndexInfo]] = {}
-
-    # -- entry points ------------------------------------------------------------------
 
     def read(self, op: ReadOp, params: Mapping[str, Any], level: str) -> Step[dict[str, Any]]:
         """One Query, Scan or GetItem page at ``level`` (or ``serializable``)."""
@@ -195,14 +169,8 @@ class Reads:
     def serializable(
         self, work: Callable[[InTransaction], Step[dict[str, Any]]]
     ) -> Step[dict[str, Any]]:
-        """Run ``work`` in a short transaction that read-locks, commit it, release every lock.
-
-        The commit is what makes the answer a snapshot: an older transaction that
-        needed one of the items meanwhile wounded this one (rolled its record back,
-        then released its locks), and the commit, conditioned on the record being
-        pending, refuses it. Such an answer is thrown away and the read tried again,
-        as old as its first try (so it cannot starve), :data:`ATTEMPTS` times at most.
-        """
+        """Run ``work`` in a short read-locking transaction; the commit makes it a snapshot
+        (one wounded meanwhile is refused and tried again, as old as its first try)."""
         first: str | None = None
         wounded: TransactionRolledBackError | None = None
         for _ in range(ATTEMPTS):
@@ -225,10 +193,8 @@ class Reads:
             other_tx_id=wounded.other_tx_id,
         ) from wounded
 
-    # -- planning ----------------------------------------------------------------------
-
     def plan(self, op: ReadOp, params: Mapping[str, Any], level: Level) -> Step[ReadPlan]:
-        """Validate a read and plan it (the table's key schema is read once and cached)."""
+        """Validate a read and plan it."""
         table = validate(op, params)
         key_types = yield from self.tm.schemas.types(table)
         if op == "get":
@@ -287,8 +253,6 @@ class Reads:
             raise InvalidRequestError(f"table {table!r} has no index {name!r}", table=table)
         return known[name]
 
-    # -- sending -----------------------------------------------------------------------
-
     def send(self, read: ReadPlan) -> Step[dict[str, Any]]:
         """The read's own request, sent as planned."""
         operation = {"query": "query", "scan": "scan", "get": "get_item"}[read.op]
@@ -300,8 +264,6 @@ class Reads:
         except ValidationFailed as exc:
             raise InvalidRequestError(f"DynamoDB rejected the read: {exc}", table=table) from exc
         return response
-
-    # -- judging -----------------------------------------------------------------------
 
     def judge_all(self, read: ReadPlan, items: list[Item]) -> Step[list[Item]]:
         """The items a page returns, in order, judged at the read's level."""
@@ -331,8 +293,7 @@ class Reads:
         return out
 
     def resolve(self, read: ReadPlan, items: list[Item]) -> Step[list[_Seen]]:
-        """How each item is seen, with every image kept apart fetched in one go: "trusted"
-        (the item as DynamoDB returned it), "view" (a full value to judge) or "hidden"."""
+        """How each item is seen (:data:`_Seen`), every external image fetched in one go."""
         seen = [classify(item, read.level, read.table, read.key_names) for item in items]
         external = [x for kind, x in seen if kind == "external"]
         images = (yield from self.images(external)) if external else {}
@@ -348,7 +309,7 @@ class Reads:
         return out
 
     def reread(self, table: str, key: Item, level: str) -> Step[Item | None]:
-        """An item read again (its external image went with a completion meanwhile)."""
+        """An item read again (its external image went with a completion)."""
         key_names = tuple(key)
         for _ in range(ATTEMPTS):
             item = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
@@ -388,8 +349,7 @@ class Reads:
             wanted = unique[start : start + BATCH_KEYS]
             for attempt in range(ATTEMPTS):
                 response = yield from request(
-                    "batch_get_item",
-                    RequestItems={table: {"Keys": wanted, "ConsistentRead": True}},
+                    "batch_get_item", RequestItems={table: {"Keys": wanted, "ConsistentRead": True}}
                 )
                 for item in response.get("Responses", {}).get(table, []):
                     found[request_id(table, key_of(item, tuple(wanted[0])))] = item
@@ -416,8 +376,7 @@ class Reads:
 
 
 def next_page(params: dict[str, Any], response: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The parameters of the page after ``response`` (its ``LastEvaluatedKey`` as the
-    start), or None after the last page; the paging of both drivers' ``*_pages``."""
+    """The parameters of the page after ``response``, or None after the last page."""
     last = response.get("LastEvaluatedKey")
     return {**params, "ExclusiveStartKey": last} if last else None
 
@@ -437,18 +396,11 @@ def _without(params: Mapping[str, Any], *names: str) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in names}
 
 
-# --- inside a transaction -------------------------------------------------------------
-
-
 def locked_read(
     tx: InTransaction, op: ReadOp, params: Mapping[str, Any], *, snapshot: bool = False
 ) -> Step[dict[str, Any]]:
-    """A Query, Scan or GetItem in ``tx``: every item returned is read-locked, and judged on
-    the value read under its lock.
-
-    ``snapshot``: the page is read again once its items are locked, until a read finds
-    nothing it has not locked (see :func:`_settled_page`).
-    """
+    """A Query, Scan or GetItem in ``tx``: every item returned read-locked and judged on its
+    value under the lock; ``snapshot``: see :func:`_settled_page`."""
     reads = tx.manager.reads
     read = yield from reads.plan(op, params, "locking")
     if op == "get":
@@ -468,18 +420,10 @@ def locked_read(
 def _settled_page(
     tx: InTransaction, read: ReadPlan
 ) -> Step[tuple[dict[str, Any], list[Item | None]]]:
-    """A page whose every item ``tx`` holds, read at a moment it holds them all.
-
-    The items of a page are locked after DynamoDB listed them, so a transaction
-    may insert an item into the page's range (or write one so that it passes the
-    filter) in between, and commit. Locking what was listed would then show that
-    transaction's other writes without this one: no snapshot. So the page is read
-    again, and what it lists anew is locked too, until a read lists only items
-    already held. Every item in that read's range is then either held (its value
-    cannot change until the commit) or was absent when DynamoDB passed it, so
-    the page is the state at the start of that read. One read more per page when
-    nothing moved.
-    """
+    """A page whose every item ``tx`` holds, read at a moment it holds them all. Items are
+    locked after DynamoDB listed them, so another transaction may commit an item into the
+    page in between: the page is read again, locking what it lists anew, until a read lists
+    only held items (one read more when nothing moved)."""
     reads = tx.manager.reads
     held: dict[str, Item | None] = {}
     response = yield from reads.send(read)

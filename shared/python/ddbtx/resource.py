@@ -1,16 +1,5 @@
-"""boto3's ``Table`` resource shape over ddbtx: Python values in and out, conditions objects.
-
-``tm.table("Accounts")`` and ``tx.table("Accounts")`` take the arguments of
-``boto3.resource("dynamodb").Table("Accounts")``: ``Key={"id": "alice"}``,
-``Decimal`` numbers, ``set``, ``bytes``, and ``Attr``/``Key`` objects of
-``boto3.dynamodb.conditions`` for ``ConditionExpression``,
-``FilterExpression`` and ``KeyConditionExpression``. Values go through boto3's
-own ``TypeSerializer``/``TypeDeserializer`` and conditions through boto3's
-own ``ConditionExpressionBuilder``, as boto3's resource does, so a request
-means exactly what it means to boto3. Everything is converted before
-anything is sent: a value boto3 cannot convert (a ``float``) is an
-:class:`~ddbtx.InvalidRequestError` and nothing is written.
-"""
+"""boto3's ``Table`` resource shape over ddbtx: Python values in and out, conditions objects
+(through boto3's own serializers and condition builder), all converted before sending."""
 
 from __future__ import annotations
 
@@ -54,8 +43,7 @@ _ITEM_OUT = ("Item", "Attributes", "LastEvaluatedKey")
 
 
 class Outside(typing.Protocol):
-    """What a table outside any transaction uses of its manager (its reads are the
-    manager's own: ``get_item``, ``query``, ``scan``)."""
+    """What a table outside any transaction uses of its manager (and its reads)."""
 
     @property
     def schemas(self) -> KeySchemas: ...
@@ -66,8 +54,6 @@ class Outside(typing.Protocol):
 
 @typing.runtime_checkable
 class Inside(InTransaction, typing.Protocol):
-    """What a table inside a transaction uses of it (:class:`ddbtx.Transaction`)."""
-
     def put_item(self, **params: Any) -> dict[str, Any]: ...
     def update_item(self, **params: Any) -> dict[str, Any]: ...
     def delete_item(self, **params: Any) -> dict[str, Any]: ...
@@ -106,8 +92,6 @@ class Table:
     def _tx(self) -> Inside | None:
         return self._owner if isinstance(self._owner, Inside) else None
 
-    # -- writes ------------------------------------------------------------------------
-
     def put_item(self, **kwargs: Any) -> dict[str, Any]:
         """``PutItem``: ``Item``, ``ConditionExpression``, ``ReturnValues``, ..."""
         return self._write("put", kwargs)
@@ -125,8 +109,7 @@ class Table:
         return as_python(send(**params))
 
     def _writer(self, op: str, kwargs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]]:
-        """How a write is sent (the transaction's request, or one outside any), and its
-        parameters in the client's shape."""
+        """How a write is sent (in the transaction, or outside any), and its parameters."""
         params = self._low(kwargs)
         tx = self._tx
         if tx is not None:
@@ -135,11 +118,8 @@ class Table:
         return partial(self._outside, op), params
 
     def _outside(self, op: str, **params: Any) -> Any:
-        """A write outside any transaction, run on the manager's driver."""
         manager: Outside = self._owner  # type: ignore[assignment]
         return manager.protocol.run(write_outside(manager, op, params))
-
-    # -- reads -------------------------------------------------------------------------
 
     def get_item(self, *, isolation: Isolation | None = None, **kwargs: Any) -> dict[str, Any]:
         """``GetItem`` (``Key``, ``ProjectionExpression``, ...); outside a transaction at
@@ -150,8 +130,7 @@ class Table:
     def _reader(
         self, op: str, kwargs: dict[str, Any], isolation: Isolation | None
     ) -> tuple[Callable[..., Any], dict[str, Any]]:
-        """How a read is sent (the manager's at ``isolation``, or the transaction's under
-        read locks), and its parameters in the client's shape."""
+        """How a read is sent (the manager's, or the transaction's), and its parameters."""
         params = self._low(kwargs)
         tx = self._tx
         if tx is None:
@@ -168,7 +147,6 @@ class Table:
         return in_tx, params
 
     def _locked_get(self, tx: Inside, **params: Any) -> Any:
-        """A GetItem with a projection in ``tx``, run on the transaction's driver."""
         return tx.p.run(locked_read(tx, "get", params))
 
     def query(self, *, isolation: Isolation | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -181,8 +159,6 @@ class Table:
         """One page of a ``Scan``; see :meth:`TransactionManager.scan`, :meth:`Transaction.scan`."""
         send, params = self._reader("scan", kwargs, isolation)
         return as_python(send(**params))
-
-    # -- conversion --------------------------------------------------------------------
 
     def _low(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The request in the client's shape, or InvalidRequestError naming what boto3 refused."""
@@ -209,8 +185,7 @@ class Table:
     def _render(
         self, params: dict[str, Any], names: dict[str, str], python_values: dict[str, Any]
     ) -> None:
-        """Each boto3 conditions object in ``params`` as its expression text, its
-        placeholders added to ``names`` and ``python_values``."""
+        """Each boto3 conditions object in ``params`` as text, its placeholders added."""
         builder = ConditionExpressionBuilder()
         for param in _CONDITIONS:
             condition = params.get(param)
@@ -235,11 +210,8 @@ class Table:
 
 
 def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dict[str, Any]]:
-    """One write outside any transaction, isolated from them: a native request that fails on
-    an item a transaction holds (:func:`ddbtx.guard`); such an item is written by a
-    one-request transaction instead, which waits for or wounds the holder. A false
-    condition costs the failed write and one read.
-    """
+    """One write outside any transaction: a native request guarded against locks
+    (:func:`ddbtx.guard`); on a held item, a one-request transaction instead."""
     table = params["TableName"]
     key_types = yield from manager.schemas.types(table)
     wanted = build(op, params, key_types)  # type: ignore[arg-type]
@@ -265,13 +237,6 @@ def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dic
             )
         # Free, and the condition holds now: a holder released the item meanwhile.
     raise TransactionError(f"an item in {table} kept changing under a write")
-
-
-def _isolation_in_transaction(table: str) -> InvalidRequestError:
-    return InvalidRequestError(
-        "isolation is for reads outside a transaction (inside one, every read is locked)",
-        table=table,
-    )
 
 
 def _to_low(values: Any, param: str) -> dict[str, Any]:

@@ -1,15 +1,7 @@
-"""Multi-item ACID transactions over DynamoDB: the public API.
-
-See docs/protocol.md for the protocol and :mod:`ddbtx._protocol` for its step table.
-The pieces: :class:`~ddbtx._view.RecordView` owns this coordinator's view of
-the TX record (:class:`~ddbtx._adding.Adding` sends its adds);
-:class:`~ddbtx._steps.ItemSteps` locks and :class:`~ddbtx._apply.Applies` applies;
-:mod:`ddbtx._contention` handles items other transactions hold.
-"""
+"""Multi-item ACID transactions over DynamoDB: the public API (docs/protocol.md)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -39,8 +31,6 @@ __all__ = [
     "Transaction",
     "TransactionManager",
 ]
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -99,8 +89,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
 
     @property
     def sleep(self) -> Callable[[float], None]:
-        """How this manager waits: its protocol steps' pauses (a contention wait is one)
-        are slept with it by the driver, so setting it here changes every wait."""
+        """How this manager waits: setting it changes every pause of its steps."""
         return self.protocol.sleep
 
     @sleep.setter
@@ -110,8 +99,6 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     def close(self) -> None:
         """Stop the pool of per-item step threads; a later step starts a new one."""
         self.protocol.close()
-
-    # -- tables ----------------------------------------------------------------
 
     def create_tables(self) -> None:
         """Create the transactions and images tables if missing; wait until active.
@@ -131,8 +118,6 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     def key_types(self, table: str) -> KeyTypes:
         """A data table's key attributes (hash first) and their types, read once and cached."""
         return self.protocol.run(self.schemas.types(table))
-
-    # -- transactions ----------------------------------------------------------
 
     def begin(
         self, *, priority: str | None = None, transaction_id: str | None = None
@@ -266,11 +251,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         return self.protocol.run(self.opener.resume(tx_id))
 
     def sweep(
-        self,
-        tx_id: str,
-        *,
-        rollback_after: timedelta,
-        delete_after: timedelta,
+        self, tx_id: str, *, rollback_after: timedelta, delete_after: timedelta
     ) -> SweepOutcome:
         """Move one TX record along: roll back if stale, complete if decided, delete if old.
 
@@ -280,8 +261,6 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         a sweeper that read an old version.
         """
         return self.protocol.run(sweep(self.protocol, tx_id, rollback_after, delete_after))
-
-    # -- one-shot writes ---------------------------------------------------------
 
     def transact_write(self, requests: list[dict[str, Any]]) -> str:
         """Write several items atomically; returns ``"native"`` or ``"protocol"``.

@@ -1,7 +1,4 @@
-"""The asyncio driver: runs a protocol step (:mod:`ddbtx._effects`) on an aiobotocore client.
-
-It only carries requests and answers; every decision is the step's.
-"""
+"""The asyncio driver: runs a protocol step (:mod:`ddbtx._effects`) on an aiobotocore client."""
 
 from __future__ import annotations
 
@@ -18,14 +15,7 @@ T = TypeVar("T")
 async def drive(
     step: Step[T], client: Any, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 ) -> T:
-    """Run ``step`` to its end on ``client`` (an aiobotocore DynamoDB client); its result.
-
-    Examples
-    --------
-    >>> from ddbtx._effects import request
-    >>> await drive(request("describe_table", TableName="Accounts"), client)  # doctest: +SKIP
-    {'Table': {...}}
-    """
+    """Run ``step`` to its end on ``client`` (an aiobotocore DynamoDB client)."""
     for effect in (run := Run(step)):
         with run.outcome() as out:
             if isinstance(effect, Gather):  # tasks; all end before the first failure is thrown

@@ -1,9 +1,5 @@
-"""What the asyncio lease and FIFO locks share: the held-lock handle, the heartbeat
-task, the client's plumbing, and the acquire that is both awaited and entered.
-
-Every decision is in :mod:`ddbtx.locks` (the ``...Steps`` classes); these classes
-only drive those steps on an aiobotocore client.
-"""
+"""What the asyncio lease and FIFO locks share; they only drive the steps of
+:mod:`ddbtx.locks` on an aiobotocore client."""
 
 from __future__ import annotations
 

@@ -17,15 +17,13 @@ T = TypeVar("T")
 
 
 class Driving(typing.Protocol):
-    """What an asyncio transaction uses of its manager beyond the coordinator's needs."""
-
     def drive(self, step: Step[T], /) -> Awaitable[T]: ...
 
 
 async def pages(
     read: Callable[..., Awaitable[dict[str, Any]]], params: Mapping[str, Any]
 ) -> AsyncIterator[dict[str, Any]]:
-    """Every page of a paged read, following ``LastEvaluatedKey`` from ``params``'s start."""
+    """Every page of a paged read, following ``LastEvaluatedKey``."""
     current: dict[str, Any] | None = dict(params)
     while current is not None:
         response = await read(**current)

@@ -11,14 +11,7 @@ from typing import Any, TypeVar, overload
 
 from .._effects import Step
 from .._exactly import check_transaction_id
-from .._manager_core import (
-    RETRIED,
-    AlreadyCommitted,
-    Attempts,
-    ManagerCore,
-    closing,
-    deletes,
-)
+from .._manager_core import RETRIED, AlreadyCommitted, Attempts, ManagerCore, closing, deletes
 from .._manager_steps import sweep
 from .._oneshot import one_call
 from .._protocol import SweepOutcome
@@ -89,8 +82,6 @@ class TransactionManager(ManagerCore[Transaction]):
     async def key_names(self, table: str) -> tuple[str, ...]:
         """The key attribute names of a data table (hash first), read once and cached."""
         return tuple(await self.key_types(table))
-
-    # -- transactions ----------------------------------------------------------------
 
     async def begin(
         self, *, priority: str | None = None, transaction_id: str | None = None
@@ -173,8 +164,6 @@ class TransactionManager(ManagerCore[Transaction]):
     def table(self, name: str) -> Table:
         """boto3's ``Table`` view of a data table (its methods are coroutines)."""
         return Table(self, name)
-
-    # -- reads outside transactions ----------------------------------------------------
 
     async def get_item(
         self,
