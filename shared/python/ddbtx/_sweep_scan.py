@@ -1,9 +1,5 @@
 """The sweep's scan pass: images, stray item locks and lock rows that outlived their owner.
-
-Each task pages through one table from the cursor and records where it is after
-every row (``here``), so a run stopped by its deadline or page budget continues
-from that row next time.
-"""
+Each task records where it is after every row, so a stopped run continues from that row."""
 
 from __future__ import annotations
 
@@ -33,11 +29,8 @@ Visit = Callable[[list[Item], Key | None], Step[None]]
 
 
 class ScanPass:
-    """Pages through the images table, the data tables' lock indexes and the locks table.
-
-    Parameters are the :class:`~ddbtx.sweeper.Sweeper`'s of the same names;
-    ``on_progress`` is its ``progress``.
-    """
+    """Pages through the images table, the data tables' lock indexes and the locks table
+    (parameters: the :class:`~ddbtx.sweeper.Sweeper`'s; ``on_progress`` is its ``progress``)."""
 
     def __init__(
         self,
@@ -94,12 +87,8 @@ class ScanPass:
         consistent: bool = True,
         **params: Any,
     ) -> Step[None]:
-        """Scan ``table`` from ``key``, page by page: ``visit`` each page's rows and the
-        key after it, then report the page's progress.
-
-        Budgeted pages count against the page budget. ``consistent`` (default)
-        reads strongly consistent pages; a global secondary index offers none.
-        """
+        """Scan ``table`` from ``key`` page by page, ``visit``-ing each page's rows and the key
+        after it (``consistent=False`` for a global secondary index, which offers no other)."""
         while True:
             if budgeted:
                 run.check_page()
@@ -166,12 +155,9 @@ class ScanPass:
         )
 
     def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> Step[None]:
-        """Delete an image whose transaction is gone or completed, after undoing any lock
-        that still depends on it (an image is the only copy of the item it saved).
-
-        A near-400 KB image spans rows ``rid``, ``rid#1``, ...: its first row goes
-        first, then its parts; a part whose first row still exists is left to it.
-        """
+        """Delete an image whose transaction is gone or completed, after undoing any lock that
+        still depends on it (it is the only copy of the item it saved). Its first row goes
+        first, then its parts (``rid#1``, ...); a part whose first row exists is left to it."""
         protocol = self.tm.protocol
         key = protocol.image_key(tx_id, rid)
         base, _, part = rid.partition("#")
@@ -196,11 +182,8 @@ class ScanPass:
         run.count("orphan_images_deleted")
 
     def _undo_image_owner(self, run: Run, tx_id: str, rid: str, saved: Item) -> Step[None]:
-        """Undo the lock of the item this image saved, if it is in a known data table.
-
-        The image holds the item's key; the request id (a hash of table and key)
-        says which table it came from.
-        """
+        """Undo the lock of the item this image saved, if in a known data table (the request
+        id, a hash of table and key, says which)."""
         for table in self.data_tables:
             names = yield from self._key_names(table)
             if not all(n in saved for n in names):
@@ -241,13 +224,8 @@ class ScanPass:
         return False
 
     def _sweep_data_index(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Stray locks from the sparse lock index: reads the locked items only.
-
-        The index is eventually consistent and keys only, so an entry is a
-        lead, not a fact: the item is read (consistently) and released only if
-        the record of the transaction locking it now is gone or completed. A
-        lock the index does not show yet is found by a later run.
-        """
+        """Stray locks from the sparse lock index (eventually consistent, keys only: an entry is
+        a lead, so the item is read consistently before its lock is released)."""
         names = yield from self._key_names(table)
 
         def visit(page: list[Item], after: Key | None) -> Step[None]:

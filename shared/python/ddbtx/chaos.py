@@ -119,8 +119,6 @@ class Chaos:
         events.unregister("before-send.dynamodb", self._before_send)
         events.unregister("after-call.dynamodb", self._after_call)
 
-    # -- handlers --------------------------------------------------------------
-
     def _targeted(self) -> bool:
         return self.kind is not None and self._index.value == self.at
 

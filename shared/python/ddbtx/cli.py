@@ -132,9 +132,6 @@ def _yes(flag: Any) -> str:
     return "yes" if flag else "no"
 
 
-# --- the commands -----------------------------------------------------------------------
-
-
 def cmd_sweep(
     opts: Options,
     *,
@@ -436,9 +433,6 @@ def cmd_add_lock_index(opts: Options, table: str, *, wait: bool = True) -> int:
         return 1
     print(f"{table}: index {s.LOCK_INDEX} on {s.ATTR_LOCK} is {status}")
     return 0
-
-
-# --- entry point ------------------------------------------------------------------------
 
 
 def _app(state: dict[str, Options]) -> Any:

@@ -66,9 +66,6 @@ SWEEP_ENVIRONMENT: Final = {
 }
 
 
-# --- the plan -------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Transfer:
     source: str
@@ -137,9 +134,6 @@ def make_plan(*, seed: int, workers: int, transfers: int, accounts: int) -> Plan
         target = rng.choice([n for n in names if n != source])
         live[number % workers].append(transfer(source, target, None))
     return Plan(names, opening, tuple(map(tuple, live)), killed)
-
-
-# --- running it -----------------------------------------------------------------------
 
 
 @dataclass
@@ -253,9 +247,6 @@ def sweep_as_the_handler_does(client: Any, environment: Mapping[str, str]) -> Sw
     settings = JanitorSettings.from_env(environment)
     sweeper = settings.sweeper(settings.manager(client))
     return sweeper.run(page_budget=settings.page_budget)
-
-
-# --- looking at the bank --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -412,9 +403,6 @@ _SEED_DECIDED: Final = (
     "lock_rows_deleted",
     "errors",
 )
-
-
-# --- the whole demo -------------------------------------------------------------------
 
 
 def _setup(db: LocalDynamo, plan: Plan) -> TransactionManager:
