@@ -198,15 +198,46 @@ class ScanPass:
             return
 
     def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Release the locks in ``table`` whose TX record is gone or completed."""
-        if (yield from self._lock_index_active(table)):
-            if key is not None and s.ATTR_LOCK not in key:
-                key = None  # a table-scan cursor from before the index existed
-            yield from self._sweep_data_index(run, table, key, here)
+        """Release the locks in ``table`` whose TX record is gone or completed: from its sparse
+        lock index (eventually consistent, keys only: an entry is a lead, so the item is read
+        consistently first), or without one by a scan of the whole table."""
+        indexed = yield from self._lock_index_active(table)
+        if key is not None and (s.ATTR_LOCK in key) != indexed:
+            key = None  # a cursor of the other kind: the index came or went since
+        names = yield from self._key_names(table)
+
+        def visit(page: list[Item], after: Key | None) -> Step[None]:
+            header = self._headers()
+            for row in page:
+                run.check_time()
+                owner = lock_owner(row) or ""
+                item_key = key_of(row, names)
+                found = yield from header(owner)
+                # A lock outlives its record only when stray (records are deleted after
+                # every recorded item completed); a completed record's lock is stray too.
+                if found is None or found.completed:
+                    if not indexed:
+                        yield from self._release(run, owner, table, item_key, row)
+                    else:
+                        item = yield from self.tm.protocol.read_item(table, item_key)
+                        if item is not None and is_locked_by(item, owner):
+                            yield from self._release(run, owner, table, item_key, item)
+                here({**item_key, s.ATTR_LOCK: row[s.ATTR_LOCK]} if indexed else item_key)
+            here(after)
+
+        if indexed:
+            yield from self.each_page(
+                run, table, key, visit, consistent=False, IndexName=s.LOCK_INDEX
+            )
         else:
-            if key is not None and s.ATTR_LOCK in key:
-                key = None  # an index cursor, and the index is gone
-            yield from self._sweep_data_scan(run, table, key, here)
+            yield from self.each_page(
+                run,
+                table,
+                key,
+                visit,
+                FilterExpression="attribute_exists(#l)",
+                ExpressionAttributeNames={"#l": s.ATTR_LOCK},
+            )
 
     def _lock_index_active(self, table: str) -> Step[bool]:
         """Whether ``table``'s sparse lock index is there and built; logs the fallback."""
@@ -222,54 +253,6 @@ class ScanPass:
             table,
         )
         return False
-
-    def _sweep_data_index(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Stray locks from the sparse lock index (eventually consistent, keys only: an entry is
-        a lead, so the item is read consistently before its lock is released)."""
-        names = yield from self._key_names(table)
-
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for entry in page:
-                run.check_time()
-                owner = lock_owner(entry) or ""
-                found = yield from header(owner)
-                if found is None or found.completed:
-                    item_key = key_of(entry, names)
-                    item = yield from self.tm.protocol.read_item(table, item_key)
-                    if item is not None and is_locked_by(item, owner):
-                        yield from self._release(run, owner, table, item_key, item)
-                here({**key_of(entry, names), s.ATTR_LOCK: entry[s.ATTR_LOCK]})
-            here(after)
-
-        yield from self.each_page(run, table, key, visit, consistent=False, IndexName=s.LOCK_INDEX)
-
-    def _sweep_data_scan(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Stray locks by a scan of the whole table (a table without the lock index)."""
-        names = yield from self._key_names(table)
-
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for item in page:
-                run.check_time()
-                owner = lock_owner(item) or ""
-                item_key = key_of(item, names)
-                found = yield from header(owner)
-                # A lock outlives its record only when stray (records are deleted after
-                # every recorded item completed); a completed record's lock is stray too.
-                if found is None or found.completed:
-                    yield from self._release(run, owner, table, item_key, item)
-                here(item_key)
-            here(after)
-
-        yield from self.each_page(
-            run,
-            table,
-            key,
-            visit,
-            FilterExpression="attribute_exists(#l)",
-            ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-        )
 
     def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> Step[None]:
         """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""

@@ -1,7 +1,5 @@
-"""Fault injection on a real boto3 client through botocore's event system.
-
-Used by the tests, the fault harness and the demo to kill a coordinator
-between any two DynamoDB calls without touching protocol code:
+"""Fault injection on a real boto3 client through botocore's event system: kill a
+coordinator between any two DynamoDB calls without touching protocol code.
 
 ``before``
     the process dies just before call *k* is sent: nothing applied.

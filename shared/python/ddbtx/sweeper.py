@@ -196,9 +196,8 @@ class Sweeper:
     delete_after
         A completed record is deleted this long after it completed.
     decided_grace
-        A committed or rolled-back record still not completed this long after its
-        decision is completed by the sweeper (capped at ``rollback_after``): its
-        own coordinator normally completes it within moments.
+        A decided record not completed this long after its decision is completed by the
+        sweeper (capped at ``rollback_after``).
     locks_table
         The :mod:`ddbtx.locks` table whose expired rows are removed (None: skip).
     data_tables

@@ -119,9 +119,8 @@ class HeldLockSteps:
         yield from self._write(self._release_write, {})
 
     def _confirm(self, heartbeat_period: float) -> Step[bool]:
-        """Before handing out a grant learned late (handed over, or a FIFO turn): renew
-        it now if the first heartbeat could come after the lease; ``False`` if it
-        was taken over before we even knew of it (no grant, no ``on_lost``)."""
+        """Renew a grant learned late (a handoff, a FIFO turn) if the first heartbeat could
+        come after its lease; ``False`` if it was taken over before we knew of it."""
         if heartbeat_period < self.remaining():
             return True
         sent = self._clock()
@@ -134,8 +133,7 @@ class HeldLockSteps:
         return True
 
     def _renewal(self) -> Step[bool | None]:
-        """A heartbeat's write: ``True`` renewed, ``False`` found taken over, ``None``
-        not held (released or lost before). Run under the lock's I/O guard."""
+        """A heartbeat's write, under the I/O guard: renewed, taken over, or ``None`` not held."""
         if self._state != "held":
             return None
         sent = self._clock()
@@ -149,8 +147,7 @@ class HeldLockSteps:
         return True
 
     def _after_renewal(self, renewed: bool | None) -> bool:
-        """What :meth:`_renewal` found, once the I/O guard is let go (a lost lock's
-        callback may release it)."""
+        """Act on :meth:`_renewal`'s answer outside the I/O guard (``on_lost`` may release)."""
         if renewed:
             return True
         if renewed is False:
@@ -189,8 +186,7 @@ class HeldLockSteps:
         return self._state == "released"
 
     def is_held(self) -> bool:
-        """Whether this holder may still act: not released, not lost, and its lease
-        (counted from the start of the last successful heartbeat) not yet over."""
+        """Whether this holder may still act: held, and its lease not yet over."""
         return self._state == "held" and self.remaining() > 0
 
     def remaining(self) -> float:
@@ -200,13 +196,13 @@ class HeldLockSteps:
 
     @property
     def in_danger(self) -> bool:
-        """Still held, but less than ``danger_fraction`` of the lease is left: the
-        heartbeats since have failed, and a waiter may take over once it runs out."""
+        """Still held, but less than ``danger_fraction`` of the lease is left (heartbeats
+        failed since)."""
         return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def _raise_if_lost(self, exc: BaseException | None) -> None:
-        """On leaving a ``with`` block (after the release): a lock taken over meanwhile
-        raises :class:`LockLostError`, or is noted on the exception under way."""
+        """On leaving a ``with`` block: a lock taken over raises :class:`LockLostError`, or is
+        noted on the exception under way."""
         if self._state != "lost":
             return
         message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"

@@ -111,9 +111,8 @@ class LockRow:
     namespace : str or None
         FIFO namespace.
     state : {"held", "free", "waiting"}
-        ``waiting`` is a waiter in a FIFO or lease lock's line (an entry on its
-        row); ``free`` a
-        mutex or lease row or FIFO head nobody holds (kept for its counter).
+        ``waiting``: an entry in a FIFO or lease lock's line; ``free``: a row nobody
+        holds (kept for its counter).
     owner : str or None
     fencing_token : int or None
         Mutex and lease: the counter (the holder's token while held). FIFO
@@ -346,15 +345,10 @@ def _unchanged(table: str, item: Item, operation: str, texts: dict[str, Any]) ->
 
 
 def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
-    """Delete rows of the earlier layouts (mutex and FIFO queue rows) whose TTL is
-    more than ``grace`` seconds before ``now`` and that DynamoDB TTL has not
-    removed yet, and free held mutexes whose holder's expiry (``expire_after``,
-    by the holder's wall clock) lies more than ``grace`` in the past; return how
-    many rows were deleted or freed.
-
-    Each write is conditioned on the row being unchanged since it was read.
-    Rows with a counter (mutex and lease rows, FIFO heads) are never deleted.
-    For a page budget use :func:`sweep_expired_page`.
+    """Delete rows of the earlier layouts whose TTL is more than ``grace`` seconds before
+    ``now``, and free held mutexes whose holder's expiry lies more than ``grace`` in the
+    past; return how many. Each write is conditioned on the row as read; rows with a
+    counter are never deleted. For a page budget use :func:`sweep_expired_page`.
 
     Examples
     --------

@@ -445,8 +445,7 @@ def _first_in_line(item: Item) -> _Holder | None:
 
 
 def _check_seen(seen: object) -> None:
-    """A ``seen`` passed back: its time must be a real instant, since a NaN or infinite
-    one would make any lease look watched through (a break with no watch)."""
+    """A ``seen`` passed back: a NaN or infinite time would make any lease look watched."""
     if not isinstance(seen, Seen):
         raise ValueError(f"seen must be a Seen, not {type(seen).__name__}")
     if not (isinstance(seen.hold, str) and isinstance(seen.rvn, str)):

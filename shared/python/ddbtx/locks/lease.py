@@ -221,13 +221,8 @@ class LeaseClientSteps(LockClientSteps):
         values: dict[str, object],
         entry: dict[str, str] | None = None,
     ) -> Step[LeaseLockSteps | Item | None]:
-        """The lock; or when the condition failed the row as it was (where DynamoDB
-        returns it with the failure: AWS and moto, not dynalite), else ``None``.
-
-        ``entry``: the placeholders of the caller's line entry, which the grant
-        removes. Its conditions have no replay branch, so a grant whose answer
-        was lost fails its retry; one read then finds our own grant.
-        """
+        """The lock; on a failed condition the row as it was where DynamoDB returns it, else
+        ``None``. ``entry``: the placeholders of the caller's line entry, which it removes."""
         values = {
             ":owner": self.owner,
             ":hold": hold,
@@ -465,9 +460,8 @@ class _Acquire(LineWaiter):
         )
 
     def try_once(self, item: Item | None) -> Step[LeaseLockSteps]:
-        """``wait=0``: take over what an earlier ``wait=0`` call of this client saw
-        unchanged a lease ago (a dead holder, and dead entries in line, which it
-        removes first); else remember what is there now and give up."""
+        """``wait=0``: take over what an earlier ``wait=0`` call saw unchanged a lease ago
+        (dead entries in line removed first); else remember what is there and give up."""
         lc = self.lc
         if not item:
             item = yield from lc._read(self.resource)
