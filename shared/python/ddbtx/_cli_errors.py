@@ -1,10 +1,5 @@
-"""The operator CLI's answer to ordinary mistakes: one line naming what to fix.
-
-:func:`explain` turns the exceptions a misconfigured ``ddbtx`` command meets
-(no region, no credentials, an unreachable endpoint, a table that does not
-exist, rejected credentials) into that line; anything else is a bug and keeps
-its traceback.
-"""
+"""The operator CLI's answer to ordinary mistakes (no region or credentials, an unreachable
+endpoint, a missing table): one line naming what to fix; anything else keeps its traceback."""
 
 from __future__ import annotations
 
@@ -51,14 +46,8 @@ def missing_tables(describe: Callable[[str], Any], tables: Iterable[tuple[str, s
 
 
 def check_endpoint(url: str | None) -> None:
-    """Refuse an endpoint URL boto3 cannot use, before any client is made.
-
-    Raises
-    ------
-    CliError
-        ``url`` has no ``http``/``https`` scheme or no host (boto3 would raise
-        ``ValueError: Invalid endpoint`` deep inside its client factory).
-    """
+    """Refuse an endpoint URL without an ``http``/``https`` scheme or a host (:class:`CliError`)
+    before boto3 fails on it deep inside its client factory."""
     if url is None:
         return
     parts = urlsplit(url)
@@ -79,10 +68,8 @@ def explain(
 ) -> str | None:
     """The one-line message for ``exc``, or None when it is not a user mistake.
 
-    ``describe(name)`` (DescribeTable) and ``tables`` ((name, the option or
-    variable that set it), ...) let a missing table be named: DynamoDB's own
-    message does not say which table it did not find. ``region`` is the region
-    the client used, named when its endpoint cannot be reached.
+    ``describe`` (DescribeTable) and ``tables`` ((name, the option that set it), ...) name a
+    missing table, which DynamoDB's message does not; ``region`` is the client's.
     """
     message = _before_any_request(exc, endpoint, region)
     if message is not None:

@@ -1,11 +1,7 @@
-"""``ddbtx sweep``'s live display: one line per pass of the sweep, the library's logs, and
-the sweep report's table (the demo prints it too).
+"""``ddbtx sweep``'s live display: one line per pass, the library's logs, the report's table.
 
-The sweeper reports progress per page as ``(task, rows)``: ``"index <state>#<shard>"``
-for the index pass's partitions, a table name for every scan. The index pass has a
-known number of partitions, so it gets a bar; a scan's length is not known (a
-table's ``ItemCount`` is a six-hourly estimate), so a scan gets a spinner and the
-rows read so far, never a made-up total.
+The index pass has a known number of partitions, so it gets a bar; a scan's length is not
+known (``ItemCount`` is a six-hourly estimate), so it gets the rows read so far.
 """
 
 from __future__ import annotations
@@ -19,12 +15,8 @@ INDEX_PREFIX = "index "
 
 
 class SweepProgress:
-    """Turns the sweeper's per-page callbacks into one progress line per pass.
-
-    ``progress`` is a started :class:`rich.progress.Progress`; ``partitions`` the
-    number of index partitions (:data:`ddbtx.sweeper.PARTITIONS`); ``full_scan_table``
-    the transactions table when a ``--full`` sweep scans it instead of the index.
-    """
+    """Turns the sweeper's per-page callbacks into one line per pass of a started rich
+    ``progress``; ``full_scan_table`` is the transactions table a ``--full`` sweep scans."""
 
     def __init__(self, progress: Any, *, partitions: int, full_scan_table: str | None) -> None:
         self._progress = progress
@@ -68,12 +60,8 @@ class SweepProgress:
 
 @contextmanager
 def library_logs(verbose: bool) -> Iterator[None]:
-    """Show ddbtx's own log records on stderr, one line each, while a command runs.
-
-    By default only errors (a record the sweep could not settle, with its
-    traceback): everything else a sweep logs is in its report. ``verbose`` adds
-    the info and warning lines. The logger is put back as it was afterwards.
-    """
+    """Show ddbtx's own log records on stderr while a command runs: errors only (the rest is
+    in the sweep's report), or with ``verbose`` info and warnings too; restored afterwards."""
     log = logging.getLogger("ddbtx")
     saved = (list(log.handlers), log.propagate, log.level)
     handler = logging.StreamHandler()

@@ -1,9 +1,4 @@
-"""The single blocking door to DynamoDB: every sync call goes through :func:`call`.
-
-It runs :func:`ddbtx._effects.request` on the sync driver, which translates
-botocore ``ClientError`` into :mod:`ddbtx.errors` classes (one place, cause kept)
-and strips response metadata nobody needs.
-"""
+"""The single blocking door to DynamoDB: every sync call goes through :func:`call`."""
 
 from __future__ import annotations
 
@@ -30,11 +25,8 @@ def client_config(max_attempts: int) -> Any:
 def call(client: Any, operation: str, *, resent: Any = None, **params: Any) -> dict[str, Any]:
     """Call ``client.<operation>(**params)``; raise a :class:`DynamoDBError` on failure.
 
-    The blocking form of :func:`ddbtx._effects.request`, run by the sync driver, so
-    the translation and the metadata handling are the ones every driver gets.
-    ``resent`` (a ``list[bool]``; typed Any so that ``**params`` dicts still pass)
-    gets whether botocore sent the request more than once: an earlier attempt may
-    then have been applied behind a lost answer.
+    The blocking form of :func:`ddbtx._effects.request`. ``resent`` (a ``list[bool]``, typed
+    Any so ``**params`` dicts pass) gets whether botocore sent the request more than once.
     """
     response: dict[str, Any] = drive(request(operation, resent=resent, **params), client)
     return response

@@ -78,16 +78,8 @@ MAX_NUMBER_DIGITS, MIN_NUMBER_EXPONENT, MAX_NUMBER_EXPONENT = 38, -130, 125
 
 
 def canonical_number(text: Any) -> str:
-    """The one spelling DynamoDB stores and returns for a number: plain decimal, no padding.
-
-    ``"10"``, ``"1E+1"``, ``"10.0"`` and ``"010"`` are all ``"10"``; ``"-0"`` is ``"0"``.
-
-    Raises
-    ------
-    ValueError
-        If DynamoDB would reject the number (syntax, over 38 significant digits,
-        magnitude out of range), with DynamoDB's reason.
-    """
+    """The one spelling DynamoDB stores for a number (``"1E+1"``, ``"10.0"``, ``"010"``: ``"10"``);
+    ``ValueError`` with DynamoDB's reason for a number it would reject."""
     if not isinstance(text, str) or not _NUMBER.fullmatch(text):
         raise ValueError(f"the parameter cannot be converted to a numeric value: {text!r:.60}")
     sign, digits, exponent = Decimal(text).as_tuple()
@@ -108,11 +100,8 @@ def canonical_number(text: Any) -> str:
 
 
 def canonical_key_value(value: dict[str, Any]) -> dict[str, Any]:
-    """One form per key value: numbers as DynamoDB spells them, binary as bytes.
-
-    botocore sends a ``str`` B value as its UTF-8 bytes, so ``{"B": "ab"}`` and
-    ``{"B": b"ab"}`` name the same item. Other types are returned unchanged.
-    """
+    """One form per key value: numbers as DynamoDB spells them, binary as bytes (botocore
+    sends a ``str`` B value as its UTF-8 bytes, so both name the same item)."""
     ((kind, raw),) = value.items()
     if kind == "N":
         return {"N": canonical_number(raw)}
@@ -139,10 +128,7 @@ def _canonical(value: Any) -> Any:
 
 
 def request_id(table: str, key: Item) -> str:
-    """A stable id for "this item in this table": one request per item per transaction.
-
-    Every spelling of one key (``1E+1`` and ``10``, a ``str`` and its bytes) has one id.
-    """
+    """A stable id for "this item in this table", one for every spelling of its key."""
     text = json.dumps([table, _canonical(canonical_key(key))], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

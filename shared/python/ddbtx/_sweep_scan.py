@@ -1,9 +1,5 @@
 """The sweep's scan pass: images, stray item locks and lock rows that outlived their owner.
-
-Each task pages through one table from the cursor and records where it is after
-every row (``here``), so a run stopped by its deadline or page budget continues
-from that row next time.
-"""
+Each task records where it is after every row, so a stopped run continues from that row."""
 
 from __future__ import annotations
 
@@ -33,11 +29,8 @@ Visit = Callable[[list[Item], Key | None], Step[None]]
 
 
 class ScanPass:
-    """Pages through the images table, the data tables' lock indexes and the locks table.
-
-    Parameters are the :class:`~ddbtx.sweeper.Sweeper`'s of the same names;
-    ``on_progress`` is its ``progress``.
-    """
+    """Pages through the images table, the data tables' lock indexes and the locks table
+    (parameters: the :class:`~ddbtx.sweeper.Sweeper`'s; ``on_progress`` is its ``progress``)."""
 
     def __init__(
         self,
@@ -94,12 +87,8 @@ class ScanPass:
         consistent: bool = True,
         **params: Any,
     ) -> Step[None]:
-        """Scan ``table`` from ``key``, page by page: ``visit`` each page's rows and the
-        key after it, then report the page's progress.
-
-        Budgeted pages count against the page budget. ``consistent`` (default)
-        reads strongly consistent pages; a global secondary index offers none.
-        """
+        """Scan ``table`` from ``key`` page by page, ``visit``-ing each page's rows and the key
+        after it (``consistent=False`` for a global secondary index, which offers no other)."""
         while True:
             if budgeted:
                 run.check_page()
@@ -166,12 +155,9 @@ class ScanPass:
         )
 
     def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> Step[None]:
-        """Delete an image whose transaction is gone or completed, after undoing any lock
-        that still depends on it (an image is the only copy of the item it saved).
-
-        A near-400 KB image spans rows ``rid``, ``rid#1``, ...: its first row goes
-        first, then its parts; a part whose first row still exists is left to it.
-        """
+        """Delete an image whose transaction is gone or completed, after undoing any lock that
+        still depends on it (it is the only copy of the item it saved). Its first row goes
+        first, then its parts (``rid#1``, ...); a part whose first row exists is left to it."""
         protocol = self.tm.protocol
         key = protocol.image_key(tx_id, rid)
         base, _, part = rid.partition("#")
@@ -196,11 +182,8 @@ class ScanPass:
         run.count("orphan_images_deleted")
 
     def _undo_image_owner(self, run: Run, tx_id: str, rid: str, saved: Item) -> Step[None]:
-        """Undo the lock of the item this image saved, if it is in a known data table.
-
-        The image holds the item's key; the request id (a hash of table and key)
-        says which table it came from.
-        """
+        """Undo the lock of the item this image saved, if in a known data table (the request
+        id, a hash of table and key, says which)."""
         for table in self.data_tables:
             names = yield from self._key_names(table)
             if not all(n in saved for n in names):
@@ -215,15 +198,46 @@ class ScanPass:
             return
 
     def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Release the locks in ``table`` whose TX record is gone or completed."""
-        if (yield from self._lock_index_active(table)):
-            if key is not None and s.ATTR_LOCK not in key:
-                key = None  # a table-scan cursor from before the index existed
-            yield from self._sweep_data_index(run, table, key, here)
+        """Release the locks in ``table`` whose TX record is gone or completed: from its sparse
+        lock index (eventually consistent, keys only: an entry is a lead, so the item is read
+        consistently first), or without one by a scan of the whole table."""
+        indexed = yield from self._lock_index_active(table)
+        if key is not None and (s.ATTR_LOCK in key) != indexed:
+            key = None  # a cursor of the other kind: the index came or went since
+        names = yield from self._key_names(table)
+
+        def visit(page: list[Item], after: Key | None) -> Step[None]:
+            header = self._headers()
+            for row in page:
+                run.check_time()
+                owner = lock_owner(row) or ""
+                item_key = key_of(row, names)
+                found = yield from header(owner)
+                # A lock outlives its record only when stray (records are deleted after
+                # every recorded item completed); a completed record's lock is stray too.
+                if found is None or found.completed:
+                    if not indexed:
+                        yield from self._release(run, owner, table, item_key, row)
+                    else:
+                        item = yield from self.tm.protocol.read_item(table, item_key)
+                        if item is not None and is_locked_by(item, owner):
+                            yield from self._release(run, owner, table, item_key, item)
+                here({**item_key, s.ATTR_LOCK: row[s.ATTR_LOCK]} if indexed else item_key)
+            here(after)
+
+        if indexed:
+            yield from self.each_page(
+                run, table, key, visit, consistent=False, IndexName=s.LOCK_INDEX
+            )
         else:
-            if key is not None and s.ATTR_LOCK in key:
-                key = None  # an index cursor, and the index is gone
-            yield from self._sweep_data_scan(run, table, key, here)
+            yield from self.each_page(
+                run,
+                table,
+                key,
+                visit,
+                FilterExpression="attribute_exists(#l)",
+                ExpressionAttributeNames={"#l": s.ATTR_LOCK},
+            )
 
     def _lock_index_active(self, table: str) -> Step[bool]:
         """Whether ``table``'s sparse lock index is there and built; logs the fallback."""
@@ -239,59 +253,6 @@ class ScanPass:
             table,
         )
         return False
-
-    def _sweep_data_index(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Stray locks from the sparse lock index: reads the locked items only.
-
-        The index is eventually consistent and keys only, so an entry is a
-        lead, not a fact: the item is read (consistently) and released only if
-        the record of the transaction locking it now is gone or completed. A
-        lock the index does not show yet is found by a later run.
-        """
-        names = yield from self._key_names(table)
-
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for entry in page:
-                run.check_time()
-                owner = lock_owner(entry) or ""
-                found = yield from header(owner)
-                if found is None or found.completed:
-                    item_key = key_of(entry, names)
-                    item = yield from self.tm.protocol.read_item(table, item_key)
-                    if item is not None and is_locked_by(item, owner):
-                        yield from self._release(run, owner, table, item_key, item)
-                here({**key_of(entry, names), s.ATTR_LOCK: entry[s.ATTR_LOCK]})
-            here(after)
-
-        yield from self.each_page(run, table, key, visit, consistent=False, IndexName=s.LOCK_INDEX)
-
-    def _sweep_data_scan(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Stray locks by a scan of the whole table (a table without the lock index)."""
-        names = yield from self._key_names(table)
-
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for item in page:
-                run.check_time()
-                owner = lock_owner(item) or ""
-                item_key = key_of(item, names)
-                found = yield from header(owner)
-                # A lock outlives its record only when stray (records are deleted after
-                # every recorded item completed); a completed record's lock is stray too.
-                if found is None or found.completed:
-                    yield from self._release(run, owner, table, item_key, item)
-                here(item_key)
-            here(after)
-
-        yield from self.each_page(
-            run,
-            table,
-            key,
-            visit,
-            FilterExpression="attribute_exists(#l)",
-            ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-        )
 
     def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> Step[None]:
         """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""

@@ -40,9 +40,6 @@ Deadline = Callable[[], float]
 Progress = Callable[[str, int], None]
 
 
-# --- cursor -------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Cursor:
     """Where the next sweep continues.
@@ -64,10 +61,6 @@ class Cursor:
     index_key: Key | None = None
     task: str | None = None
     scan_key: Key | None = None
-
-    @property
-    def at_start(self) -> bool:
-        return self == Cursor()
 
     def to_json(self) -> dict[str, Any]:
         """The cursor as plain JSON (what the handler returns and the cursor row stores)."""
@@ -153,9 +146,6 @@ class CursorStore:
             return mine
 
 
-# --- report -------------------------------------------------------------------
-
-
 @dataclass
 class SweepReport:
     """What one sweep did.
@@ -213,9 +203,6 @@ class SweepReport:
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         return asdict(self)
-
-
-# --- one run ----------------------------------------------------------------------
 
 
 class Stop(Exception):

@@ -1,7 +1,5 @@
-"""Fault injection on a real boto3 client through botocore's event system.
-
-Used by the tests, the fault harness and the demo to kill a coordinator
-between any two DynamoDB calls without touching protocol code:
+"""Fault injection on a real boto3 client through botocore's event system: kill a
+coordinator between any two DynamoDB calls without touching protocol code.
 
 ``before``
     the process dies just before call *k* is sent: nothing applied.
@@ -118,8 +116,6 @@ class Chaos:
         events.unregister("before-call.dynamodb", self._before_call)
         events.unregister("before-send.dynamodb", self._before_send)
         events.unregister("after-call.dynamodb", self._after_call)
-
-    # -- handlers --------------------------------------------------------------
 
     def _targeted(self) -> bool:
         return self.kind is not None and self._index.value == self.at

@@ -1,14 +1,7 @@
-"""``ddbtx``: the on-call operator's command line, and the embedded demo.
+"""``ddbtx``: the on-call operator's command line (the janitor Lambdas' core code), and the demo.
 
-``ddbtx sweep``, ``ddbtx inspect TX_ID``, ``ddbtx recover TX_ID``, ``ddbtx locks``
-and ``ddbtx locks break RESOURCE`` call the same core code as the janitor Lambdas
-(:mod:`ddbtx.sweeper`, :mod:`ddbtx.recovery`, :mod:`ddbtx.locks`). Table names
-default to the janitors' environment variables (``TRANSACTIONS_TABLE`` ...).
-``ddbtx demo`` needs no AWS account: it starts an embedded DynamoDB.
-
-The command-line libraries (typer, rich) come from the ``cli`` extra
-(``pip install '.[cli]'`` from a checkout) and are imported only when a command runs, so
-``import ddbtx`` and the Lambda layer never need them.
+typer and rich (the ``cli`` extra) are imported only when a command runs, so ``import ddbtx``
+and the Lambda layer never need them.
 """
 
 # No ``from __future__ import annotations``: typer reads the commands' annotations
@@ -130,9 +123,6 @@ def _key_text(key: dict[str, Any]) -> str:
 
 def _yes(flag: Any) -> str:
     return "yes" if flag else "no"
-
-
-# --- the commands -----------------------------------------------------------------------
 
 
 def cmd_sweep(
@@ -436,9 +426,6 @@ def cmd_add_lock_index(opts: Options, table: str, *, wait: bool = True) -> int:
         return 1
     print(f"{table}: index {s.LOCK_INDEX} on {s.ATTR_LOCK} is {status}")
     return 0
-
-
-# --- entry point ------------------------------------------------------------------------
 
 
 def _app(state: dict[str, Options]) -> Any:

@@ -1,19 +1,9 @@
 """``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep.
 
-Needs only the package and its ``demo`` extra (``pip install '.[demo]'`` in a checkout): the
-emulator is moto's server in this process, and the sweep is the core call the
-sweeper Lambda makes on every tick (see :func:`sweep_as_the_handler_does`), so no
-checkout and no Lambda runtime library is involved.
-
-Reproducible by seed: the seed fixes every transfer (accounts, amount) and every
-killed coordinator (which call it dies before or after). Live transfers run
-concurrently through :meth:`TransactionManager.run`, which retries them when
-contention aborts them, and no account can run short whatever the order, so every
-one of them commits; the killed coordinators run afterwards, each on accounts no
-other killed one touches, so each dies at its planned call. The counts of
-committed and killed transfers, the damage and the sweep's report are then the
-same on every run of a seed; only the number of retries depends on how the
-threads interleave, and the demo says so.
+Needs only the ``demo`` extra: moto's server runs in this process, and the sweep is the
+sweeper Lambda's own core call (:func:`sweep_as_the_handler_does`). The seed fixes every
+transfer and every killed coordinator (killed ones run afterwards, on disjoint accounts),
+so every count but the retries is the same on every run of a seed.
 """
 
 from __future__ import annotations
@@ -64,9 +54,6 @@ SWEEP_ENVIRONMENT: Final = {
     "DELETE_AFTER_SECONDS": "0",
     "SWEEP_PAGE_BUDGET": "50",
 }
-
-
-# --- the plan -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -137,9 +124,6 @@ def make_plan(*, seed: int, workers: int, transfers: int, accounts: int) -> Plan
         target = rng.choice([n for n in names if n != source])
         live[number % workers].append(transfer(source, target, None))
     return Plan(names, opening, tuple(map(tuple, live)), killed)
-
-
-# --- running it -----------------------------------------------------------------------
 
 
 @dataclass
@@ -244,18 +228,10 @@ def run_transfers(db: LocalDynamo, plan: Plan) -> Outcome:
 
 
 def sweep_as_the_handler_does(client: Any, environment: Mapping[str, str]) -> SweepReport:
-    """One sweeper tick: the two calls ``functions/sweeper/handler.py`` makes, without Lambda.
-
-    The handler builds ``JanitorSettings.from_env()`` and its sweeper at cold start
-    and runs ``SWEEPER.run(deadline=..., page_budget=SETTINGS.page_budget)`` per tick;
-    Powertools only adds logs and metrics around it.
-    """
+    """One sweeper tick: the two calls ``functions/sweeper/handler.py`` makes, without Lambda."""
     settings = JanitorSettings.from_env(environment)
     sweeper = settings.sweeper(settings.manager(client))
     return sweeper.run(page_budget=settings.page_budget)
-
-
-# --- looking at the bank --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -412,9 +388,6 @@ _SEED_DECIDED: Final = (
     "lock_rows_deleted",
     "errors",
 )
-
-
-# --- the whole demo -------------------------------------------------------------------
 
 
 def _setup(db: LocalDynamo, plan: Plan) -> TransactionManager:

@@ -168,13 +168,10 @@ class TransactionCommittedError(TransactionError):
 class TransactionOutcomeUnknownError(TransactionError):
     """Whether the transaction committed cannot be known any more.
 
-    The commit decision was sent, its answer was lost (the SDK's retry was
-    refused, or the call failed in flight), and by the time the coordinator
-    looked, a janitor had completed and deleted the TX record. The items are
-    consistent either way (all of the writes or none); read them to learn
-    which. Not retried by :meth:`TransactionManager.run`: the work may have
-    been applied. Only a commit call that outlasts the sweeper's delete age
-    (a stalled coordinator) can meet it.
+    The commit decision's answer was lost, and a janitor completed and deleted the TX
+    record before the coordinator looked. The items are consistent either way (all of
+    the writes or none); read them to learn which. Not retried by
+    :meth:`TransactionManager.run`.
     """
 
 
@@ -199,12 +196,8 @@ class InvalidTransactionIdError(InvalidRequestError):
 
 
 class TransactionIdReusedError(TransactionError):
-    """A ``transaction_id`` whose pending transaction recorded different work.
-
-    A retry with the same id makes the same requests again; one that differs
-    from what the id's transaction recorded (another item first, other
-    parameters, fewer requests at commit) means the id was reused for other work.
-    """
+    """A ``transaction_id`` whose pending transaction recorded different work (another item
+    first, other parameters, fewer requests at commit): the id was reused for other work."""
 
 
 class ConditionalCheckFailedError(TransactionError):

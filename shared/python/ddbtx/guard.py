@@ -1,13 +1,6 @@
-"""Keep plain writers off items a ddbtx transaction has locked.
-
-A transaction locks an item by writing its id into the item (``schema.ATTR_LOCK``)
-and, until it completes, keeps the item's previous state beside it. A write that
-does not go through ddbtx (plain ``PutItem``/``UpdateItem``/``DeleteItem``, a
-native ``TransactWriteItems``, another service) would overwrite both, and the
-transaction could then neither roll back nor commit as one unit.
-:func:`guard` adds "no transaction holds this item's lock" to such a write's
-condition; on an unlocked item the guarded request does exactly what the
-original does (same result, same error).
+"""Keep plain writers off items a ddbtx transaction has locked: a write outside ddbtx would
+overwrite the lock and the saved image beside it. :func:`guard` adds "no transaction holds
+this item's lock" to such a write's condition; on an unlocked item it changes nothing.
 """
 
 from __future__ import annotations
@@ -35,22 +28,14 @@ class GuardError(DdbtxError, ValueError):
 def guard(params: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a write request that fails if a ddbtx transaction holds the item's lock.
 
-    Works on the keyword arguments of ``put_item``, ``update_item`` and
-    ``delete_item`` and on ``transact_write_items`` (each ``Put``, ``Update``
-    and ``Delete`` is guarded; a ``ConditionCheck`` writes nothing and is left
-    as is), in both boto3 shapes: the client's (typed AttributeValues) and the
-    resource's (Python values, ``ConditionExpression`` as a
-    ``boto3.dynamodb.conditions`` object or a string). The guard is
-    ``attribute_not_exists(<lock attribute>)``, AND-ed with the request's own
-    condition; its placeholders never collide with the request's. ``params``
-    is not modified.
+    Works on the keyword arguments of ``put_item``, ``update_item``, ``delete_item`` and
+    ``transact_write_items`` (a ``ConditionCheck`` is left as is), in both boto3 shapes
+    (client and resource, a condition as a string or a ``boto3.dynamodb.conditions``
+    object). ``attribute_not_exists(<lock attribute>)`` is AND-ed with the request's own
+    condition, its placeholders clear of the request's; ``params`` is not modified.
 
-    A guarded write on a locked item fails like any false condition:
-    ``ConditionalCheckFailedException`` (``TransactionCanceledException`` with
-    reason ``ConditionalCheckFailed`` in a ``TransactWriteItems``). The item is
-    locked if the ``Item`` returned with ``ReturnValuesOnConditionCheckFailure``
-    passes :func:`is_locked`. Retry later, or write it inside a ddbtx transaction,
-    which waits for or wounds the lock holder.
+    On a locked item the write fails like any false condition; the item is locked if the
+    ``Item`` returned with ``ReturnValuesOnConditionCheckFailure`` passes :func:`is_locked`.
 
     Parameters
     ----------

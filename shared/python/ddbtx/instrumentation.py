@@ -1,9 +1,5 @@
-"""Exact DynamoDB request counting through botocore's event system.
-
-Besides requests, the items each call read are counted from its response, as
-DynamoDB bills them: a Query's or Scan's ``ScannedCount`` (every item it
-examined, filtered out or not), one for a ``GetItem`` that found its item, and
-every item a ``BatchGetItem`` or ``TransactGetItems`` returned.
+"""Exact DynamoDB request counting through botocore's event system, with the items each call
+read as DynamoDB bills them (a Query's or Scan's ``ScannedCount``, items returned otherwise).
 
 Examples
 --------

@@ -1,11 +1,5 @@
-"""Local DynamoDB emulators for tests, benchmarks and the demo.
-
-Two independent implementations are supported: ``moto`` (its threaded HTTP
-server, in-process) and ``dynalite`` (the npm package, run with ``node``).
-Both listen on a free loopback port and are reached through an ordinary boto3
-client with ``endpoint_url``, so code under test cannot tell them from AWS.
-Nothing here is imported by the protocol core.
-"""
+"""Local DynamoDB emulators for tests, benchmarks and the demo: ``moto`` (its HTTP server,
+in-process) and ``dynalite`` (the npm package, on ``node``), each on a free loopback port."""
 
 from __future__ import annotations
 
@@ -76,14 +70,9 @@ def find_dynalite() -> Path:
 
 
 def _linearizable_moto_server(port: int) -> Any:
-    """moto's DynamoDB behind a werkzeug server that handles one request at a time.
-
-    moto evaluates a condition and then writes without holding a lock, so two
-    concurrent conditional writes can both succeed, which DynamoDB's per-item
-    atomicity never allows (dynalite, single-threaded, never does either).
-    Serialising whole requests gives moto that atomicity; connections are
-    still accepted concurrently.
-    """
+    """moto's DynamoDB behind a werkzeug server that handles one request at a time: moto
+    checks a condition and writes without a lock, so two concurrent conditional writes
+    could both succeed, which DynamoDB's per-item atomicity never allows."""
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,

@@ -1,13 +1,8 @@
 """Operator actions on one transaction or one item: inspect, recover, break a lock.
 
-Shared by the recovery Lambda and the ``ddbtx`` CLI. A transaction is named by
-its internal id or by the caller's id it was begun with (``transaction_id=``):
-on-call knows the business id, the logs the internal one. Every action is safe to
-repeat: ``recover`` on a completed transaction reports that it is completed,
-``break_lock`` on an unlocked item reports that it is not locked.
-
-Results are plain JSON data. Keys are DynamoDB ``AttributeValue`` maps, with
-binary values as base64 text.
+Shared by the recovery Lambda and the ``ddbtx`` CLI. A transaction is named by its internal
+id or by the caller's id (``transaction_id=``). Every action is safe to repeat. Results are
+plain JSON data; keys are ``AttributeValue`` maps with binary values as base64 text.
 """
 
 from __future__ import annotations
@@ -51,13 +46,8 @@ def key_from_json(key: dict[str, Any]) -> Item:
 
 
 def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]:
-    """The record ``tx_id`` names, as an internal id or else as a caller's id: the
-    internal id and its header (``None``: neither names a record). The alias row is
-    read only when no record has that id, so an internal id costs one read.
-
-    Internal ids are short ASCII, so every id either kind can be passes the caller's
-    id check; any other raises :class:`InvalidTransactionIdError` before a request.
-    """
+    """The internal id and header of the record ``tx_id`` names, as an internal id or else
+    a caller's id (header ``None``: neither names one); the alias row is read only then."""
     check_transaction_id(tx_id)
     records = tm.protocol.records
     header = yield from records.read_header(tx_id)
@@ -165,11 +155,8 @@ def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
 
 
 def _settle(tm: TransactionManager, header: Header) -> Step[str]:
-    """Roll a pending transaction back (whatever its age), then complete it.
-
-    Only the version read is rolled back: if a live coordinator added a request
-    or decided meanwhile, the record is looked at again.
-    """
+    """Roll a pending transaction back (whatever its age), then complete it; only the
+    version read, so a record a live coordinator changed meanwhile is looked at again."""
     for _ in range(5):
         outcome = yield from tm.protocol.settle(header.tx_id, header, expect_version=header.version)
         if outcome is not SweepOutcome.ACTIVE:

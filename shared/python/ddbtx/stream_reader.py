@@ -1,9 +1,7 @@
 """A table's DynamoDB stream read with GetRecords, in the shape a Lambda event delivers it.
 
-For tests, benchmarks and local runs on moto (whose stream is one shard; dynalite
-has no streams): it reads every shard in the order DescribeStream lists them,
-which on a real table with split shards is not the order Lambda keeps (parent
-shards first, per item). In production, let Lambda read the stream.
+For tests and local runs on moto: shards are read in DescribeStream's order, not Lambda's
+(parent shards first), so in production let Lambda read the stream.
 
 Examples
 --------

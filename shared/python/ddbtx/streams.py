@@ -1,44 +1,11 @@
 """Committed changes only: DynamoDB Streams records of a data table, with the protocol taken out.
 
-A table ddbtx writes shows the protocol at work in its stream: the lock, the
-applied but uncommitted value, the restore of a roll back (which flaps the
-value back), a transient insert that a roll back deletes, read locks coming and
-going, and only at release the committed value. :func:`committed_changes` turns
-the ``Records`` of a stream event (``NEW_AND_OLD_IMAGES``) into the changes that
-committed, one per item a committed transaction changed, at its release, plus
-every plain write unchanged.
-
-Each record is judged from its own two images, never from state kept between
-records, so a batch split anywhere (a retry, a bisected batch, a resharded
-stream) gives the same changes. How one record is judged, by the protocol step
-that writes it (``_steps``, ``_apply``, ``_rewrite``, ``Protocol.release``/``restore``):
-
-- lock, apply, a later write to the item, mark deleted: the new image carries
-  ``_tx:id``. No change (the item is held, nothing is committed yet).
-- release of a lock that wrote nothing (a read lock; a roll back of a lock that
-  applied nothing, or of a delete): the old image is locked without ``_tx:ap``,
-  the new one has the same values. No change.
-- restore (roll back of a write): the old image is applied, the new image's
-  values differ from it (the saved image is back). No change.
-- release of a committed write: the old image is applied, the new image has its
-  values, unlocked. A MODIFY (an INSERT if the item was transient, ``_tx:new``).
-- delete of a transient item (roll back of an insert, a read lock of a missing
-  item, an insert deleted again): REMOVE of an old image with ``_tx:new``. No change.
-- delete at commit: REMOVE of an old image with ``_tx:del``, not transient. A REMOVE.
-- no protocol attribute on either image: a plain write, emitted as is.
-
-A released write's ``old`` is the item before the transaction: the in-item image
-``_tx:img``, or the old image's own values for a delete that was the item's only
-write. An image too large for the item (over 64 KB) is kept in the images table,
-not in the record: the change then has ``old=None`` and ``old_known=False``; it
-is never guessed. A write that changed nothing emits nothing, as DynamoDB writes
-no stream record for a write that changes nothing (emulators do write one: such
-a record, both images equal, is dropped too).
-
-One limit, because one record cannot tell: with the image in the images table, a
-roll back of a write that left the item's values as they were looks exactly like
-a release; it emits a MODIFY with ``old_known=False`` whose ``new`` is the value
-the item had all along (committed, never an uncommitted one).
+:func:`committed_changes` turns the ``Records`` of a ``NEW_AND_OLD_IMAGES`` stream event
+into the changes that committed (one per item a committed transaction changed, at its
+release) plus every plain write. Each record is judged from its own two images, never
+from state kept between records, so a batch split anywhere gives the same changes.
+docs/streams.md tables how each protocol step's record is judged, and the limits (an
+image kept in the images table gives ``old_known=False``; it is never guessed).
 
 Examples
 --------
@@ -280,9 +247,6 @@ def _before_transaction(parsed: _Parsed, old: Item) -> tuple[Item | None, bool]:
     return None, False
 
 
-# -- parsing -------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class _Parsed:
     """One record's fields, checked."""
@@ -381,8 +345,7 @@ def _has_protocol(item: Item | None) -> bool:
 
 def _same(a: Item, b: Item) -> bool:
     """Equal items, as DynamoDB compares them: sets in any order, numbers by value."""
-    same: bool = _canonical({"M": a}) == _canonical({"M": b})
-    return same
+    return bool(_canonical({"M": a}) == _canonical({"M": b}))
 
 
 def _number(raw: Any) -> Any:
@@ -415,18 +378,13 @@ _CANONICAL: dict[str, tuple[type, Callable[[Any], Any]]] = {
 }
 
 
-# -- Powertools' batch processor ---------------------------------------------------------------
-
-
 def record_handler(on_change: Callable[[Change], None]) -> Callable[..., None]:
     """A record handler for Powertools' ``BatchProcessor`` that passes committed changes only.
 
     The returned function takes one record (Powertools' ``DynamoDBRecord``, or the raw
-    record mapping) and calls ``on_change`` with each committed change it carries, and
-    not at all for a protocol-only record. It raises what ``on_change`` raises (and
-    :class:`StreamRecordError` for a bad record), so the batch processor reports that
-    record as failed and Lambda retries from it: ``on_change`` must be idempotent.
-    Powertools is not imported here; this module works without it.
+    mapping). It raises what ``on_change`` raises (and :class:`StreamRecordError` for a
+    bad record), so the batch processor fails that record and Lambda retries from it:
+    ``on_change`` must be idempotent. Powertools is not imported here.
 
     Parameters
     ----------
@@ -453,19 +411,14 @@ def record_handler(on_change: Callable[[Change], None]) -> Callable[..., None]:
     return handle
 
 
-# -- Lambda event filtering ------------------------------------------------------------------
-
 _ABSENT: Final = [{"exists": False}]
 _PRESENT: Final = [{"exists": True}]
 #: No lock on the new image (or no new image: a REMOVE).
 _UNLOCKED_AFTER: Final = {s.ATTR_LOCK: {"S": _ABSENT}}
 
 #: Lambda event filter patterns (``FilterCriteria.Filters[*].Pattern``, OR-ed) that keep every
-#: record :func:`committed_change` may emit a change for and drop the protocol's locks, applies,
-#: later writes, unlocks of read locks and deletes of transient items before the function is
-#: invoked. Restores cannot be told from releases by a pattern (that needs the two images
-#: compared), so they pass and the adapter drops them. Four patterns (Lambda allows five by
-#: default), each on the ``dynamodb`` key only, as DynamoDB event filtering requires.
+#: record :func:`committed_change` may emit a change for and drop most protocol records before
+#: the function is invoked (restores pass: telling them from releases needs both images).
 PROTOCOL_FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
     # A plain write: no lock on either image.
     {"dynamodb": {"NewImage": _UNLOCKED_AFTER, "OldImage": {s.ATTR_LOCK: {"S": _ABSENT}}}},

@@ -1,19 +1,9 @@
 """A ready Lambda handler that gives a user's function the committed changes of a data table.
 
-The CDK option ``changeConsumerCode`` deploys it (see ``infra/streams.py``): the
-function's code is the user's directory, its handler is
-``ddbtx.streams_lambda.handler`` from the ddbtx layer, and the environment
-variable ``DDBTX_ON_CHANGE`` names the user's function as ``module:function``
-(``consumer:on_change``). That function is called once per committed change, in
-stream order, through Powertools' batch processor with partial batch failure: a
-change whose function raises fails its record, and Lambda retries the stream
-from there, so the function must be idempotent (``change.sequence_number`` is
-a natural key).
-
-This module needs ``aws-lambda-powertools`` (the Powertools layer) and imports it
-only when the handler runs; nothing else in ddbtx imports this module, so the
-core works without Powertools. Use :func:`ddbtx.streams.record_handler` to write
-a handler of your own.
+The CDK option ``changeConsumerCode`` deploys it; ``DDBTX_ON_CHANGE`` names the user's
+function as ``module:function``, called once per committed change through Powertools' batch
+processor (a raise fails the record and Lambda retries from it: be idempotent). Powertools
+is imported only when the handler runs, and nothing else in ddbtx imports this module.
 
 Examples
 --------

@@ -1,32 +1,11 @@
 """The janitor's sweep: complete or roll back abandoned transactions and clear what they left.
 
-One :meth:`Sweeper.run` does two passes:
-
-*index pass*
-    Queries the sparse index ``schema.SWEEP_INDEX`` per state and shard for
-    exactly the records that need work (pending ones older than the rollback
-    age, decided but not completed ones older than a short grace, completed ones
-    older than the delete age) and moves each along with
-    :meth:`TransactionManager.sweep`. A stale pending record is rolled back
-    by a decision conditioned on the age the index showed, which returns the
-    record, so it is not read first: the pass reads the index entry and the
-    items to undo, nothing else. Its cost is proportional to the stuck work,
-    not to the size of the transactions table.
-*scan pass*
-    Pages through the images table (orphaned images), every data table's
-    sparse lock index ``schema.LOCK_INDEX`` (locks whose TX record is gone or
-    completed; only locked items are in it, so this reads the locked items, not
-    the table) and the locks table (expired mutex and queue rows TTL has not
-    removed yet). A data table without an active lock index is scanned whole
-    instead, with a warning naming the command that adds the index. Only this
-    pass spends the page budget.
-
-Both passes stop before a deadline and record where they stopped in a cursor
-row of the transactions table (``id="#sweeper"``, ``sk="cursor"``), written
-with a conditional ``UpdateItem`` so that a concurrent sweeper never moves it
-back. The next run continues from there, so tables of any size are covered
-across runs. Every step is a conditional write that is safe to repeat, so
-duplicate or concurrent sweeps are harmless.
+One :meth:`Sweeper.run` is an *index pass* (the sparse ``schema.SWEEP_INDEX`` lists exactly
+the records due for work, so its cost follows the stuck work, not the table) and a *scan
+pass* (:mod:`ddbtx._sweep_scan`: orphaned images, stray item locks, expired lock rows; only
+it spends the page budget). Both stop before the deadline and keep where they stopped in a
+cursor row, advanced by a conditional write so a concurrent sweeper never moves it back.
+Every step is a conditional write safe to repeat, so duplicate or concurrent sweeps are harmless.
 """
 
 from __future__ import annotations
@@ -90,9 +69,6 @@ _OUTCOME_COUNTER: Final = {
     SweepOutcome.FINALISED: "finalised",
     SweepOutcome.DELETED: "deleted",
 }
-
-
-# --- configuration --------------------------------------------------------------
 
 
 class ConfigError(ValueError):
@@ -187,9 +163,6 @@ class JanitorSettings:
 # --- the sweeper ------------------------------------------------------------------
 
 
-# --- the sweeper ------------------------------------------------------------------
-
-
 def _check_age(name: str, value: Any) -> timedelta:
     if not isinstance(value, timedelta) or value < timedelta(0):
         raise ValueError(f"{name} must be a timedelta >= 0, not {value!r}")
@@ -223,9 +196,8 @@ class Sweeper:
     delete_after
         A completed record is deleted this long after it completed.
     decided_grace
-        A committed or rolled-back record still not completed this long after its
-        decision is completed by the sweeper (capped at ``rollback_after``): its
-        own coordinator normally completes it within moments.
+        A decided record not completed this long after its decision is completed by the
+        sweeper (capped at ``rollback_after``).
     locks_table
         The :mod:`ddbtx.locks` table whose expired rows are removed (None: skip).
     data_tables
@@ -279,7 +251,6 @@ class Sweeper:
         self.safety_margin = float(safety_margin)
         self.persist_cursor = persist_cursor
         self.cursors = CursorStore(manager.transactions_table)
-        #: Owns the scan settings (tables, lock grace, page size, progress): one copy.
         self.scans = ScanPass(
             manager,
             data_tables=data_tables,
@@ -302,8 +273,6 @@ class Sweeper:
     def tasks(self) -> tuple[str, ...]:
         """The scan pass's tasks, in order."""
         return self.scans.tasks
-
-    # -- entry points ------------------------------------------------------------
 
     def run(
         self,
@@ -337,11 +306,8 @@ class Sweeper:
         *,
         resume: bool = True,
     ) -> Step[SweepReport]:
-        """The step of :meth:`run` (same parameters), for any driver: one pass of both
-        passes, the cursor row loaded first and saved last.
-
-        Raises ``ValueError`` for a bad ``page_budget`` at once, before the step runs.
-        """
+        """The step of :meth:`run` (same parameters), for any driver; a bad
+        ``page_budget`` raises ``ValueError`` at once, before the step runs."""
         _check_positive("page_budget", page_budget, allow_none=True)
         return self._pass(Run(deadline, self.safety_margin, page_budget), resume)
 
@@ -373,16 +339,13 @@ class Sweeper:
     def run_full(self, deadline: Deadline | None = None, *, segments: int = 4) -> SweepReport:
         """Sweep every TX record by a parallel scan of the transactions table, then every scan task.
 
-        For recovery and ``ddbtx sweep --full``: costs a read of the whole table,
-        ignores and keeps the stored cursor, and has no page budget. Records the
-        scan shows need no work (pending and young, completed and not yet old
-        enough to delete) are not read again; every other one is moved along.
+        For recovery and ``ddbtx sweep --full``: reads the whole table, ignores and keeps
+        the stored cursor, has no page budget. Records the scan shows need no work are
+        not read again.
         """
         step = self.full_step(deadline, segments=segments)
-        # The segments get a pool of their own, one thread each, as they always had. The
-        # manager's pool (max_workers threads, or none for 1) would run fewer at once when
-        # smaller, and each segment's own gathers (a settle completes its items at once)
-        # queue on that pool: segments filling it would wait on them for ever.
+        # The segments get a pool of their own, one thread each: on the manager's pool their
+        # own gathers (a settle completes its items at once) would queue behind them for ever.
         with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
             parallel = _segments_on(pool, self.tm.protocol.parallel)
             return drive(step, self.client, self.tm.protocol.sleep, parallel)
@@ -390,11 +353,8 @@ class Sweeper:
     def full_step(
         self, deadline: Deadline | None = None, *, segments: int = 4
     ) -> Step[SweepReport]:
-        """The step of :meth:`run_full` (same parameters), for any driver: the segments'
-        steps are one gather.
-
-        Raises ``ValueError`` for a bad ``segments`` at once, before the step runs.
-        """
+        """The step of :meth:`run_full` (same parameters), for any driver; a bad
+        ``segments`` raises ``ValueError`` at once, before the step runs."""
         _check_positive("segments", segments)
         return self._full(Run(deadline, self.safety_margin, None), segments)
 
@@ -410,8 +370,6 @@ class Sweeper:
         run.report.cursor = Cursor().to_json()
         return run.report
 
-    # -- cursor row --------------------------------------------------------------
-
     def load_cursor(self) -> tuple[int, Cursor]:
         """The stored cursor and its generation (0 and the start when there is none)."""
         return self.tm.protocol.run(self.cursors.load())
@@ -419,8 +377,6 @@ class Sweeper:
     def save_cursor(self, generation: int, cursor: Cursor) -> bool:
         """Store ``cursor`` if the row is still at ``generation``; True when stored."""
         return self.tm.protocol.run(self.cursors.save(generation, cursor))
-
-    # -- index pass ----------------------------------------------------------------
 
     def _cutoff_ms(self, tag: str) -> int:
         age = {
@@ -499,17 +455,10 @@ class Sweeper:
         return sweep(self.tm.protocol, tx_id, self.rollback_after, self.delete_after)
 
     def _roll_back_stale(self, tx_id: str, seen_ms: int) -> Step[SweepOutcome]:
-        """Roll back a pending record seen unchanged since ``seen_ms`` (older than the rollback
-        age), without reading it first.
-
-        The decision is conditioned on the record's ``ts`` still being the one
-        seen, and returns the record as decided, whose requests say what to
-        undo. Whenever it does not apply (the record changed, or someone else
-        settled it meanwhile), the general step decides from a fresh read.
-        """
+        """Roll back a pending record seen unchanged since ``seen_ms`` without reading it:
+        the decision is conditioned on that ``ts`` and returns the record to undo."""
         outcome = yield from self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms)
-        if outcome is SweepOutcome.ACTIVE:
-            # It changed since it was seen: judge it afresh.
+        if outcome is SweepOutcome.ACTIVE:  # it changed since it was seen: judge it afresh
             return (yield from self._sweep_general(tx_id))
         return outcome
 

@@ -18,9 +18,8 @@ logger = logging.getLogger(__name__)
 def create_table_if_missing(client: Any, name: str, ttl_attribute: str | None, **spec: Any) -> None:
     """Create an on-demand table with ``spec`` unless it exists; wait until active; enable TTL.
 
-    Idempotent and safe to run concurrently; TTL (when ``ttl_attribute`` is
-    given) is skipped where the emulator lacks the API: TTL is garbage
-    collection only, never relied on. The blocking form of :func:`ensure_table`.
+    Idempotent and safe to run concurrently; TTL (garbage collection only, never relied on)
+    is skipped where the emulator lacks the API. The blocking form of :func:`ensure_table`.
     """
     drive(ensure_table(name, ttl_attribute, **spec), client)
 
@@ -78,30 +77,20 @@ def create_transactions_table(client: Any, name: str) -> None:
 
 def transactions_table(name: str) -> Step[None]:
     """The step of :func:`create_transactions_table`, for any driver."""
-    return ensure_table(
-        name,
-        s.TX_TTL,
-        KeySchema=[
-            {"AttributeName": s.TX_PK, "KeyType": "HASH"},
-            {"AttributeName": s.TX_SK, "KeyType": "RANGE"},
+    spec = _string_keys(s.TX_PK, s.TX_SK)
+    spec["AttributeDefinitions"] += [
+        {"AttributeName": s.TX_SWEEP_KEY, "AttributeType": "S"},
+        {"AttributeName": s.TX_UPDATED, "AttributeType": "N"},
+    ]
+    index = {
+        "IndexName": s.SWEEP_INDEX,
+        "KeySchema": [
+            {"AttributeName": s.TX_SWEEP_KEY, "KeyType": "HASH"},
+            {"AttributeName": s.TX_UPDATED, "KeyType": "RANGE"},
         ],
-        AttributeDefinitions=[
-            {"AttributeName": s.TX_PK, "AttributeType": "S"},
-            {"AttributeName": s.TX_SK, "AttributeType": "S"},
-            {"AttributeName": s.TX_SWEEP_KEY, "AttributeType": "S"},
-            {"AttributeName": s.TX_UPDATED, "AttributeType": "N"},
-        ],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": s.SWEEP_INDEX,
-                "KeySchema": [
-                    {"AttributeName": s.TX_SWEEP_KEY, "KeyType": "HASH"},
-                    {"AttributeName": s.TX_UPDATED, "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            }
-        ],
-    )
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+    return ensure_table(name, s.TX_TTL, GlobalSecondaryIndexes=[index], **spec)
 
 
 def create_images_table(client: Any, name: str) -> None:
@@ -111,28 +100,25 @@ def create_images_table(client: Any, name: str) -> None:
 
 def images_table(name: str) -> Step[None]:
     """The step of :func:`create_images_table`, for any driver."""
-    return ensure_table(
-        name,
-        s.IMAGE_TTL,
-        KeySchema=[
-            {"AttributeName": s.IMAGE_PK, "KeyType": "HASH"},
-            {"AttributeName": s.IMAGE_SK, "KeyType": "RANGE"},
+    return ensure_table(name, s.IMAGE_TTL, **_string_keys(s.IMAGE_PK, s.IMAGE_SK))
+
+
+def _string_keys(hash_key: str, range_key: str) -> dict[str, Any]:
+    """``KeySchema`` and ``AttributeDefinitions`` of a table keyed by two strings."""
+    return {
+        "KeySchema": [
+            {"AttributeName": hash_key, "KeyType": "HASH"},
+            {"AttributeName": range_key, "KeyType": "RANGE"},
         ],
-        AttributeDefinitions=[
-            {"AttributeName": s.IMAGE_PK, "AttributeType": "S"},
-            {"AttributeName": s.IMAGE_SK, "AttributeType": "S"},
+        "AttributeDefinitions": [
+            {"AttributeName": n, "AttributeType": "S"} for n in (hash_key, range_key)
         ],
-    )
+    }
 
 
 def _lock_index(throughput: dict[str, int] | None = None) -> dict[str, Any]:
-    """The sparse lock index: hash ``ATTR_LOCK`` only, keys only.
-
-    Only items carrying the lock attribute appear in it (a GSI omits items
-    without its key attribute), so its size is the number of locked items.
-    The lock value, "<tx id>/<nonce>", is a string: a valid GSI hash key whose
-    distinct values spread the index over partitions.
-    """
+    """The sparse lock index: hash ``ATTR_LOCK`` only, keys only. Only locked items are in
+    it (a GSI omits items without its key), and the distinct lock values spread it out."""
     index: dict[str, Any] = {
         "IndexName": s.LOCK_INDEX,
         "KeySchema": [{"AttributeName": s.ATTR_LOCK, "KeyType": "HASH"}],

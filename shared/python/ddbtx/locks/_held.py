@@ -34,13 +34,8 @@ T = TypeVar("T")
 
 
 class HeldLockSteps:
-    """A granted lease or FIFO lock as both drivers see it: its state, its answers
-    without a request, and the steps of its two writes (heartbeat and release).
-
-    :class:`HeldLock` runs the steps on a boto3 client, the ``HeldLock`` classes
-    of :mod:`ddbtx.aio.locks` on an aiobotocore one; see :class:`HeldLock` for
-    the attributes.
-    """
+    """A granted lease or FIFO lock as both drivers see it: its state, its answers without
+    a request, and the steps of its heartbeat and release (attributes: :class:`HeldLock`)."""
 
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
     _renew_write: ClassVar[tuple[str, str]]
@@ -85,8 +80,6 @@ class HeldLockSteps:
         where = self.resource if self.namespace is None else f"{self.resource}/{self.namespace}"
         return f"<{type(self).__name__} {where} token={self.fencing_token} {self._state}>"
 
-    # -- the two writes a held lock makes ----------------------------------------
-
     def _write(
         self,
         texts: tuple[str, str],
@@ -94,8 +87,8 @@ class HeldLockSteps:
         names: dict[str, str] | None = None,
         **params: Any,
     ) -> Step[Item]:
-        """One conditional write of this grant's row; :class:`ConditionFailed` if not ours.
-        The row after it, where ``params`` ask for it (``ReturnValues``)."""
+        """One conditional write of this grant's row (:class:`ConditionFailed` if not ours);
+        the row after it, if ``params`` ask for it."""
         condition, update = texts
         response: dict[str, Any] = yield from request(
             "update_item",
@@ -126,9 +119,8 @@ class HeldLockSteps:
         yield from self._write(self._release_write, {})
 
     def _confirm(self, heartbeat_period: float) -> Step[bool]:
-        """Before handing out a grant learned late (handed over, or a FIFO turn): renew
-        it now if the first heartbeat could come after the lease; ``False`` if it
-        was taken over before we even knew of it (no grant, no ``on_lost``)."""
+        """Renew a grant learned late (a handoff, a FIFO turn) if the first heartbeat could
+        come after its lease; ``False`` if it was taken over before we knew of it."""
         if heartbeat_period < self.remaining():
             return True
         sent = self._clock()
@@ -141,8 +133,7 @@ class HeldLockSteps:
         return True
 
     def _renewal(self) -> Step[bool | None]:
-        """A heartbeat's write: ``True`` renewed, ``False`` found taken over, ``None``
-        not held (released or lost before). Run under the lock's I/O guard."""
+        """A heartbeat's write, under the I/O guard: renewed, taken over, or ``None`` not held."""
         if self._state != "held":
             return None
         sent = self._clock()
@@ -156,8 +147,7 @@ class HeldLockSteps:
         return True
 
     def _after_renewal(self, renewed: bool | None) -> bool:
-        """What :meth:`_renewal` found, once the I/O guard is let go (a lost lock's
-        callback may release it)."""
+        """Act on :meth:`_renewal`'s answer outside the I/O guard (``on_lost`` may release)."""
         if renewed:
             return True
         if renewed is False:
@@ -174,10 +164,8 @@ class HeldLockSteps:
         try:
             yield from self._end()
         except ConditionFailed as exc:
-            # A retried release that fails met either our own applied first
-            # attempt followed by a new grant, or a takeover. A takeover needs
-            # our lease to run out after our last confirmed heartbeat; if the
-            # release was sent before that, it came first.
+            # A retried release that fails met our own applied first attempt, or a takeover,
+            # which needs our lease to run out first: sent within it, the release came first.
             if not (was_retried(exc) and started - self._confirmed < self.lease_duration):
                 self._state = "lost"
                 return False
@@ -187,8 +175,6 @@ class HeldLockSteps:
             raise
         self._state = "released"
         return True
-
-    # -- answers without a request ---------------------------------------------------
 
     @property
     def lost(self) -> bool:
@@ -200,8 +186,7 @@ class HeldLockSteps:
         return self._state == "released"
 
     def is_held(self) -> bool:
-        """Whether this holder may still act: not released, not lost, and its lease
-        (counted from the start of the last successful heartbeat) not yet over."""
+        """Whether this holder may still act: held, and its lease not yet over."""
         return self._state == "held" and self.remaining() > 0
 
     def remaining(self) -> float:
@@ -211,21 +196,19 @@ class HeldLockSteps:
 
     @property
     def in_danger(self) -> bool:
-        """Still held, but less than ``danger_fraction`` of the lease is left: the
-        heartbeats since have failed, and a waiter may take over once it runs out."""
+        """Still held, but less than ``danger_fraction`` of the lease is left (heartbeats
+        failed since)."""
         return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def _raise_if_lost(self, exc: BaseException | None) -> None:
-        """On leaving a ``with`` block (after the release): a lock taken over meanwhile
-        raises :class:`LockLostError`, or is noted on the exception under way."""
+        """On leaving a ``with`` block: a lock taken over raises :class:`LockLostError`, or is
+        noted on the exception under way."""
         if self._state != "lost":
             return
         message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"
         if exc is None:
             raise LockLostError(message)
         exc.add_note(f"ddbtx.locks: {message} while this exception was raised")
-
-    # -- the heartbeats' side ------------------------------------------------------
 
     def _attach(
         self,
@@ -259,10 +242,8 @@ class HeldLockSteps:
         raise NotImplementedError
 
     def _beat_failed(self) -> None:
-        """A heartbeat failed on a request error (transient: the next period tries
-        again, the lease has slack): warn once (until a heartbeat succeeds again)
-        when less than ``danger_fraction`` of the lease is left, so the holder can
-        stop before a waiter may take over."""
+        """A heartbeat failed on a request error (the next period tries again): warn once,
+        while less than ``danger_fraction`` of the lease is left, so the holder can stop."""
         logger.warning("heartbeat failed for %r", self, exc_info=True)
         if self._warned or not self.in_danger:
             return
@@ -357,11 +338,8 @@ class Keeper(Protocol):
 
 
 class Heartbeats:
-    """One daemon thread per lock client, renewing every lock it holds each period.
-
-    The thread sleeps on an :class:`threading.Event`, so :meth:`close` stops it
-    at once; it ends by itself while nothing is held.
-    """
+    """One daemon thread per lock client, renewing every lock it holds each period; it
+    sleeps on an Event, so :meth:`close` stops it at once, and ends while nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
         self._period = period
@@ -415,12 +393,9 @@ class Heartbeats:
 
 @dataclass(frozen=True)
 class Watch:
-    """A waiter's view of the row ahead of it, judged without comparing clocks.
-
-    ``since`` is the waiter's own clock just after the read that first showed
-    this ``rvn``. The writer sent that rvn before then, so if it is still there
-    a full ``lease`` later, the writer has not heartbeated for a whole lease.
-    """
+    """A waiter's view of the row ahead of it, judged without comparing clocks: ``since`` is
+    the waiter's clock after the read that first showed ``rvn``; still there a ``lease``
+    later, the writer has not heartbeated for a whole lease."""
 
     target: tuple[str, int]
     rvn: str
@@ -441,10 +416,8 @@ def observe(
 
 
 class LockClientSteps:
-    """What every lease and FIFO lock client shares, for both drivers: checked
-    settings, injected clocks, paces, and the keeper of the locks it holds.
-    :class:`LockClient` documents the parameters.
-    """
+    """What every lease and FIFO lock client shares, for both drivers (parameters:
+    :class:`LockClient`)."""
 
     _default_lease = 10.0
     _default_heartbeat = 3.0

@@ -1,19 +1,8 @@
-"""The line of waiters kept on one lock row: the FIFO head's queue, and the waiters
-of a lease row.
+"""The line of waiters kept on one lock row: the FIFO head's queue, and a lease row's waiters.
 
-Each waiter is an *entry* on the row: ``t_<id>`` its ticket and ``w_<id>`` a map
-of owner, ``rvn`` (renewed by the waiter's heartbeats), lease and the writer's
-wall-clock expiry estimate (display and garbage collection only). ``next`` is the
-last ticket issued and ``n`` the number of entries. Taking a ticket and writing
-the entry is one write, so no ticket ever exists without its entry, and tickets
-only grow: a waiter that has read the row and seen no lower ticket than its own
-knows that none can appear. An entry that stops heartbeating is removed by the
-entry right behind it once its rvn has stayed unchanged for its lease on that
-waiter's monotonic clock; the others keep their order.
-
-What the first in line does differs: on a FIFO head the lowest entry *is* the
-holder; on a lease row the first in line takes the lock with one grant write
-once it is free (or its holder is dead).
+Each waiter is an entry: ``t_<id>`` its ticket, ``w_<id>`` a map of owner, ``rvn``, lease
+and expiry estimate. Tickets only grow, so a waiter that saw no lower ticket knows none can
+appear. An entry whose rvn stays unchanged for its lease is removed by the one behind it.
 """
 
 from __future__ import annotations
@@ -109,11 +98,8 @@ def entries(item: Item, default_lease: float = 0.0) -> list[Entry]:
 
 
 class LineWaiter:
-    """One acquire call's place in the line on one row: its ticket, its entry, and
-    what it watches. Subclasses say what the first in line does
-    (:meth:`at_front`) and which counter moves once per grant (:meth:`counter`).
-    Every method that sends a request is a step (:mod:`ddbtx._effects`).
-    """
+    """One acquire call's place in the line on one row: its ticket, its entry, and what it
+    watches. Subclasses say what the first in line does and which counter moves per grant."""
 
     def __init__(
         self, lc: LockClientSteps, resource: str, row_key: Item, pace_key: str, deadline: float
@@ -128,8 +114,6 @@ class LineWaiter:
         self.ticket = 0
         self.entered = False
         self.renewed_at = 0.0  # send time of our last rvn write (entry or renewal)
-
-    # -- what subclasses decide ----------------------------------------------------
 
     def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
         """Nobody is ahead of us in line: the lock; or, after a failed write, the
@@ -156,8 +140,6 @@ class LineWaiter:
         """Leaving found our entry gone: undo a handoff to us, if that is why."""
         return
         yield  # a step that sends nothing here
-
-    # -- waiting -------------------------------------------------------------------
 
     def wait_in_line(self, row: Item) -> Step[HeldLockSteps]:
         """Wait from ``row`` (as our entering write returned it) until granted."""
@@ -223,8 +205,6 @@ class LineWaiter:
             delay = polls.next(len(ahead) + self.holders(row), now)
             yield from pause(max(0.0, min(delay, limit, renew_due - now, left)))
             row = yield from self.read()
-
-    # -- requests --------------------------------------------------------------------
 
     def entry(self) -> dict[str, object]:
         lc = self.lc

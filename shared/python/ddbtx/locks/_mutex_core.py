@@ -1,10 +1,5 @@
-"""The conditional-write mutex as protocol steps: what it sends and what each answer
-means, for every driver. One row per resource, taken only while nobody holds it,
-freed only by its owner, with a fencing counter that never restarts.
-
-:class:`ddbtx.locks.Mutex` runs these steps on a boto3 client and
-:class:`ddbtx.aio.locks.Mutex` on an aiobotocore one; neither adds a decision.
-"""
+"""The conditional-write mutex as protocol steps, for every driver (:class:`ddbtx.locks.Mutex`
+on boto3, :class:`ddbtx.aio.locks.Mutex` on aiobotocore; neither adds a decision)."""
 
 from __future__ import annotations
 
@@ -53,12 +48,8 @@ _RELEASE = "REMOVE #owner, #rvn, #at, #exp"
 
 
 class MutexSteps:
-    """A mutex's settings, its view of the grants it holds and watches, and its steps.
-
-    The parameters are :class:`ddbtx.locks.Mutex`'s; ``client`` is kept for the
-    driver (boto3's, or aiobotocore's for :class:`ddbtx.aio.locks.Mutex`), and the
-    steps never call it.
-    """
+    """A mutex's settings, its view of the grants it holds and watches, and its steps
+    (parameters: :class:`ddbtx.locks.Mutex`'s; ``client`` is for the driver only)."""
 
     #: Resources whose held record an object keeps watching (the oldest go first).
     _seen_limit = 10_000
@@ -87,8 +78,6 @@ class MutexSteps:
         # driving steps of one object at once, or tasks, see them consistent.
         self._mutex = threading.Lock()
 
-    # -- answers without a request -------------------------------------------------
-
     def is_held(self, resource: str) -> bool:
         """Whether this object holds ``resource`` and, with ``expire_after``, its
         expiry (counted from the acquire's send time) has not come: past it,
@@ -105,8 +94,6 @@ class MutexSteps:
         with self._mutex:
             acquired = self._acquired.get(resource)
         return None if acquired is None else acquired[1]
-
-    # -- the steps ---------------------------------------------------------------------
 
     def _acquire(self, resource: str) -> Step[bool]:
         return (yield from self._acquire_token(resource)) is not None
@@ -201,10 +188,7 @@ class MutexSteps:
                 ),
             )
         except ConditionFailed as exc:
-            # A retried release that finds the row free or someone else's: if this
-            # object acquired it and it had not expired, the row could only have
-            # been freed by our own first attempt (nobody else frees or takes an
-            # unexpired row), so the release happened. Without a retry the
-            # failure is the truth.
+            # A retried release that fails on a row we held unexpired: only our own first
+            # attempt can have freed it. Without a retry the failure is the truth.
             return ours and was_retried(exc)
         return True

@@ -1,19 +1,13 @@
-"""When a waiter looks again: paced by how fast it has seen the lock change hands,
-at once (a few times) when its turn is due, else backing off.
-
-Shared by the FIFO lock and the lease lock: a waiter knows its place from the
-line on the row it polls.
-"""
+"""When a waiter (FIFO or lease) looks again: paced by how fast it has seen the lock change
+hands, at once (a few times) when its turn is due, else backing off."""
 
 from __future__ import annotations
 
 from collections import deque
 from typing import Final
 
-#: Polls a first-in-line waiter sends back to back once its holder is due, before it
-#: backs off: a handoff then waits for about half a round trip instead of a poll
-#: delay, and a holder that keeps the lock longer than its predecessors costs at
-#: most this many extra polls before the backoff takes over.
+#: Polls a first-in-line waiter sends back to back once its holder is due, before backing
+#: off: a handoff then waits about half a round trip, a slow holder costs this many polls.
 TIGHT_POLLS: Final = 3
 
 
@@ -35,17 +29,12 @@ class Backoff:
 
 
 class Pace:
-    """How fast grants follow each other, as one client has seen a counter move.
+    """How fast grants follow each other, as one client has seen a counter move (the FIFO
+    head's lowest ticket or the lease row's fencing counter), kept per lock across acquires.
 
-    The counter is the FIFO head's lowest ticket or the lease row's fencing
-    counter: it moves by one per grant. Kept per lock across acquires, so a
-    client that comes back to a busy lock knows its pace from its first poll on.
-    The cycle (seconds per grant) is the slope over the last ``_WINDOW`` moves
-    seen, each timed when this client first saw it: every time is late by up to
-    a poll, so the slope is not skewed, where an average of single moves (seen
-    most often by a waiter polling at the front, the late start included) would
-    come out short. A pause in the traffic longer than ``_IDLE`` cycles starts
-    afresh from the move before it.
+    The cycle (seconds per grant) is the slope over the last ``_WINDOW`` moves: each is late
+    by up to a poll, so a slope is not skewed where an average of single moves would be.
+    A pause longer than ``_IDLE`` cycles starts afresh.
     """
 
     _WINDOW = 16
@@ -79,16 +68,10 @@ class Pace:
         self.cycle = (now - first[1]) / (counter - first[0])
 
     def pause(self, ahead: int, now: float) -> float | None:
-        """Seconds to sleep with ``ahead`` grants before ours (the current holder
-        counts as one), from the measured pace; ``None`` while the pace is unknown
-        or once the moment it aims at has passed (then the caller polls tightly or
-        backs off).
-
-        First in line (``ahead`` 1): half the time until the current holder is
-        expected to be done, counted from when this client first saw it hold
-        (late by up to a poll: the half keeps the cycle from growing on its own
-        lateness). Further back: until the waiter is expected to be first in line.
-        """
+        """Seconds to sleep with ``ahead`` grants before ours (the holder counts as one);
+        ``None`` while the pace is unknown or its moment has passed. First in line: half
+        the time until the holder is due (so the cycle does not grow on its own lateness);
+        further back: until the waiter is due first in line."""
         if self.cycle is None or self._last is None:
             return None
         turn = self._last[1] + ahead * self.cycle  # when our grant is expected

@@ -1,25 +1,8 @@
 """Row layout of the locks table, argument checks and expression plumbing.
 
-Every lock lives under hash key ``schema.LOCK_PK`` = the resource name; the
-range key ``schema.LOCK_SK`` says which lock it is:
-
-======================  ===============================  ===============================
-row                     sort key                         carries
-======================  ===============================  ===============================
-mutex                   ``mutex``                        owner, rvn, fencing counter
-lease lock              ``lease``                        holder, rvn, fencing counter, and
-                                                         the line of waiters (as below)
-FIFO head               ``fifo#<namespace>#``            ticket counter, entry count, and
-                                                         per entry ``t_<id>`` (its ticket)
-                                                         and ``w_<id>`` (owner, rvn, lease);
-                                                         the lowest ticket holds the lock
-======================  ===============================  ===============================
-
-Every row that carries a counter (mutex and lease rows, FIFO heads) is kept
-when its lock is released, never gets a TTL value and is never deleted by this
-package (only ``ddbtx locks break`` clears a holder, keeping the counter), so
-fencing tokens and tickets never restart. Mutex rows written before mutexes
-had fencing tokens may carry a TTL; the sweeper still collects those.
+Hash key ``schema.LOCK_PK`` is the resource; the sort key says which lock: ``mutex``,
+``lease`` (holder and a line of waiters) or ``fifo#<namespace>#`` (a FIFO head). A row
+with a counter is never deleted and never gets a TTL, so fencing tokens never restart.
 """
 
 from __future__ import annotations
@@ -41,10 +24,8 @@ MAX_NAMESPACE_BYTES: Final = 255
 MAX_OWNER_BYTES: Final = 1024
 DEFAULT_NAMESPACE: Final = "default"
 
-#: Seconds the TTL of a queue row lies beyond its lease. DynamoDB may delete a row
-#: any time after its TTL and readers treat such rows as gone, so this margin is
-#: what keeps a live, heartbeating waiter's row safe from a writer's clock being
-#: behind by up to an hour.
+#: Seconds the TTL of a queue row lies beyond its lease: what keeps a live waiter's row
+#: safe from a writer's clock being behind by up to an hour.
 GC_MARGIN: Final = 3600.0
 
 MUTEX_SK: Final = "mutex"
@@ -63,9 +44,6 @@ FENCE: Final = "fence"  #: N, lease row fencing counter
 DATA: Final = "data"  #: B, caller data stored with a lease
 RELEASED: Final = "rel"  #: S, hold id of the last released lease grant
 NEXT: Final = "next"  #: N, FIFO head and lease row: last ticket issued in line
-SERVING: Final = "serving"  #: N, FIFO head: ticket of the latest grant (the fencing token)
-HELD: Final = "held"  #: BOOL, FIFO head: the serving ticket still holds the lock
-TICKET: Final = "ticket"  #: N, queue row: its ticket
 COUNT: Final = "n"  #: N, FIFO head and lease row: how many entries are in line
 ENTRY_TICKET: Final = "t_"  #: prefix of a FIFO entry's ticket attribute (N)
 ENTRY: Final = "w_"  #: prefix of a FIFO entry's map attribute: owner, rvn, lease, exp
@@ -86,18 +64,12 @@ _NAMES: Final = {
     "#data": DATA,
     "#rel": RELEASED,
     "#next": NEXT,
-    "#serving": SERVING,
-    "#held": HELD,
-    "#ticket": TICKET,
     "#at": ACQUIRED_AT,
     "#brk": BROKEN,
     "#n": COUNT,
 }
 _NAME_TOKEN = re.compile(r"#\w+")
 _VALUE_TOKEN = re.compile(r":\w+")
-
-
-# --- argument checks (all run before the first request) -------------------------
 
 
 def check_name(value: object, argument: str, limit: int, *, forbidden: str = "") -> str:
@@ -183,19 +155,12 @@ def check_polls(
     return low, high
 
 
-# --- keys ---------------------------------------------------------------------
-
-
 def key(resource: str, sort_key: str) -> Item:
     return {schema.LOCK_PK: {"S": resource}, schema.LOCK_SK: {"S": sort_key}}
 
 
 def fifo_head_sk(namespace: str) -> str:
     return f"{FIFO_PREFIX}{namespace}#"
-
-
-def fifo_queue_sk(namespace: str, ticket: int) -> str:
-    return f"{fifo_head_sk(namespace)}{ticket:0{TICKET_DIGITS}d}"
 
 
 def parse_fifo_sk(sort_key: str) -> tuple[str, int | None] | None:
@@ -214,14 +179,6 @@ def parse_fifo_sk(sort_key: str) -> tuple[str, int | None] | None:
 
 def new_id() -> str:
     return uuid.uuid4().hex
-
-
-def ttl_at(epoch_seconds: float) -> int:
-    """The TTL attribute value: whole epoch seconds, rounded up so it never comes early."""
-    return math.ceil(epoch_seconds)
-
-
-# --- AttributeValues and expressions ------------------------------------------
 
 
 def av(value: object) -> dict[str, Any]:
@@ -286,10 +243,6 @@ def get_int(item: Item, name: str) -> int | None:
     return int(value) if isinstance(value, str) else None
 
 
-def get_bool(item: Item, name: str) -> bool:
-    return item.get(name, {}).get("BOOL") is True
-
-
 def get_bytes(item: Item, name: str) -> bytes | None:
     value = item.get(name, {}).get("B")
     return bytes(value) if isinstance(value, bytes | bytearray) else None
@@ -304,11 +257,8 @@ def returned_row(exc: BaseException) -> Item | None:
 
 
 def was_retried(exc: BaseException) -> bool:
-    """Whether botocore sent the failed request more than once.
-
-    Only then can an earlier attempt have been applied behind a lost response;
-    an unknown retry count is treated as retried.
-    """
+    """Whether botocore sent the failed request more than once (only then can an earlier
+    attempt have been applied behind a lost response); an unknown count counts as retried."""
     response = getattr(exc.__cause__, "response", None)
     meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
     return int(meta.get("RetryAttempts", 1)) > 0

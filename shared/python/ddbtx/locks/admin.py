@@ -40,10 +40,9 @@ _KEY_SCHEMA = [
     {"AttributeName": schema.LOCK_SK, "KeyType": "RANGE"},
 ]
 
-# Sweep candidates: past their TTL by more than the grace and carrying no
-# counter (rows of the earlier layouts; rows with a counter never have a TTL, this
-# is belt and braces), or a held mutex whose holder's own expiry estimate lies
-# more than the grace in the past (freed, never deleted: it keeps its counter).
+# Sweep candidates: past their TTL by more than the grace and carrying no counter (rows
+# of the earlier layouts), or a held mutex whose holder's own expiry lies more than the
+# grace in the past (freed, never deleted: it keeps its counter).
 SWEEP_FILTER = (
     "(#ttl < :cutoff AND attribute_not_exists(#fence) AND attribute_not_exists(#next))"
     " OR (#sk = :mutex AND attribute_exists(#owner) AND attribute_exists(#fence)"
@@ -112,9 +111,8 @@ class LockRow:
     namespace : str or None
         FIFO namespace.
     state : {"held", "free", "waiting"}
-        ``waiting`` is a waiter in a FIFO or lease lock's line (an entry on its
-        row); ``free`` a
-        mutex or lease row or FIFO head nobody holds (kept for its counter).
+        ``waiting``: an entry in a FIFO or lease lock's line; ``free``: a row nobody
+        holds (kept for its counter).
     owner : str or None
     fencing_token : int or None
         Mutex and lease: the counter (the holder's token while held). FIFO
@@ -140,15 +138,6 @@ class LockRow:
     queue_position: int | None = None
     expires_at: float | None = None
     record_version: str | None = None
-
-
-def _scan(client: Any, table: str, **params: Any) -> tuple[list[Item], int, Item | None]:
-    response = call(client, "scan", TableName=table, ConsistentRead=True, **params)
-    return (
-        response.get("Items", []),
-        response.get("ScannedCount", 0),
-        response.get("LastEvaluatedKey"),
-    )
 
 
 def _rows(item: Item) -> list[LockRow]:
@@ -215,9 +204,11 @@ def list_locks(client: Any, table: str) -> list[LockRow]:
     rows: list[LockRow] = []
     start: Item | None = None
     while True:
-        items, _, start = _scan(client, table, **({"ExclusiveStartKey": start} if start else {}))
-        for item in items:
+        params = {"ExclusiveStartKey": start} if start else {}
+        page = call(client, "scan", TableName=table, ConsistentRead=True, **params)
+        for item in page.get("Items", []):
             rows.extend(_rows(item))
+        start = page.get("LastEvaluatedKey")
         if start is None:
             break
     rows.sort(key=lambda r: (r.resource, r.kind, r.namespace or "", r.ticket or 0))
@@ -327,49 +318,37 @@ def _delete_expired_row(table: str, item: Item) -> Step[int]:
     expiry = get_num(item, schema.LOCK_TTL)
     if not (sort_key == MUTEX_SK or is_queue_row) or rvn is None or expiry is None:
         return 0  # not a row this package wrote: leave it alone
-    try:
-        yield from request(
-            "delete_item",
-            TableName=table,
-            Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
-            **expressions({":rvn": rvn, ":ttl": expiry}, ConditionExpression=SWEEP_DELETE),
-        )
-    except ConditionFailed:
-        return 0  # renewed or re-acquired since the scan read it
-    return 1
+    texts = expressions({":rvn": rvn, ":ttl": expiry}, ConditionExpression=SWEEP_DELETE)
+    return (yield from _unchanged(table, item, "delete_item", texts))
 
 
 def _free_expired_mutex(table: str, item: Item) -> Step[int]:
     rvn, expiry = get_str(item, RVN), get_num(item, EXPIRES)
     if rvn is None or expiry is None:
         return 0
+    values = {":rvn": rvn, ":exp": expiry}
+    texts = expressions(values, ConditionExpression=SWEEP_FREE, UpdateExpression=_FREE)
+    freed = yield from _unchanged(table, item, "update_item", texts)
+    if freed:
+        logger.info("freed mutex %s of %s: expired", item[schema.LOCK_PK], get_str(item, OWNER))
+    return freed
+
+
+def _unchanged(table: str, item: Item, operation: str, texts: dict[str, Any]) -> Step[int]:
+    """One write of a scanned row on condition it is unchanged; 1 if it was written."""
+    key = {n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)}
     try:
-        yield from request(
-            "update_item",
-            TableName=table,
-            Key={n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)},
-            **expressions(
-                {":rvn": rvn, ":exp": expiry},
-                ConditionExpression=SWEEP_FREE,
-                UpdateExpression=_FREE,
-            ),
-        )
+        yield from request(operation, TableName=table, Key=key, **texts)
     except ConditionFailed:
-        return 0  # re-acquired since the scan read it
-    logger.info("freed mutex %s of %s: expired", item[schema.LOCK_PK], get_str(item, OWNER))
+        return 0  # renewed or re-acquired since the scan read it
     return 1
 
 
 def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
-    """Delete rows of the earlier layouts (mutex and FIFO queue rows) whose TTL is
-    more than ``grace`` seconds before ``now`` and that DynamoDB TTL has not
-    removed yet, and free held mutexes whose holder's expiry (``expire_after``,
-    by the holder's wall clock) lies more than ``grace`` in the past; return how
-    many rows were deleted or freed.
-
-    Each write is conditioned on the row being unchanged since it was read.
-    Rows with a counter (mutex and lease rows, FIFO heads) are never deleted.
-    For a page budget use :func:`sweep_expired_page`.
+    """Delete rows of the earlier layouts whose TTL is more than ``grace`` seconds before
+    ``now``, and free held mutexes whose holder's expiry lies more than ``grace`` in the
+    past; return how many. Each write is conditioned on the row as read; rows with a
+    counter are never deleted. For a page budget use :func:`sweep_expired_page`.
 
     Examples
     --------

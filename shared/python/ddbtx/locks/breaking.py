@@ -1,24 +1,10 @@
-"""Breaking a lock by hand (``ddbtx locks break``, the recovery function's
-``break_lock_row`` action): free a mutex, lease or FIFO lock whose holder is gone.
+"""Breaking a lock by hand (``ddbtx locks break``, the recovery function's ``break_lock_row``):
+free a mutex, lease or FIFO lock whose holder is gone.
 
-*Refused while the holder lives.* A lease or FIFO holder renews its record
-version (rvn) every heartbeat period, which is shorter than its lease (stored in
-the row). So the break watches the holder for one whole lease: if its rvn moves,
-the holder heartbeats and the break is refused. A caller that cannot wait that
-long (a Lambda function near its timeout) gets ``observing`` and what it saw
-(:class:`Seen`); called again with it a lease or more later, it breaks if the rvn
-is still the same. A mutex holder never heartbeats, so ddbtx cannot tell a live
-one from a dead one: a mutex is broken only once its holder's own expiry
-estimate (``expire_after``, by the holder's wall clock) has passed. ``force``
-skips all of this.
-
-*What a break writes.* One conditional update of the row, conditioned on the
-holder being exactly as read (the same grant and rvn): the holder's attributes
-go (on a FIFO head, its entry, which hands the lock to the next ticket); the
-fencing counter, the ticket counter and the waiters stay; and a ``brk`` mark
-records who broke whose grant and when. Only a break writes that attribute,
-which is how IAM lets the recovery function break locks and the sweeper not.
-The broken holder's next heartbeat fails, so it learns that it lost the lock.
+A lease or FIFO holder is watched for one whole lease and the break refused if its rvn
+moves; a mutex (no heartbeats) only once its holder's own expiry has passed. The break is
+one update conditioned on the holder as read, keeping every counter and the waiters, and
+writes a ``brk`` mark, which only a break writes (so IAM can deny it to the sweeper).
 """
 
 from __future__ import annotations
@@ -253,8 +239,6 @@ class _Breaker:
         self.kind: Kind = "mutex"
         self.namespace: str | None = None
 
-    # -- which row -----------------------------------------------------------------------
-
     def run(
         self, kind: Kind | None, namespace: str | None, *, force: bool, seen: Seen | None,
         max_wait: float,
@@ -346,8 +330,6 @@ class _Breaker:
         sort_key = {"mutex": MUTEX_SK, "lease": LEASE_SK}.get(self.kind)
         return key(self.resource, sort_key or fifo_head_sk(self.namespace or ""))
 
-    # -- is the holder alive? ---------------------------------------------------------------
-
     def judge(self, holder: _Holder, seen: Seen | None, max_wait: float) -> BreakResult | None:
         """``None`` if the holder is dead (so the break may go ahead), else why not."""
         if holder.lease is None:  # a mutex: no heartbeats to watch
@@ -385,8 +367,6 @@ class _Breaker:
             f"a mutex holder never heartbeats, so a live one cannot be told from a dead one "
             f"({until}); break it with force if you know it is gone",
         )
-
-    # -- the break ------------------------------------------------------------------------
 
     def write(self, holder: _Holder, force: bool) -> BreakResult:
         mark_id = new_id()
@@ -427,8 +407,6 @@ class _Breaker:
         mark = self.read().get(BROKEN, {}).get("M", {})
         return get_str(mark, "id") == mark_id
 
-    # -- answers ----------------------------------------------------------------------------
-
     @property
     def what(self) -> str:
         return f"the {_name(self.kind, self.namespace)} lock on {self.resource!r}"
@@ -467,8 +445,7 @@ def _first_in_line(item: Item) -> _Holder | None:
 
 
 def _check_seen(seen: object) -> None:
-    """A ``seen`` passed back: its time must be a real instant, since a NaN or infinite
-    one would make any lease look watched through (a break with no watch)."""
+    """A ``seen`` passed back: a NaN or infinite time would make any lease look watched."""
     if not isinstance(seen, Seen):
         raise ValueError(f"seen must be a Seen, not {type(seen).__name__}")
     if not (isinstance(seen.hold, str) and isinstance(seen.rvn, str)):

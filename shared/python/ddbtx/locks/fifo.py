@@ -1,27 +1,9 @@
-"""The fair FIFO lock: one head row per resource and namespace carries the ticket
-counter and every live ticket (waiters and holder); the holder is the lowest.
+"""The fair FIFO lock: one head row per resource and namespace carries the ticket counter
+and every live ticket (waiters and holder); the lowest ticket holds the lock.
 
-Why one row: the seed design kept a queue row per waiter, so a client that
-took ticket 41 and stalled before writing its row let ticket 42 see an empty
-queue and enter, and when 41 then wrote its row it entered too. Here taking a
-ticket and entering the queue is one write on the head (``next`` + 1 and the
-entry ``t_<id>`` = that ticket), so there is no gap between them. And the
-lock is *defined* as held by the lowest ticket on the head: releasing is
-removing one's entry, which hands the lock to the next ticket without any
-grant write. A waiter learns its turn from one ``GetItem`` of the head, which
-also shows every ticket ahead, so nothing else is ever read.
-
-Head row (hash = resource, sort ``fifo#<ns>#``, never a TTL, never deleted):
-
-* ``next``: last ticket issued (the fencing counter); ``n``: entries on the row;
-* per entry: ``t_<id>`` its ticket, ``w_<id>`` a map of owner, ``rvn``
-  (renewed by heartbeats, of waiters and holder alike), lease and the writer's
-  wall-clock expiry estimate (display and garbage collection only).
-
-Cost under contention: one write to enter, the polls, one write to release.
-The row grows by about 200 bytes per waiting ticket (DynamoDB's item limit of
-400 KB allows about 2000 waiters on one resource and namespace), and a poll
-reads that one item.
+One row, because a queue row per waiter let a ticket that stalled before writing its row
+be jumped, then enter too. Taking a ticket and entering is one write on the head, and
+releasing is removing one's entry, which hands the lock on without a grant write.
 """
 
 from __future__ import annotations
@@ -56,14 +38,12 @@ from ._rows import (
 
 logger = logging.getLogger(__name__)
 
-# The head's line (see ``_line``): entering is taking a ticket, and the lowest
-# ticket holds the lock.
+# The head's line (see ``_line``): entering is taking a ticket.
 FIFO_ENTER = LINE_ENTER
 # Try once (wait=0): enter only when the head carries no entry at all, so the
 # new ticket is the lowest, i.e. the holder, and nobody is jumped.
 FIFO_TRY = "(attribute_not_exists(#n) OR #n = :zero) AND attribute_not_exists(#t)"
-# Heartbeat of the holder's entry; release is leaving the line, which hands the
-# lock to the next ticket.
+# Heartbeat of the holder's entry; release is leaving the line (the next ticket holds).
 FIFO_RENEW = LINE_RENEW
 FIFO_LEAVE = LINE_LEAVE
 FIFO_SKIP = LINE_SKIP

@@ -1,12 +1,6 @@
-"""The lease lock: heartbeats change a record version number (rvn); a waiter takes
-the lock over once the rvn has stayed unchanged for a full lease on the waiter's
-own monotonic clock, so no two clocks are ever compared.
-
-Waiters queue in a line on the lease row itself (see ``_line``). A free lock goes
-to whoever writes first only while nobody is in line; otherwise to the first in
-line. So a holder that releases and acquires again at once queues behind those
-already waiting instead of starving them, and the uncontended acquire is still
-one request.
+"""The lease lock: heartbeats change a record version number (rvn); a waiter takes the lock
+over once the rvn stayed unchanged for a full lease on its own monotonic clock. Waiters queue
+on the lease row (``_line``); while anyone is in line a free lock goes to the first in line.
 """
 
 from __future__ import annotations
@@ -211,8 +205,6 @@ class LeaseClientSteps(LockClientSteps):
                     self._seen.pop(next(iter(self._seen)))
             return previous
 
-    # -- requests ----------------------------------------------------------------
-
     def _read(self, resource: str) -> Step[Item]:
         response = yield from request(
             "get_item", TableName=self.table, Key=key(resource, LEASE_SK), ConsistentRead=True
@@ -229,13 +221,8 @@ class LeaseClientSteps(LockClientSteps):
         values: dict[str, object],
         entry: dict[str, str] | None = None,
     ) -> Step[LeaseLockSteps | Item | None]:
-        """The lock; or when the condition failed the row as it was (where DynamoDB
-        returns it with the failure: AWS and moto, not dynalite), else ``None``.
-
-        ``entry``: the placeholders of the caller's line entry, which the grant
-        removes. Its conditions have no replay branch, so a grant whose answer
-        was lost fails its retry; one read then finds our own grant.
-        """
+        """The lock; on a failed condition the row as it was where DynamoDB returns it, else
+        ``None``. ``entry``: the placeholders of the caller's line entry, which it removes."""
         values = {
             ":owner": self.owner,
             ":hold": hold,
@@ -403,8 +390,6 @@ class _Acquire(LineWaiter):
                 yield from self.leave_quietly()
             raise
 
-    # -- in line ---------------------------------------------------------------------
-
     def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
         """First in line: take the free lock, or take over a holder whose rvn we
         watched unchanged for its lease; else sleep at most until then."""
@@ -474,12 +459,9 @@ class _Acquire(LineWaiter):
             f"lease on {self.resource!r} not granted to {self.lc.owner!r} within {self.wait}s"
         )
 
-    # -- wait=0 ------------------------------------------------------------------------
-
     def try_once(self, item: Item | None) -> Step[LeaseLockSteps]:
-        """``wait=0``: take over what an earlier ``wait=0`` call of this client saw
-        unchanged a lease ago (a dead holder, and dead entries in line, which it
-        removes first); else remember what is there now and give up."""
+        """``wait=0``: take over what an earlier ``wait=0`` call saw unchanged a lease ago
+        (dead entries in line removed first); else remember what is there and give up."""
         lc = self.lc
         if not item:
             item = yield from lc._read(self.resource)
