@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 from . import schema as s
 from ._contention import Contention
@@ -45,6 +45,22 @@ class AlreadyCommitted:
 
     transaction_id: str
     tx_id: str
+
+
+class Settings(TypedDict, total=False):
+    """The keyword settings of a manager besides its ``sleep`` (whose type the driver
+    decides): :class:`ManagerCore`'s parameters of the same names."""
+
+    clock: Callable[[], float]
+    monotonic: Callable[[], float]
+    lock_wait: float
+    stale_after: float
+    wound_patience: float
+    contention: Contention
+    max_workers: int
+    finished_ttl: timedelta
+    key_schemas: Mapping[str, Sequence[str] | KeyTypes] | None
+    rng: random.Random | None
 
 
 class ManagerCore(Generic[Tx]):

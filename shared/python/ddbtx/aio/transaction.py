@@ -7,11 +7,19 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from .._effects import Step
 from .._exactly import check_transaction_id
-from .._manager_core import RETRIED, AlreadyCommitted, Attempts, ManagerCore, closing, deletes
+from .._manager_core import (
+    RETRIED,
+    AlreadyCommitted,
+    Attempts,
+    ManagerCore,
+    Settings,
+    closing,
+    deletes,
+)
 from .._manager_steps import sweep
 from .._oneshot import one_call
 from .._protocol import SweepOutcome
@@ -57,7 +65,7 @@ class TransactionManager(ManagerCore[Transaction]):
         images_table: str = "TransactionImages",
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        **settings: Any,
+        **settings: Unpack[Settings],
     ) -> None:
         super().__init__(client, transactions_table, images_table, sleep=_never_blocks, **settings)
         self.sleep = sleep
