@@ -24,9 +24,11 @@ from ddbtx import (
     Isolation,
     SweepOutcome,
     TransactionManager,
+    TransactionOutcomeUnknownError,
     TransactionRolledBackError,
     aio,
 )
+from ddbtx import schema as s
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from drivers import EventLoopThread, Scenario
@@ -44,7 +46,9 @@ def make_aio_tm(
         clock.sleep(seconds)
         await asyncio.sleep(0)
 
-    def make(**options: Any) -> aio.TransactionManager:
+    def make(
+        wrap: Callable[[Any], Any] = lambda client: client, **options: Any
+    ) -> aio.TransactionManager:
         settings: dict[str, Any] = {
             "clock": clock.time,
             "monotonic": clock.monotonic,
@@ -53,7 +57,7 @@ def make_aio_tm(
             "stale_after": 3.0,
             **options,
         }
-        client = event_loop_thread.client(backend)
+        client = wrap(event_loop_thread.client(backend))
         return aio.TransactionManager(client, tables.tx, tables.images, **settings)
 
     return make
@@ -446,3 +450,75 @@ def test_given_bad_arguments_to_async_entry_points_then_each_is_named_and_nothin
     assert_clean(w.ddb, w.tables)
     with pytest.raises(ValueError, match="lock_wait"):
         w.make_aio_tm(lock_wait=-1)
+
+
+class AnswerNever:
+    """An aiobotocore client whose calls matching ``stuck`` are sent (DynamoDB applies
+    them) but never answered: the caller waits until cancelled, as on a dead connection."""
+
+    def __init__(self, client: Any, stuck: Callable[[str, dict[str, Any]], bool]) -> None:
+        self._client = client
+        self._stuck = stuck
+        self.meta = client.meta
+        self.sent = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        async def call(**params: Any) -> Any:
+            response = await method(**params)
+            if self._stuck(name, params):
+                self.sent.set()
+                await asyncio.Event().wait()  # the answer never comes
+            return response
+
+        return call
+
+
+def test_given_a_commit_cancelled_in_flight_when_its_record_is_gone_then_rollback_says_unknown(
+    w: Both,
+) -> None:
+    # Given an asyncio transfer whose commit decision DynamoDB applied, the task cancelled
+    # before the answer came
+    w.seed(a=100, b=0)
+
+    def decides_commit(operation: str, params: dict[str, Any]) -> bool:
+        values = params.get("ExpressionAttributeValues", {}).values()
+        return params.get("TableName") == w.tables.tx and {"S": s.STATE_COMMITTED} in values
+
+    stuck: list[AnswerNever] = []
+
+    def answer_never(client: Any) -> AnswerNever:
+        stuck.append(AnswerNever(client, decides_commit))
+        return stuck[0]
+
+    aio_tm = w.make_aio_tm(wrap=answer_never)
+
+    async def cancelled_commit() -> aio.Transaction:
+        tx = await aio_tm.begin()
+        await tx.update_item(**add(w.tables.data, "a", -10))
+        await tx.update_item(**add(w.tables.data, "b", 10))
+        commit = asyncio.ensure_future(tx.commit())
+        await stuck[0].sent.wait()
+        commit.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await commit
+        return tx
+
+    tx = w.run(cancelled_commit)
+    # ...and a janitor completed the committed transaction and deleted its record
+    sync_tm = w.make_tm()
+    for _ in range(3):
+        sync_tm.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(0))
+    assert scan(w.ddb, w.tables.tx) == []
+
+    # When the program, having caught the cancellation, rolls back
+    async def rollback() -> None:
+        await tx.rollback()
+
+    # Then it is told the outcome is unknown (never that it rolled back), and the items
+    # show the commit
+    with pytest.raises(TransactionOutcomeUnknownError):
+        w.run(rollback)
+    assert balances(w.ddb, w.tables, "a", "b") == ["90", "10"]
+    assert_clean(w.ddb, w.tables)

@@ -198,7 +198,7 @@ class RecordView:
             yield
         except (AddRefused, Decided):
             raise
-        except Exception:
+        except BaseException:  # a cancelled task's add too: it may have landed
             with self._lock:
                 for local in locals_:
                     if self.requests.get(local.request.rid) is not local:
@@ -288,8 +288,9 @@ class RecordView:
             header = yield from self.store.decide(
                 self.tx_id, to_state, expect_version=version, resent=resent
             )
-        except Exception:
-            # Failed in flight (throttled, timed out): the decision may have been applied.
+        except BaseException:
+            # Failed in flight (throttled, timed out, the task cancelled): the decision may
+            # have been applied.
             self.commit_unanswered |= deciding_commit
             raise
         if header is None:
