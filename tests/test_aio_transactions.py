@@ -522,3 +522,48 @@ def test_given_a_commit_cancelled_in_flight_when_its_record_is_gone_then_rollbac
         w.run(rollback)
     assert balances(w.ddb, w.tables, "a", "b") == ["90", "10"]
     assert_clean(w.ddb, w.tables)
+
+
+def test_given_a_request_cancelled_in_flight_in_a_block_then_the_block_rolls_it_back(
+    w: Both,
+) -> None:
+    # Given an asyncio transfer whose first update DynamoDB applied, the answer never coming
+    w.seed(a=100, b=0)
+    hung: list[bool] = []
+
+    def first_apply(operation: str, params: dict[str, Any]) -> bool:
+        applies = params.get("TableName") == w.tables.data and "ADD balance" in str(
+            params.get("UpdateExpression")
+        )
+        if applies and not hung:
+            hung.append(True)
+            return True
+        return False
+
+    stuck: list[AnswerNever] = []
+
+    def answer_never(client: Any) -> AnswerNever:
+        stuck.append(AnswerNever(client, first_apply))
+        return stuck[0]
+
+    aio_tm = w.make_aio_tm(wrap=answer_never)
+
+    async def transfer() -> None:
+        async with aio_tm.transaction() as tx:
+            await tx.update_item(**add(w.tables.data, "a", -10))
+            await tx.update_item(**add(w.tables.data, "b", 10))
+
+    # When its task is cancelled while it waits for that answer
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(transfer())
+        await stuck[0].sent.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    w.run(cancelled)
+
+    # Then the block rolled the applied update back on its way out: nothing moved, and
+    # no lock, image or record is left
+    assert balances(w.ddb, w.tables, "a", "b") == ["100", "0"]
+    assert_clean(w.ddb, w.tables)
