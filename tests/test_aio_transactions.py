@@ -453,8 +453,8 @@ def test_given_bad_arguments_to_async_entry_points_then_each_is_named_and_nothin
 
 
 class AnswerNever:
-    """An aiobotocore client whose calls matching ``stuck`` are sent (DynamoDB applies
-    them) but never answered: the caller waits until cancelled, as on a dead connection."""
+    """An aiobotocore client whose first call matching ``stuck`` is sent (DynamoDB applies
+    it) but never answered: the caller waits until cancelled, as on a dead connection."""
 
     def __init__(self, client: Any, stuck: Callable[[str, dict[str, Any]], bool]) -> None:
         self._client = client
@@ -467,12 +467,25 @@ class AnswerNever:
 
         async def call(**params: Any) -> Any:
             response = await method(**params)
-            if self._stuck(name, params):
+            if not self.sent.is_set() and self._stuck(name, params):
                 self.sent.set()
                 await asyncio.Event().wait()  # the answer never comes
             return response
 
         return call
+
+
+def unanswered(
+    w: Both, stuck: Callable[[str, dict[str, Any]], bool]
+) -> tuple[aio.TransactionManager, AnswerNever]:
+    """An asyncio manager on an :class:`AnswerNever` client, and that client."""
+    made: list[AnswerNever] = []
+
+    def wrap(client: Any) -> AnswerNever:
+        made.append(AnswerNever(client, stuck))
+        return made[0]
+
+    return w.make_aio_tm(wrap=wrap), made[0]
 
 
 def test_given_a_commit_cancelled_in_flight_when_its_record_is_gone_then_rollback_says_unknown(
@@ -486,20 +499,14 @@ def test_given_a_commit_cancelled_in_flight_when_its_record_is_gone_then_rollbac
         values = params.get("ExpressionAttributeValues", {}).values()
         return params.get("TableName") == w.tables.tx and {"S": s.STATE_COMMITTED} in values
 
-    stuck: list[AnswerNever] = []
-
-    def answer_never(client: Any) -> AnswerNever:
-        stuck.append(AnswerNever(client, decides_commit))
-        return stuck[0]
-
-    aio_tm = w.make_aio_tm(wrap=answer_never)
+    aio_tm, client = unanswered(w, decides_commit)
 
     async def cancelled_commit() -> aio.Transaction:
         tx = await aio_tm.begin()
         await tx.update_item(**add(w.tables.data, "a", -10))
         await tx.update_item(**add(w.tables.data, "b", 10))
         commit = asyncio.ensure_future(tx.commit())
-        await stuck[0].sent.wait()
+        await client.sent.wait()
         commit.cancel()
         with pytest.raises(asyncio.CancelledError):
             await commit
@@ -529,24 +536,12 @@ def test_given_a_request_cancelled_in_flight_in_a_block_then_the_block_rolls_it_
 ) -> None:
     # Given an asyncio transfer whose first update DynamoDB applied, the answer never coming
     w.seed(a=100, b=0)
-    hung: list[bool] = []
 
-    def first_apply(operation: str, params: dict[str, Any]) -> bool:
-        applies = params.get("TableName") == w.tables.data and "ADD balance" in str(
-            params.get("UpdateExpression")
-        )
-        if applies and not hung:
-            hung.append(True)
-            return True
-        return False
+    def applies(operation: str, params: dict[str, Any]) -> bool:
+        expression = str(params.get("UpdateExpression"))
+        return params.get("TableName") == w.tables.data and "ADD balance" in expression
 
-    stuck: list[AnswerNever] = []
-
-    def answer_never(client: Any) -> AnswerNever:
-        stuck.append(AnswerNever(client, first_apply))
-        return stuck[0]
-
-    aio_tm = w.make_aio_tm(wrap=answer_never)
+    aio_tm, client = unanswered(w, applies)
 
     async def transfer() -> None:
         async with aio_tm.transaction() as tx:
@@ -556,7 +551,7 @@ def test_given_a_request_cancelled_in_flight_in_a_block_then_the_block_rolls_it_
     # When its task is cancelled while it waits for that answer
     async def cancelled() -> None:
         task = asyncio.ensure_future(transfer())
-        await stuck[0].sent.wait()
+        await client.sent.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
