@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar, cast
 
 from .._drive import drive
-from .._effects import Step, request
+from .._effects import Step
 from ..errors import ConditionFailed, LockLostError
 from ._pace import Pace
 from ._rows import (
@@ -20,8 +20,8 @@ from ._rows import (
     check_lease,
     check_owner,
     check_polls,
-    expressions,
     new_id,
+    update_row,
     was_retried,
 )
 
@@ -89,27 +89,15 @@ class HeldLockSteps:
     ) -> Step[Item]:
         """One conditional write of this grant's row (:class:`ConditionFailed` if not ours);
         the row after it, if ``params`` ask for it."""
-        condition, update = texts
-        response: dict[str, Any] = yield from request(
-            "update_item",
-            TableName=self._lc.table,
-            Key=self._key,
-            **expressions(
-                {
-                    ":hold": self._hold,
-                    ":true": True,
-                    ":false": False,
-                    **self._extra_values,
-                    **values,
-                },
-                names={**self._extra_names, **(names or {})},
-                ConditionExpression=condition,
-                UpdateExpression=update,
-            ),
-            **params,
-        )
-        attributes: Item = response.get("Attributes", {})
-        return attributes
+        values = {
+            ":hold": self._hold,
+            ":true": True,
+            ":false": False,
+            **self._extra_values,
+            **values,
+        }
+        names = {**self._extra_names, **(names or {})}
+        return update_row(self._lc.table, self._key, *texts, values, names, **params)
 
     def _renew(self) -> Step[None]:
         expires = self._lc._wall() + self.lease_duration
@@ -118,33 +106,33 @@ class HeldLockSteps:
     def _end(self) -> Step[None]:
         yield from self._write(self._release_write, {})
 
-    def _confirm(self, heartbeat_period: float) -> Step[bool]:
-        """Renew a grant learned late (a handoff, a FIFO turn) if the first heartbeat could
-        come after its lease; ``False`` if it was taken over before we knew of it."""
-        if heartbeat_period < self.remaining():
-            return True
+    def _renewed(self) -> Step[bool]:
+        """Renew the lease; ``False`` if the lock was taken over."""
         sent = self._clock()
         try:
             yield from self._renew()
         except ConditionFailed:
-            logger.info("%r was taken over before it was noticed", self)
             return False
         self._confirmed = sent
+        self._warned = False
         return True
+
+    def _confirm(self, heartbeat_period: float) -> Step[bool]:
+        """Renew a grant learned late (a handoff, a FIFO turn) if the first heartbeat could
+        come after its lease; ``False`` if it was taken over before we knew of it."""
+        if heartbeat_period < self.remaining() or (yield from self._renewed()):
+            return True
+        logger.info("%r was taken over before it was noticed", self)
+        return False
 
     def _renewal(self) -> Step[bool | None]:
         """A heartbeat's write, under the I/O guard: renewed, taken over, or ``None`` not held."""
         if self._state != "held":
             return None
-        sent = self._clock()
-        try:
-            yield from self._renew()
-        except ConditionFailed:
+        renewed = yield from self._renewed()
+        if not renewed:
             self._state = "lost"
-            return False
-        self._confirmed = sent
-        self._warned = False
-        return True
+        return renewed
 
     def _after_renewal(self, renewed: bool | None) -> bool:
         """Act on :meth:`_renewal`'s answer outside the I/O guard (``on_lost`` may release)."""
@@ -152,11 +140,12 @@ class HeldLockSteps:
             return True
         if renewed is False:
             self._forget()
-            self._report_lost()
+            logger.warning("lost %r: taken over after its lease ran out", self)
+            self._notify("on_lost", self._on_lost)
         return False
 
     def _release(self) -> Step[bool]:
-        """The release's write; run under the lock's I/O guard."""
+        """The release's write, under the I/O guard."""
         if self._state != "held":
             return False
         started = self._clock()
@@ -201,8 +190,8 @@ class HeldLockSteps:
         return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def _raise_if_lost(self, exc: BaseException | None) -> None:
-        """On leaving a ``with`` block: a lock taken over raises :class:`LockLostError`, or is
-        noted on the exception under way."""
+        """On leaving a ``with`` block: a lock taken over raises :class:`LockLostError`, or
+        is noted on the exception under way."""
         if self._state != "lost":
             return
         message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"
@@ -225,10 +214,6 @@ class HeldLockSteps:
         if self._keeper is not None:
             self._keeper.discard(self)
 
-    def _report_lost(self) -> None:
-        logger.warning("lost %r: taken over after its lease ran out", self)
-        self._notify("on_lost", self._on_lost)
-
     def _notify(self, name: str, callback: Callable[[HeldLockSteps], None] | None) -> None:
         if callback is None:
             return
@@ -238,7 +223,7 @@ class HeldLockSteps:
             logger.exception("%s callback failed for %r", name, self)
 
     def _beat(self) -> Any:
-        """One heartbeat, its failure logged (the driver's: a call, or a coroutine)."""
+        """One heartbeat, its failure logged (a call, or under asyncio a coroutine)."""
         raise NotImplementedError
 
     def _beat_failed(self) -> None:
@@ -321,8 +306,7 @@ class HeldLock(HeldLockSteps):
 
 
 class Keeper(Protocol):
-    """What renews a client's held locks every period: a thread (:class:`Heartbeats`)
-    or, under asyncio, a task."""
+    """What renews a client's held locks every period: a thread, or under asyncio a task."""
 
     @property
     def closed(self) -> bool: ...
@@ -421,7 +405,6 @@ class LockClientSteps:
 
     _default_lease = 10.0
     _default_heartbeat = 3.0
-    _default_min_poll = 0.01
     _kind = "lock"
 
     def __init__(
@@ -446,9 +429,7 @@ class LockClientSteps:
             self._default_lease if lease_duration is None else lease_duration,
             self._default_heartbeat if heartbeat_period is None else heartbeat_period,
         )
-        self._polls = check_polls(
-            min_poll, max_poll, self.heartbeat_period, default_low=self._default_min_poll
-        )
+        self._polls = check_polls(min_poll, max_poll, self.heartbeat_period)
         self.danger_fraction = check_fraction(danger_fraction, "danger_fraction")
         for name, callback in (("on_lost", on_lost), ("on_danger", on_danger)):
             if callback is not None and not callable(callback):
@@ -470,10 +451,6 @@ class LockClientSteps:
         """The keeper that renews this client's locks (the driver's own)."""
         raise NotImplementedError
 
-    def held(self) -> list[Any]:
-        """The locks this client holds and heartbeats."""
-        return self._heartbeats.held()
-
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run: no more heartbeats, and no more acquires."""
@@ -484,7 +461,6 @@ class LockClientSteps:
             raise RuntimeError(f"this {type(self).__name__} is closed")
 
     def _pace(self, resource: str, row: str) -> Pace:
-        """This client's view of how fast ``resource``'s lock ``row`` changes hands."""
         with self._paces_guard:
             return self._paces.setdefault((resource, row), Pace())
 
@@ -546,7 +522,6 @@ class LockClient(LockClientSteps):
         return Heartbeats(period, name)
 
     def _run(self, step: Step[T]) -> T:
-        """Run one of this client's steps on its boto3 client and sleep."""
         return drive(step, self.client, self._sleep or time.sleep)
 
     def held(self) -> list[HeldLock]:

@@ -1,17 +1,14 @@
-"""The line of waiters kept on one lock row: the FIFO head's queue, and a lease row's waiters.
-
-Each waiter is an entry: ``t_<id>`` its ticket, ``w_<id>`` a map of owner, ``rvn``, lease
-and expiry estimate. Tickets only grow, so a waiter that saw no lower ticket knows none can
-appear. An entry whose rvn stays unchanged for its lease is removed by the one behind it.
-"""
+"""The line of waiters kept on one lock row (the FIFO head's queue, a lease row's waiters):
+entries ``t_<id>`` (ticket) and ``w_<id>`` (owner, rvn, lease, expiry estimate)."""
 
 from __future__ import annotations
 
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from .._effects import Step, pause, request
+from .._effects import Step, pause
 from ..errors import ConditionFailed, LockError, LockNotGrantedError, ValidationFailed
 from ._held import HeldLockSteps, LockClientSteps, Watch, observe
 from ._pace import Polls
@@ -25,15 +22,17 @@ from ._rows import (
     OWNER,
     RVN,
     Item,
-    expressions,
     get_int,
     get_num,
     get_str,
     new_id,
+    read_row,
+    update_row,
     was_retried,
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Enter the line: take ticket next+1 and write our entry in the same write, so no
 # ticket ever exists without its entry. A replay of our own applied entry (lost
@@ -56,13 +55,12 @@ LINE_SKIP = "#w.#rvn = :seen"
 
 
 def entry_names(hold: str) -> dict[str, str]:
-    """Placeholders ``#t`` and ``#w`` for the entry of waiter ``hold``."""
     return {"#t": f"{ENTRY_TICKET}{hold}", "#w": f"{ENTRY}{hold}"}
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One ticket in a line: a waiter (or, on a FIFO head, the holder: the lowest)."""
+    """A waiter in a line (or, on a FIFO head, the holder: the lowest ticket)."""
 
     hold: str
     ticket: int
@@ -73,7 +71,6 @@ class Entry:
 
 
 def entries(item: Item, default_lease: float = 0.0) -> list[Entry]:
-    """The entries of a row, lowest ticket first."""
     found = []
     for name in item:
         if not name.startswith(ENTRY_TICKET):
@@ -98,8 +95,8 @@ def entries(item: Item, default_lease: float = 0.0) -> list[Entry]:
 
 
 class LineWaiter:
-    """One acquire call's place in the line on one row: its ticket, its entry, and what it
-    watches. Subclasses say what the first in line does and which counter moves per grant."""
+    """One acquire call's place in the line on one row; subclasses say what the first in
+    line does and which counter moves per grant."""
 
     def __init__(
         self, lc: LockClientSteps, resource: str, row_key: Item, pace_key: str, deadline: float
@@ -130,6 +127,21 @@ class LineWaiter:
 
     def not_granted(self) -> LockNotGrantedError:
         raise NotImplementedError
+
+    def leaving(self, step: Step[T]) -> Step[T]:
+        """Run ``step``; if it fails, remove our entry (if any) and raise its error."""
+        try:
+            return (yield from step)
+        except BaseException as exc:
+            if isinstance(exc, GeneratorExit):  # a step closed unfinished sends nothing
+                raise
+            try:
+                yield from self.leave()
+            except Exception:  # the one behind skips it after a lease
+                logger.warning(
+                    "could not remove the entry of ticket %d", self.ticket, exc_info=True
+                )
+            raise
 
     def handed(self, row: Item) -> Step[HeldLockSteps | None]:
         """Our entry is gone from ``row``: the lock if a release handed it to us."""
@@ -206,36 +218,20 @@ class LineWaiter:
             yield from pause(max(0.0, min(delay, limit, renew_due - now, left)))
             row = yield from self.read()
 
-    def entry(self) -> dict[str, object]:
-        lc = self.lc
-        return {
-            OWNER: lc.owner,
-            RVN: new_id(),
-            LEASE: lc.lease_duration,
-            EXPIRES: lc._wall() + lc.lease_duration,
-        }
-
     def enter(
         self, condition: str = LINE_ENTER, values: dict[str, object] | None = None
     ) -> Step[Item | None]:
-        """Take a ticket and enter the line in one write; ``None`` if ``condition``
-        failed. The row as it is after our write."""
+        """Take a ticket and enter the line in one write: the row after it (``None`` if
+        ``condition`` failed)."""
         lc = self.lc
         sent = lc._clock()
+        lease = lc.lease_duration
+        entry = {OWNER: lc.owner, RVN: new_id(), LEASE: lease, EXPIRES: lc._wall() + lease}
+        values = {":zero": 0, ":one": 1, ":entry": entry, **(values or {})}
         try:
-            response = yield from request(
-                "update_item",
-                TableName=lc.table,
-                Key=self.row_key,
-                ReturnValues="ALL_NEW",
-                **expressions(
-                    {":zero": 0, ":one": 1, ":entry": self.entry(), **(values or {})},
-                    names=self.names,
-                    ConditionExpression=condition,
-                    UpdateExpression=_ENTER,
-                ),
+            row = yield from self.update(
+                condition, _ENTER, values, self.names, ReturnValues="ALL_NEW"
             )
-            row: Item = response["Attributes"]
         except ConditionFailed as exc:
             if not was_retried(exc):
                 return None
@@ -293,13 +289,6 @@ class LineWaiter:
         except ConditionFailed:  # removed meanwhile: judged dead, or handed the lock
             yield from self.left_too_late()
 
-    def leave_quietly(self) -> Step[None]:
-        """Remove our entry, if any, without masking what is under way."""
-        try:
-            yield from self.leave()
-        except Exception:  # the one behind skips it after a lease
-            logger.warning("could not remove the entry of ticket %d", self.ticket, exc_info=True)
-
     def skip(self, dead: Entry) -> Step[bool]:
         """Remove ``dead`` if it is still as we watched it; whether it was removed."""
         # If it heartbeated after all, or left, the removal fails: look again either way.
@@ -312,23 +301,18 @@ class LineWaiter:
         return True
 
     def update(
-        self, condition: str, update: str, values: dict[str, object], names: dict[str, str]
-    ) -> Step[None]:
-        yield from request(
-            "update_item",
-            TableName=self.lc.table,
-            Key=self.row_key,
-            **expressions(
-                values, names=names, ConditionExpression=condition, UpdateExpression=update
-            ),
-        )
+        self,
+        condition: str,
+        update: str,
+        values: dict[str, object],
+        names: dict[str, str],
+        **params: Any,
+    ) -> Step[Item]:
+        """One conditional write of our row; the row after it, if ``params`` ask for it."""
+        return update_row(self.lc.table, self.row_key, condition, update, values, names, **params)
 
     def read(self) -> Step[Item]:
-        response = yield from request(
-            "get_item", TableName=self.lc.table, Key=self.row_key, ConsistentRead=True
-        )
-        item: Item = response.get("Item", {})
-        return item
+        return read_row(self.lc.table, self.row_key)
 
     def expired(self, entry: Entry) -> bool:
         return entry.expires is not None and entry.expires + GC_MARGIN < self.lc._wall()

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from .._effects import Step, request
+from .._effects import Step
 from ..errors import ConditionFailed
 from ._held import Clock, Watch, observe
 from ._rows import (
@@ -20,12 +20,13 @@ from ._rows import (
     check_duration,
     check_owner,
     check_resource,
-    expressions,
     get_int,
     get_str,
     key,
     new_id,
+    read_row,
     returned_row,
+    update_row,
     was_retried,
 )
 
@@ -106,33 +107,32 @@ class MutexSteps:
         expired_rvn = self._expired(resource, sent)
         # A fresh id as ":seen" matches no record: only free rows (or our replay) pass.
         seen = expired_rvn if expired_rvn is not None else new_id()
+        values = {
+            ":owner": self.owner,
+            ":rvn": rvn,
+            ":seen": seen,
+            ":now": now,
+            ":one": 1,
+            ":exp": now + (self._expire_after or 0.0),
+        }
+        update = _ACQUIRE.format(
+            exp="" if self._expire_after is None else ", #exp = :exp",
+            no_exp=", #exp" if self._expire_after is None else "",
+        )
         try:
-            response = yield from request(
-                "update_item",
-                TableName=self.table,
-                Key=key(resource, MUTEX_SK),
+            row = yield from update_row(
+                self.table,
+                key(resource, MUTEX_SK),
+                MUTEX_ACQUIRE,
+                update,
+                values,
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **expressions(
-                    {
-                        ":owner": self.owner,
-                        ":rvn": rvn,
-                        ":seen": seen,
-                        ":now": now,
-                        ":one": 1,
-                        ":exp": now + (self._expire_after or 0.0),
-                    },
-                    ConditionExpression=MUTEX_ACQUIRE,
-                    UpdateExpression=_ACQUIRE.format(
-                        exp="" if self._expire_after is None else ", #exp = :exp",
-                        no_exp=", #exp" if self._expire_after is None else "",
-                    ),
-                ),
             )
         except ConditionFailed as exc:
             yield from self._watch(resource, exc)
             return None
-        token = get_int(response["Attributes"], FENCE) or 0
+        token = get_int(row, FENCE) or 0
         with self._mutex:
             self._seen.pop(resource, None)
             self._acquired[resource] = (sent, token)
@@ -142,7 +142,7 @@ class MutexSteps:
 
     def _expired(self, resource: str, now: float) -> str | None:
         """The rvn of the record we watched unchanged for ``expire_after`` until ``now``
-        (its holder's lock expired: we may take it over), if any."""
+        (we may take it over), if any."""
         with self._mutex:
             watched = self._seen.get(resource)
         if watched is None or self._expire_after is None:
@@ -155,13 +155,10 @@ class MutexSteps:
             return
         item = returned_row(exc)
         if not item:  # dynalite does not return the row with the failure: read it
-            read = yield from request(
-                "get_item", TableName=self.table, Key=key(resource, MUTEX_SK), ConsistentRead=True
-            )
-            item = read.get("Item")
-        rvn = get_str(item or {}, RVN)
+            item = yield from read_row(self.table, key(resource, MUTEX_SK))
+        rvn = get_str(item, RVN)
         with self._mutex:
-            if rvn is None or get_str(item or {}, OWNER) is None:
+            if rvn is None or get_str(item, OWNER) is None:
                 self._seen.pop(resource, None)  # freed meanwhile: nothing to watch
                 return
             previous = self._seen.pop(resource, None)
@@ -177,15 +174,8 @@ class MutexSteps:
         with self._mutex:
             self._acquired.pop(resource, None)
         try:
-            yield from request(
-                "update_item",
-                TableName=self.table,
-                Key=key(resource, MUTEX_SK),
-                **expressions(
-                    {":owner": self.owner},
-                    ConditionExpression=MUTEX_RELEASE,
-                    UpdateExpression=_RELEASE,
-                ),
+            yield from update_row(
+                self.table, key(resource, MUTEX_SK), MUTEX_RELEASE, _RELEASE, {":owner": self.owner}
             )
         except ConditionFailed as exc:
             # A retried release that fails on a row we held unexpired: only our own first

@@ -11,30 +11,12 @@ from typing import Final
 TIGHT_POLLS: Final = 3
 
 
-class Backoff:
-    """Poll delays doubling from ``low`` up to ``high``; :meth:`reset` on progress."""
-
-    def __init__(self, low: float, high: float) -> None:
-        self._low = low
-        self._high = high
-        self._next = low
-
-    def reset(self) -> None:
-        self._next = self._low
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._high, delay * 2)
-        return delay
-
-
 class Pace:
     """How fast grants follow each other, as one client has seen a counter move (the FIFO
     head's lowest ticket or the lease row's fencing counter), kept per lock across acquires.
 
-    The cycle (seconds per grant) is the slope over the last ``_WINDOW`` moves: each is late
-    by up to a poll, so a slope is not skewed where an average of single moves would be.
-    A pause longer than ``_IDLE`` cycles starts afresh.
+    The cycle is the slope over the last ``_WINDOW`` moves (each late by up to a poll, which
+    skews an average of single moves but not a slope); a pause of ``_IDLE`` cycles restarts.
     """
 
     _WINDOW = 16
@@ -46,13 +28,8 @@ class Pace:
         #: Others were waiting in line when this client last got the lock.
         self.crowded = False
 
-    @property
-    def _last(self) -> tuple[int, float] | None:
-        """The counter last seen to move, and when."""
-        return self._seen[-1] if self._seen else None
-
     def observe(self, counter: int, now: float) -> None:
-        last = self._last
+        last = self._seen[-1] if self._seen else None
         if last is None or counter < last[0]:
             self._seen.clear()
             self._seen.append((counter, now))
@@ -72,9 +49,9 @@ class Pace:
         ``None`` while the pace is unknown or its moment has passed. First in line: half
         the time until the holder is due (so the cycle does not grow on its own lateness);
         further back: until the waiter is due first in line."""
-        if self.cycle is None or self._last is None:
+        if self.cycle is None:
             return None
-        turn = self._last[1] + ahead * self.cycle  # when our grant is expected
+        turn = self._seen[-1][1] + ahead * self.cycle  # when our grant is expected
         if ahead <= 1:
             left = turn - now
             return left / 2 if left > 0 else None
@@ -83,20 +60,18 @@ class Pace:
 
 
 class Polls:
-    """One waiter's delays: paced while the pace says when, a few tight polls when
-    it is first in line and its holder is due by the pace, else (pace unknown, or
-    the holder late) a backoff from ``low`` to ``high``."""
+    """One waiter's delays: paced while the pace says when, a few tight polls when first
+    in line and its holder is due, else a backoff doubling from ``low`` to ``high``."""
 
     def __init__(self, pace: Pace, low: float, high: float) -> None:
         self._pace = pace
         self._low = low
         self._high = high
-        self._backoff = Backoff(low, high)
-        self._tight = TIGHT_POLLS
+        self.progress()
 
     def progress(self) -> None:
         """The lock changed hands (or the line ahead changed): start over."""
-        self._backoff.reset()
+        self._backoff = self._low
         self._tight = TIGHT_POLLS
 
     def next(self, ahead: int, now: float) -> float:
@@ -107,4 +82,6 @@ class Polls:
         if ahead <= 1 and self._tight > 0 and self._pace.cycle is not None:
             self._tight -= 1
             return 0.0
-        return self._backoff.next()
+        delay = self._backoff
+        self._backoff = min(self._high, delay * 2)
+        return delay

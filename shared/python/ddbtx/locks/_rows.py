@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .. import schema
+from .._dynamo import call
+from .._effects import Step, request
 
 Item = dict[str, Any]
 
@@ -144,12 +146,11 @@ def check_lease(lease_duration: object, heartbeat_period: object) -> tuple[float
 
 
 def check_polls(
-    min_poll: float | None, max_poll: float | None, period: float, *, default_low: float = 0.05
+    min_poll: float | None, max_poll: float | None, period: float
 ) -> tuple[float, float]:
-    """Poll bounds; by default from ``default_low`` doubling up to 1 s (never beyond
-    the heartbeat)."""
+    """Poll bounds; by default from 10 ms doubling up to 1 s (never beyond the heartbeat)."""
     high = check_duration(max_poll, "max_poll") if max_poll is not None else min(1.0, period)
-    low = check_duration(min_poll, "min_poll") if min_poll is not None else min(default_low, high)
+    low = check_duration(min_poll, "min_poll") if min_poll is not None else min(0.01, high)
     if low > high:
         raise ValueError(f"min_poll ({low}) must not exceed max_poll ({high})")
     return low, high
@@ -157,6 +158,47 @@ def check_polls(
 
 def key(resource: str, sort_key: str) -> Item:
     return {schema.LOCK_PK: {"S": resource}, schema.LOCK_SK: {"S": sort_key}}
+
+
+def read_row(table: str, row_key: Item) -> Step[Item]:
+    """The row as it is now (a consistent read); empty if there is none."""
+    response = yield from request("get_item", TableName=table, Key=row_key, ConsistentRead=True)
+    item: Item = response.get("Item", {})
+    return item
+
+
+def update_row(
+    table: str,
+    row_key: Item,
+    condition: str,
+    update: str,
+    values: Mapping[str, object],
+    names: Mapping[str, str] | None = None,
+    **params: Any,
+) -> Step[Item]:
+    """One conditional UpdateItem; the row after it, if ``params`` ask for it."""
+    response = yield from request(
+        "update_item",
+        TableName=table,
+        Key=row_key,
+        **params,
+        **expressions(values, names=names, ConditionExpression=condition, UpdateExpression=update),
+    )
+    row: Item = response.get("Attributes", {})
+    return row
+
+
+def all_items(client: Any, operation: str, **params: Any) -> list[Item]:
+    """Every item of a consistent scan or query, page after page."""
+    items: list[Item] = []
+    start: Item | None = None
+    while True:
+        more = {"ExclusiveStartKey": start} if start else {}
+        page = call(client, operation, ConsistentRead=True, **params, **more)
+        items += page.get("Items", [])
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return items
 
 
 def fifo_head_sk(namespace: str) -> str:

@@ -9,7 +9,6 @@ from typing import Any, Final, Literal
 
 from .. import schema
 from .._drive import drive
-from .._dynamo import call
 from .._effects import Step, request
 from ..errors import ConditionFailed, TableNotFound
 from ..tables import ensure_table
@@ -26,6 +25,7 @@ from ._rows import (
     OWNER,
     RVN,
     Item,
+    all_items,
     expressions,
     get_int,
     get_num,
@@ -201,16 +201,7 @@ def list_locks(client: Any, table: str) -> list[LockRow]:
     >>> for row in list_locks(client, "Locks"):          # doctest: +SKIP
     ...     print(row.resource, row.kind, row.state, row.owner, row.fencing_token)
     """
-    rows: list[LockRow] = []
-    start: Item | None = None
-    while True:
-        params = {"ExclusiveStartKey": start} if start else {}
-        page = call(client, "scan", TableName=table, ConsistentRead=True, **params)
-        for item in page.get("Items", []):
-            rows.extend(_rows(item))
-        start = page.get("LastEvaluatedKey")
-        if start is None:
-            break
+    rows = [row for item in all_items(client, "scan", TableName=table) for row in _rows(item)]
     rows.sort(key=lambda r: (r.resource, r.kind, r.namespace or "", r.ticket or 0))
     positioned: list[LockRow] = []
     place = 0
@@ -355,7 +346,6 @@ def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> 
     >>> sweep_expired_rows(client, "Locks", now=time.time(), grace=3600)   # doctest: +SKIP
     0
     """
-    _check_sweep_times(now, grace)
     total = 0
     start: Item | None = None
     while True:

@@ -9,7 +9,6 @@ writes a ``brk`` mark, which only a break writes (so IAM can deny it to the swee
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import time
@@ -18,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .. import schema
-from .._dynamo import call
+from .._drive import drive
+from .._items import as_json
 from ..errors import ConditionFailed, LockNotFoundError
 from ._line import LEAVE, entries, entry_names
 from ._rows import (
@@ -35,6 +35,7 @@ from ._rows import (
     OWNER,
     RVN,
     Item,
+    all_items,
     check_name,
     check_namespace,
     check_resource,
@@ -46,6 +47,8 @@ from ._rows import (
     key,
     new_id,
     parse_fifo_sk,
+    read_row,
+    update_row,
     was_retried,
 )
 
@@ -218,26 +221,17 @@ def _check_kind(kind: Kind | None, namespace: str | None) -> Kind | None:
     return "fifo"
 
 
+@dataclass
 class _Breaker:
-    def __init__(
-        self,
-        client: Any,
-        table: str,
-        resource: str,
-        by: str,
-        clock: Clock,
-        wall_clock: Clock,
-        sleep: Sleep,
-    ) -> None:
-        self.client = client
-        self.table = table
-        self.resource = resource
-        self.by = by
-        self.clock = clock
-        self.wall = wall_clock
-        self.sleep = sleep
-        self.kind: Kind = "mutex"
-        self.namespace: str | None = None
+    client: Any
+    table: str
+    resource: str
+    by: str
+    clock: Clock
+    wall: Clock
+    sleep: Sleep
+    kind: Kind = "mutex"
+    namespace: str | None = None
 
     def run(
         self, kind: Kind | None, namespace: str | None, *, force: bool, seen: Seen | None,
@@ -276,23 +270,9 @@ class _Breaker:
 
     def rows(self) -> list[tuple[Kind, str | None, Item]]:
         """The resource's lock rows: each one's kind, namespace (FIFO only) and item."""
-        items: list[Item] = []
-        start: Item | None = None
-        while True:
-            page = call(
-                self.client,
-                "query",
-                TableName=self.table,
-                ConsistentRead=True,
-                **({"ExclusiveStartKey": start} if start else {}),
-                **expressions({":pk": self.resource}, KeyConditionExpression="#pk = :pk"),
-            )
-            items += page.get("Items", [])
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                break
+        query = expressions({":pk": self.resource}, KeyConditionExpression="#pk = :pk")
         rows: list[tuple[Kind, str | None, Item]] = []
-        for item in items:
+        for item in all_items(self.client, "query", TableName=self.table, **query):
             sort_key = get_str(item, schema.LOCK_SK) or ""
             parsed = parse_fifo_sk(sort_key)
             if sort_key in (MUTEX_SK, LEASE_SK):
@@ -307,7 +287,7 @@ class _Breaker:
             return _first_in_line(item)
         owner = get_str(item, OWNER)
         rvn = get_str(item, RVN) or ""
-        before = _json({k: v for k, v in item.items() if k != BROKEN})
+        before = {k: as_json(v) for k, v in item.items() if k != BROKEN}
         token = get_int(item, FENCE)
         if self.kind == "mutex":
             if owner is None:
@@ -321,10 +301,7 @@ class _Breaker:
         )
 
     def read(self) -> Item:
-        item: Item = call(
-            self.client, "get_item", TableName=self.table, Key=self.key(), ConsistentRead=True
-        ).get("Item", {})
-        return item
+        return drive(read_row(self.table, self.key()), self.client)
 
     def key(self) -> Item:
         sort_key = {"mutex": MUTEX_SK, "lease": LEASE_SK}.get(self.kind)
@@ -336,7 +313,9 @@ class _Breaker:
             return self.judge_mutex(holder)
         if seen is not None:
             if (seen.hold, seen.rvn) != (holder.hold, holder.rvn):
-                return self.refused(holder, "its record version moved since it was seen: alive")
+                return self.result(
+                    "refused", holder, "its record version moved since it was seen: alive"
+                )
             waited = self.wall() - seen.at
             if waited < holder.lease:
                 return self.observing(holder, seen, holder.lease - waited)
@@ -350,10 +329,12 @@ class _Breaker:
         if now is None:
             return self.result("not_held", holder, "released while it was watched")
         if now.hold != holder.hold:
-            return self.refused(holder, "it changed hands while it was watched")
+            return self.result("refused", holder, "it changed hands while it was watched")
         if now.rvn != holder.rvn:
-            return self.refused(
-                holder, f"its record version moved within one lease ({holder.lease:g} s): alive"
+            return self.result(
+                "refused",
+                holder,
+                f"its record version moved within one lease ({holder.lease:g} s): alive",
             )
         return None
 
@@ -362,7 +343,8 @@ class _Breaker:
         if holder.expires is not None and holder.expires < self.wall():
             return None
         until = "no expire_after" if holder.expires is None else "expire_after not over"
-        return self.refused(
+        return self.result(
+            "refused",
             holder,
             f"a mutex holder never heartbeats, so a live one cannot be told from a dead one "
             f"({until}); break it with force if you know it is gone",
@@ -383,18 +365,12 @@ class _Breaker:
         condition, update = _BREAKS[self.kind]
         names = entry_names(holder.hold) if self.kind == "fifo" else None
         try:
-            call(
-                self.client,
-                "update_item",
-                TableName=self.table,
-                Key=self.key(),
-                **expressions(
-                    values, names=names, ConditionExpression=condition, UpdateExpression=update
-                ),
-            )
+            drive(update_row(self.table, self.key(), condition, update, values, names), self.client)
         except ConditionFailed as exc:
             if not (was_retried(exc) and self.marked(mark_id)):
-                return self.refused(holder, "the row changed since it was read: look again")
+                return self.result(
+                    "refused", holder, "the row changed since it was read: look again"
+                )
         logger.warning(
             "lock broken by %s: %s held by %s (token %s)%s; row before: %s",
             self.by, self.what, holder.owner, holder.token, " (forced)" if force else "",
@@ -422,9 +398,6 @@ class _Breaker:
             reason=reason, before=holder.before if holder else {}, seen=seen,
         )  # fmt: skip
 
-    def refused(self, holder: _Holder, reason: str) -> BreakResult:
-        return self.result("refused", holder, reason)
-
     def observing(self, holder: _Holder, seen: Seen, left: float) -> BreakResult:
         reason = f"watching for one lease: call again with seen in {math.ceil(left)} s or later"
         return self.result("observing", holder, reason, seen)
@@ -436,12 +409,11 @@ def _first_in_line(item: Item) -> _Holder | None:
     if not line:
         return None
     first = line[0]
-    body = {n: item[n] for n in entry_names(first.hold).values() if n in item}
-    counters: Item = {n: item[n] for n in (NEXT, COUNT) if n in item}
+    names = (NEXT, COUNT, *entry_names(first.hold).values())
+    before = {n: as_json(item[n]) for n in names if n in item}
     return _Holder(
-        first.hold, first.owner, first.rvn, first.ticket, first.lease, first.expires,
-        _json({**counters, **body}),
-    )  # fmt: skip
+        first.hold, first.owner, first.rvn, first.ticket, first.lease, first.expires, before
+    )
 
 
 def _check_seen(seen: object) -> None:
@@ -464,19 +436,3 @@ def _asked(kind: Kind | None, namespace: str | None) -> str:
     parts = (kind or "", f"namespace {namespace!r}" if namespace else "")
     asked = " ".join(part for part in parts if part)
     return asked + " " if asked else ""
-
-
-def _json(item: Item) -> dict[str, Any]:
-    """DynamoDB JSON with binary values as base64 text."""
-
-    def plain(value: dict[str, Any]) -> dict[str, Any]:
-        ((kind, raw),) = value.items()
-        if kind == "B":
-            return {"B": base64.b64encode(raw).decode()}
-        if kind == "M":
-            return {"M": {k: plain(v) for k, v in raw.items()}}
-        if kind == "L":
-            return {"L": [plain(v) for v in raw]}
-        return {kind: raw}
-
-    return {name: plain(value) for name, value in item.items()}

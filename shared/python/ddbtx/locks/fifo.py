@@ -1,14 +1,8 @@
 """The fair FIFO lock: one head row per resource and namespace carries the ticket counter
-and every live ticket (waiters and holder); the lowest ticket holds the lock.
-
-One row, because a queue row per waiter let a ticket that stalled before writing its row
-be jumped, then enter too. Taking a ticket and entering is one write on the head, and
-releasing is removing one's entry, which hands the lock on without a grant write.
-"""
+and every live ticket (waiters and holder); the lowest ticket holds the lock."""
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import cast
 
@@ -36,8 +30,6 @@ from ._rows import (
     key,
 )
 
-logger = logging.getLogger(__name__)
-
 # The head's line (see ``_line``): entering is taking a ticket.
 FIFO_ENTER = LINE_ENTER
 # Try once (wait=0): enter only when the head carries no entry at all, so the
@@ -61,8 +53,7 @@ class FifoHeldLock(FifoHeldSteps, HeldLock):
 
 
 class FifoSteps(LockClientSteps):
-    """A FIFO lock client's settings and steps, for both drivers; :class:`FifoLock`
-    documents them."""
+    """A FIFO lock client's steps, for both drivers (documented by :class:`FifoLock`)."""
 
     _default_lease = 60.0
     _default_heartbeat = 30.0
@@ -77,7 +68,7 @@ class FifoSteps(LockClientSteps):
         wait = check_wait(wait)
         self._check_open()
         waiter = _Waiter(self, resource, namespace, self._clock() + wait, self._lock_type)
-        return waiter.run(try_once=wait == 0)
+        return waiter.leaving(waiter.run(try_once=wait == 0))
 
 
 class FifoLock(FifoSteps, LockClient):
@@ -136,19 +127,12 @@ class _Waiter(LineWaiter):
         self.lock_type = lock_type  # the driver's held-lock class
 
     def run(self, *, try_once: bool) -> Step[FifoHeldSteps]:
-        try:
-            return (yield from self._run(try_once))
-        except BaseException as exc:
-            if not isinstance(exc, GeneratorExit):  # a step closed unfinished sends nothing
-                yield from self.leave_quietly()
-            raise
-
-    def _run(self, try_once: bool) -> Step[FifoHeldSteps]:
         head = yield from self.enter(FIFO_TRY if try_once else FIFO_ENTER)
         if head is None:
             raise self.not_granted()
         if try_once:
-            lock = (yield from self._granted()) if self._lowest(head) else None
+            line = entries(head)
+            lock = (yield from self._granted()) if line and line[0].hold == self.hold else None
             if lock is not None:
                 return lock
             yield from self.leave()  # a lost response let someone in between: not ours
@@ -162,10 +146,6 @@ class _Waiter(LineWaiter):
     def counter(self, row: Item, line: list[Entry]) -> int:
         return line[0].ticket
 
-    def _lowest(self, head: Item) -> bool:
-        line = entries(head)
-        return bool(line) and line[0].hold == self.hold
-
     def not_granted(self) -> LockNotGrantedError:
         return LockNotGrantedError(
             f"FIFO lock on {self.resource!r}/{self.namespace} not granted to "
@@ -173,8 +153,8 @@ class _Waiter(LineWaiter):
         )
 
     def _granted(self) -> Step[FifoHeldSteps | None]:
-        """Our entry is the lowest: the lock (``None`` if our entry was judged dead and
-        removed before we noticed our turn)."""
+        """Our entry is the lowest: the lock (``None`` if it was judged dead and removed
+        before we noticed our turn)."""
         fifo = self.lc
         lock = self.lock_type(
             fifo,

@@ -9,10 +9,9 @@ import contextlib
 import logging
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any, cast
 
-from .._effects import Step, request
+from .._effects import Step
 from ..errors import ConditionFailed, LockError, LockNotGrantedError
 from ._held import HeldLock, HeldLockSteps, LockClient, LockClientSteps, Watch, observe
 from ._line import Entry, LineWaiter, entries, entry_names
@@ -26,14 +25,15 @@ from ._rows import (
     Item,
     check_resource,
     check_wait,
-    expressions,
     get_bytes,
     get_int,
     get_num,
     get_str,
     key,
     new_id,
+    read_row,
     returned_row,
+    update_row,
     was_retried,
 )
 
@@ -86,26 +86,9 @@ _HANDOFF = (
 )
 
 
-@dataclass(frozen=True)
-class _Row:
-    hold: str | None
-    rvn: str
-    lease: float
-
-
-def _row(item: Item, default_lease: float) -> _Row:
-    return _Row(
-        hold=get_str(item, HOLD),
-        rvn=get_str(item, RVN) or "",
-        lease=get_num(item, LEASE) or default_lease,
-    )
-
-
-def _signs_of_life(held: _Row, line: list[Entry]) -> tuple[str, float]:
-    """Everything that shows life (the holder's rvn and every entry's), and the longest
-    lease among them."""
-    signature = " ".join([held.rvn, *(f"{e.hold}={e.rvn}" for e in line)])
-    return signature, max([held.lease, *(e.lease for e in line)])
+def _holder(item: Item, default_lease: float) -> tuple[str | None, str, float]:
+    """The grant on a lease row: its hold id (``None``: free), rvn and lease."""
+    return get_str(item, HOLD), get_str(item, RVN) or "", get_num(item, LEASE) or default_lease
 
 
 class LeaseLockSteps(HeldLockSteps):
@@ -149,20 +132,13 @@ class LeaseLockSteps(HeldLockSteps):
                 # new holder may even have released it since).
                 ours = sent - self._confirmed < self.lease_duration
                 if was_retried(exc) and ours:
-                    row = yield from self._row()
+                    row = yield from read_row(self._lc.table, self._key)
                     if get_str(row, HOLD) != self._hold:
                         return
                 # That waiter left the line (or this grant is gone: the release finds it).
             else:
                 return
         yield from super()._end()
-
-    def _row(self) -> Step[Item]:
-        response = yield from request(
-            "get_item", TableName=self._lc.table, Key=self._key, ConsistentRead=True
-        )
-        item: Item = response.get("Item", {})
-        return item
 
 
 class LeaseLock(LeaseLockSteps, HeldLock):
@@ -173,8 +149,6 @@ class LeaseClientSteps(LockClientSteps):
     """A lease lock client's settings, its ``wait=0`` views and its steps, for both
     drivers; :class:`LeaseLockClient` documents them."""
 
-    _default_lease = 10.0
-    _default_heartbeat = 3.0
     _kind = "lease"
     #: Resources whose ``wait=0`` view a client keeps (the oldest go first).
     _seen_limit = 10_000
@@ -193,7 +167,8 @@ class LeaseClientSteps(LockClientSteps):
         if data is not None and not isinstance(data, bytes):
             raise ValueError(f"data must be bytes or None, not {type(data).__name__}")
         self._check_open()
-        return _Acquire(self, resource, data, wait).run()
+        acquire = _Acquire(self, resource, data, wait)
+        return acquire.leaving(acquire.run())
 
     def _remember(self, resource: str, watch: Watch | None) -> Watch | None:
         """Store (or with ``None`` forget) what a ``wait=0`` call saw; the previous view."""
@@ -204,13 +179,6 @@ class LeaseClientSteps(LockClientSteps):
                 while len(self._seen) > self._seen_limit:  # oldest first
                     self._seen.pop(next(iter(self._seen)))
             return previous
-
-    def _read(self, resource: str) -> Step[Item]:
-        response = yield from request(
-            "get_item", TableName=self.table, Key=key(resource, LEASE_SK), ConsistentRead=True
-        )
-        item: Item = response.get("Item", {})
-        return item
 
     def _grant(
         self,
@@ -240,22 +208,22 @@ class LeaseClientSteps(LockClientSteps):
             count="" if entry is None else ", #n :minus",
             entry="" if entry is None else ", #t, #w",
         )
+        row_key = key(resource, LEASE_SK)
         sent = self._clock()
         try:
-            response = yield from request(
-                "update_item",
-                TableName=self.table,
-                Key=key(resource, LEASE_SK),
+            item = yield from update_row(
+                self.table,
+                row_key,
+                condition,
+                update,
+                values,
+                entry,
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **expressions(
-                    values, names=entry, ConditionExpression=condition, UpdateExpression=update
-                ),
             )
-            item = response["Attributes"]
         except ConditionFailed as exc:
             if was_retried(exc):  # the first attempt may have been applied
-                item = yield from self._read(resource)
+                item = yield from read_row(self.table, row_key)
                 if get_str(item, HOLD) != hold:
                     return item
             else:
@@ -380,26 +348,21 @@ class _Acquire(LineWaiter):
                 return first
             if self.wait == 0:
                 return (yield from self.try_once(first))
-        try:
-            row = yield from self.enter(LEASE_ENTER, {":hold": self.hold})
-            if row is None:  # a fresh id cannot meet an entry of its own
-                raise LockError(f"could not queue for {self.resource!r}")
-            return cast(LeaseLockSteps, (yield from self.wait_in_line(row)))
-        except BaseException as exc:
-            if not isinstance(exc, GeneratorExit):  # a step closed unfinished sends nothing
-                yield from self.leave_quietly()
-            raise
+        row = yield from self.enter(LEASE_ENTER, {":hold": self.hold})
+        if row is None:  # a fresh id cannot meet an entry of its own
+            raise LockError(f"could not queue for {self.resource!r}")
+        return cast(LeaseLockSteps, (yield from self.wait_in_line(row)))
 
     def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
         """First in line: take the free lock, or take over a holder whose rvn we
         watched unchanged for its lease; else sleep at most until then."""
-        held = _row(row, self.lc.lease_duration)
-        if held.hold is None:
+        hold, rvn, lease = _holder(row, self.lc.lease_duration)
+        if hold is None:
             lock = yield from self.grant(LEASE_GRANT_FIRST, {}, in_line=True)
             return lock if lock is not None else (yield from self.read())
-        fresh = observe(self.holder, ("lease", 0), held.rvn, held.lease, now)
+        fresh = observe(self.holder, ("lease", 0), rvn, lease, now)
         if fresh is self.holder and fresh.remaining(now) <= 0:
-            lock = yield from self.grant(LEASE_TAKEOVER_FIRST, {":seen": held.rvn}, in_line=True)
+            lock = yield from self.grant(LEASE_TAKEOVER_FIRST, {":seen": rvn}, in_line=True)
             if isinstance(lock, LeaseLockSteps):
                 logger.info("took over %r after %.3fs unchanged", lock, now - fresh.since)
                 return lock
@@ -418,30 +381,16 @@ class _Acquire(LineWaiter):
         self.entered = False
         lc = self.lc
         if self.data is not None:  # the handoff could not know it
+            values: dict[str, object] = {":hold": self.hold, ":data": self.data}
             try:
-                row = yield from self._set_data()
+                row = yield from self.update(
+                    LEASE_DATA, "SET #data = :data", values, {}, ReturnValues="ALL_NEW"
+                )
             except ConditionFailed:  # taken over before we noticed: go on waiting
                 return None
         # Whoever watches the new holder started after the handoff, which came after
         # our last entry write: our lease counts from that write's send time.
         return (yield from lc._held(self.resource, self.hold, row, self.renewed_at))
-
-    def _set_data(self) -> Step[Item]:
-        """Write our data into the grant handed to us; the row after it."""
-        lc = self.lc
-        response = yield from request(
-            "update_item",
-            TableName=lc.table,
-            Key=self.row_key,
-            ReturnValues="ALL_NEW",
-            **expressions(
-                {":hold": self.hold, ":data": self.data},
-                ConditionExpression=LEASE_DATA,
-                UpdateExpression="SET #data = :data",
-            ),
-        )
-        row: Item = response["Attributes"]
-        return row
 
     def left_too_late(self) -> Step[None]:
         """Our wait ran out while a release handed us the lock: release it."""
@@ -464,25 +413,27 @@ class _Acquire(LineWaiter):
         (dead entries in line removed first); else remember what is there and give up."""
         lc = self.lc
         if not item:
-            item = yield from lc._read(self.resource)
-        held = _row(item, lc.lease_duration)
+            item = yield from self.read()
+        hold, rvn, lease = _holder(item, lc.lease_duration)
         line = entries(item, lc.lease_duration)
-        if held.hold is None and not line:
-            lc._remember(self.resource, None)
+        previous = lc._remember(self.resource, None)
+        if hold is None and not line:
             raise self.not_granted()  # just released: somebody else was faster
         now = lc._clock()
-        previous = lc._remember(self.resource, None)
-        fresh = observe(previous, ("lease", 0), *_signs_of_life(held, line), now)
+        # Every sign of life (the holder's rvn and each entry's), watched for the longest lease.
+        signs = " ".join([rvn, *(f"{e.hold}={e.rvn}" for e in line)])
+        longest = max([lease, *(e.lease for e in line)])
+        fresh = observe(previous, ("lease", 0), signs, longest, now)
         if fresh is not previous or fresh.remaining(now) > 0:
             lc._remember(self.resource, fresh)
             raise self.not_granted()
         for dead in line:
             if not (yield from self.skip(dead)):
                 raise self.not_granted()  # one came back to life: look afresh next time
-        if held.hold is None:
+        if hold is None:
             lock = yield from self.grant(LEASE_GRANT_FREE, {":zero": 0})
         else:
-            lock = yield from self.grant(LEASE_TAKEOVER, {":seen": held.rvn, ":zero": 0})
+            lock = yield from self.grant(LEASE_TAKEOVER, {":seen": rvn, ":zero": 0})
         if not isinstance(lock, LeaseLockSteps):
             raise self.not_granted()  # it moved after all: look afresh next time
         logger.info("took over %r after %.3fs unchanged", lock, now - fresh.since)
