@@ -1,5 +1,4 @@
-"""What the asyncio lease and FIFO locks share; they only drive the steps of
-:mod:`ddbtx.locks` on an aiobotocore client."""
+"""What the asyncio lease and FIFO locks share (the steps of :mod:`ddbtx.locks`, driven)."""
 
 from __future__ import annotations
 
@@ -62,8 +61,8 @@ class HeldLock(HeldLockSteps):
 
 
 class HeartbeatTask:
-    """One task per lock client, renewing every lock it holds each period; it ends
-    by itself while nothing is held, and :meth:`close` cancels it at once."""
+    """One task per lock client, renewing its locks each period; it ends while nothing
+    is held."""
 
     def __init__(self, period: float, name: str) -> None:
         self._period = period
@@ -88,7 +87,6 @@ class HeartbeatTask:
         return list(self._locks)
 
     def close(self) -> None:
-        """Stop now; a heartbeat in flight is cancelled (its lock lapses or is released)."""
         self._closed = True
         if self._task is not None:
             self._task.cancel()
@@ -108,11 +106,9 @@ class HeartbeatTask:
 
 
 class LockClient(LockClientSteps):
-    """The asyncio plumbing of :class:`~ddbtx.aio.locks.LeaseLockClient` and
-    :class:`~ddbtx.aio.locks.FifoLock`: the parameters of
-    :class:`ddbtx.locks.LockClient`, with an aiobotocore client and, if given, an
-    async ``sleep``; heartbeats run as a task on the running event loop.
-    """
+    """What :class:`~ddbtx.aio.locks.LeaseLockClient` and :class:`~ddbtx.aio.locks.FifoLock`
+    share: the parameters of :class:`ddbtx.locks.LockClient`, with an aiobotocore client
+    and an async ``sleep``; heartbeats run as a task on the running event loop."""
 
     def __init__(
         self,
@@ -128,7 +124,6 @@ class LockClient(LockClientSteps):
         return HeartbeatTask(period, name)
 
     async def _run(self, step: Step[T]) -> T:
-        """Run one of this client's steps on its aiobotocore client and sleep."""
         return await drive(step, self.client, self._sleep or asyncio.sleep)
 
     def held(self) -> list[HeldLock]:
@@ -153,8 +148,7 @@ class LockClient(LockClientSteps):
 
 class Acquiring(Generic[L]):
     """What ``acquire`` returns: await it for the lock, or enter it with ``async with``
-    to hold the lock for the block (released on exit, as the lock's own ``async
-    with`` does), as aiohttp's ``session.get()`` is both."""
+    to hold the lock for the block (released on exit)."""
 
     def __init__(self, acquired: Awaitable[L]) -> None:
         self._acquired = acquired

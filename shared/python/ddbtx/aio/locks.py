@@ -1,9 +1,5 @@
-"""Locks for asyncio, on an aiobotocore DynamoDB client: the steps of :mod:`ddbtx.locks`.
-
-Each class takes the same constructor parameters as its namesake in :mod:`ddbtx.locks`
-(with an aiobotocore client), and every method that sends a request is a coroutine
-with the same name, parameters, result and errors.
-"""
+"""Locks for asyncio, on an aiobotocore DynamoDB client: each class takes its namesake's
+parameters in :mod:`ddbtx.locks`, and every method that sends a request is a coroutine."""
 
 from __future__ import annotations
 
@@ -61,7 +57,7 @@ class Mutex(MutexSteps):
 
     async def acquire(self, resource: str) -> bool:
         """Take the lock if it is free (or expired); ``False`` at once if anyone holds it."""
-        return await drive(self._acquire(resource), self.client)
+        return await drive(self._acquire_token(resource), self.client) is not None
 
     async def acquire_token(self, resource: str) -> int | None:
         """Like :meth:`acquire`, returning the grant's fencing token (``None``: not granted)."""

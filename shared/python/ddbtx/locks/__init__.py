@@ -1,15 +1,8 @@
-"""Distributed locks on one DynamoDB table: a mutex, a lease lock and a fair FIFO lock.
-
-* :class:`Mutex` (conditional put): non-blocking, one write to acquire, one to
-  release, never releases someone else's lock.
-* :class:`LeaseLockClient` (heartbeats and record version numbers): blocking
-  with a wait bound, waiters in line, clock-free takeover of dead holders,
-  fencing tokens.
-* :class:`FifoLock` (tickets in line on one head row): grants in ticket order,
-  dead waiters skipped, fencing tokens.
-
-:func:`break_lock` frees any of them by hand once its holder is gone (keeping
-every counter); :func:`list_locks` shows who holds and waits.
+"""Distributed locks on one DynamoDB table: a non-blocking :class:`Mutex` (one write to
+acquire, one to release), a :class:`LeaseLockClient` (heartbeats, waiters in line,
+clock-free takeover of dead holders) and a fair :class:`FifoLock` (tickets on one head
+row), all with fencing tokens. :func:`break_lock` frees any of them by hand once its
+holder is gone; :func:`list_locks` shows who holds and waits.
 
 Examples
 --------

@@ -40,9 +40,6 @@ class HeldLockSteps:
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
     _renew_write: ClassVar[tuple[str, str]]
     _release_write: ClassVar[tuple[str, str]]
-    #: Values and attribute-name placeholders of this grant's writes beyond the shared ones.
-    _extra_values: dict[str, object]
-    _extra_names: dict[str, str]
 
     def __init__(
         self,
@@ -73,8 +70,9 @@ class HeldLockSteps:
         self._on_danger: Callable[[HeldLockSteps], None] | None = None
         self._danger = lock_client.danger_fraction
         self._warned = False
-        self._extra_values = {}
-        self._extra_names = {}
+        # Values and placeholders of this grant's writes beyond the shared ones.
+        self._extra_values: dict[str, object] = {}
+        self._extra_names: dict[str, str] = {}
 
     def __repr__(self) -> str:
         where = self.resource if self.namespace is None else f"{self.resource}/{self.namespace}"
@@ -89,13 +87,7 @@ class HeldLockSteps:
     ) -> Step[Item]:
         """One conditional write of this grant's row (:class:`ConditionFailed` if not ours);
         the row after it, if ``params`` ask for it."""
-        values = {
-            ":hold": self._hold,
-            ":true": True,
-            ":false": False,
-            **self._extra_values,
-            **values,
-        }
+        values = {":hold": self._hold, **self._extra_values, **values}
         names = {**self._extra_names, **(names or {})}
         return update_row(self._lc.table, self._key, *texts, values, names, **params)
 
@@ -238,12 +230,10 @@ class HeldLockSteps:
 
 
 class HeldLock(HeldLockSteps):
-    """A granted lease or FIFO lock.
-
-    Renewed by its client's heartbeat thread until :meth:`release`; usable as a
-    context manager that releases on exit and raises :class:`LockLostError`
-    there if the lock was taken over meanwhile. Exceptions from the ``with``
-    body always propagate unchanged.
+    """A granted lease or FIFO lock, renewed by its client's heartbeat thread until
+    :meth:`release`. As a context manager it releases on exit and raises
+    :class:`LockLostError` there if the lock was taken over meanwhile (an
+    exception from the body propagates unchanged).
 
     Attributes
     ----------
@@ -252,9 +242,8 @@ class HeldLock(HeldLockSteps):
     namespace : str or None
         The FIFO namespace (``None`` for lease locks).
     fencing_token : int
-        Strictly increasing per resource (and namespace) over every grant, never
-        reset. Pass it to the data writes the lock protects, which keep the
-        highest token seen and refuse smaller ones.
+        Strictly increasing per resource (and namespace), never reset: pass it
+        to the writes the lock protects, which refuse smaller ones.
     data : bytes or None
         The data stored with a lease lock.
 
@@ -273,20 +262,15 @@ class HeldLock(HeldLockSteps):
         self._io = threading.Lock()
 
     def heartbeat(self) -> bool:
-        """Renew the lease now (the heartbeat thread does this every period).
-
-        Returns ``False`` if the lock was released or has been taken over;
-        raises the :class:`~ddbtx.errors.DynamoDBError` of a failed request.
-        """
+        """Renew the lease now (the heartbeat thread does this every period): ``False``
+        if the lock was released or taken over; a failed request raises its error."""
         with self._io:
             renewed = drive(self._renewal(), self._lc.client)
         return self._after_renewal(renewed)
 
     def release(self) -> bool:
-        """Release the lock: one conditional write.
-
-        Returns ``False`` if it was already released or has been taken over.
-        """
+        """Release the lock (one conditional write): ``False`` if it was already
+        released or taken over."""
         with self._io:
             return drive(self._release(), self._lc.client)
 
@@ -322,8 +306,8 @@ class Keeper(Protocol):
 
 
 class Heartbeats:
-    """One daemon thread per lock client, renewing every lock it holds each period; it
-    sleeps on an Event, so :meth:`close` stops it at once, and ends while nothing is held."""
+    """One daemon thread per lock client, renewing its locks each period; it ends while
+    nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
         self._period = period
@@ -377,9 +361,8 @@ class Heartbeats:
 
 @dataclass(frozen=True)
 class Watch:
-    """A waiter's view of the row ahead of it, judged without comparing clocks: ``since`` is
-    the waiter's clock after the read that first showed ``rvn``; still there a ``lease``
-    later, the writer has not heartbeated for a whole lease."""
+    """A waiter's view of the row ahead: ``rvn`` first read at ``since`` (the waiter's clock);
+    still there a ``lease`` later, the writer missed a whole lease of heartbeats."""
 
     target: tuple[str, int]
     rvn: str
@@ -400,8 +383,7 @@ def observe(
 
 
 class LockClientSteps:
-    """What every lease and FIFO lock client shares, for both drivers (parameters:
-    :class:`LockClient`)."""
+    """What lease and FIFO lock clients share, for both drivers (see :class:`LockClient`)."""
 
     _default_lease = 10.0
     _default_heartbeat = 3.0
@@ -469,8 +451,8 @@ class LockClientSteps:
 
 
 class LockClient(LockClientSteps):
-    """Shared plumbing of :class:`LeaseLockClient` and :class:`FifoLock`: checked
-    settings, injected clocks, and the heartbeat thread of the locks it holds.
+    """What :class:`LeaseLockClient` and :class:`FifoLock` share: settings, clocks,
+    and the heartbeat thread of the locks it holds.
 
     Parameters
     ----------
@@ -481,36 +463,31 @@ class LockClient(LockClientSteps):
     owner : str
         Who holds the locks (shown to operators).
     lease_duration : float
-        Seconds others wait, after the last heartbeat they saw, before they
+        Seconds others wait after the last heartbeat they saw before they
         consider a holder (or a waiter ahead of them) dead.
     heartbeat_period : float
-        Seconds between heartbeats; must be shorter than the lease.
+        Seconds between heartbeats; shorter than the lease.
     min_poll, max_poll : float, optional
         A waiter's poll delay doubles from ``min_poll`` (default 10 ms) up to
-        ``max_poll`` (default 1 s, or the heartbeat period if shorter). A sleep
-        never runs past the moment the watched lease would run out.
+        ``max_poll`` (default 1 s, or the heartbeat period if shorter).
     on_lost : callable, optional
         Called from the heartbeat thread with a lock a heartbeat found taken over.
     on_danger : callable, optional
-        Called from the heartbeat thread with a held lock whose heartbeat just
-        failed (a request error, not a takeover) when less than
-        ``danger_fraction`` of its lease is left; once until a heartbeat
-        succeeds again. Stop working under the lock before the lease runs out.
+        Called from the heartbeat thread, once until a heartbeat succeeds again,
+        with a lock whose heartbeat failed (a request error) while less than
+        ``danger_fraction`` of its lease is left: stop working under it.
     danger_fraction : float, optional
-        The part of the lease below which a lock counts as in danger (default
-        0.5, between 0 and 1 exclusive).
+        Between 0 and 1 exclusive (default 0.5).
     clock, wall_clock, sleep : callable, optional
         Monotonic seconds (all lease judging), epoch seconds (TTL values and
-        display-only expiry estimates), and the waiter's sleep. Inject them in tests.
+        display-only expiry estimates), and the waiter's sleep.
 
     Attributes
     ----------
     client, table, owner, lease_duration, heartbeat_period
         As given (the durations checked and defaulted).
 
-    Locks are not reentrant: acquiring a resource this client already holds
-    waits for that grant like any other. Use one client per thread or share
-    one; the heartbeat thread renews every lock the client holds.
+    Locks are not reentrant. One client may serve many threads.
     """
 
     def __init__(

@@ -73,23 +73,13 @@ class Entry:
 def entries(item: Item, default_lease: float = 0.0) -> list[Entry]:
     found = []
     for name in item:
-        if not name.startswith(ENTRY_TICKET):
-            continue
-        hold = name[len(ENTRY_TICKET) :]
-        ticket = get_int(item, name)
-        body = item.get(f"{ENTRY}{hold}", {}).get("M", {})
+        ticket = get_int(item, name) if name.startswith(ENTRY_TICKET) else None
         if ticket is None:
             continue
-        found.append(
-            Entry(
-                hold=hold,
-                ticket=ticket,
-                owner=get_str(body, OWNER),
-                rvn=get_str(body, RVN) or "",
-                lease=get_num(body, LEASE) or default_lease,
-                expires=get_num(body, EXPIRES),
-            )
-        )
+        hold = name[len(ENTRY_TICKET) :]
+        body = item.get(f"{ENTRY}{hold}", {}).get("M", {})
+        rvn, lease = get_str(body, RVN) or "", get_num(body, LEASE) or default_lease
+        found.append(Entry(hold, ticket, get_str(body, OWNER), rvn, lease, get_num(body, EXPIRES)))
     found.sort(key=lambda e: e.ticket)
     return found
 
@@ -120,10 +110,6 @@ class LineWaiter:
     def counter(self, row: Item, line: list[Entry]) -> int:
         """A number that grows by one per grant (for the pace)."""
         raise NotImplementedError
-
-    def holders(self, row: Item) -> int:
-        """Grants ahead of the first in line that are not entries (a lease holder)."""
-        return 0
 
     def not_granted(self) -> LockNotGrantedError:
         raise NotImplementedError
@@ -214,7 +200,8 @@ class LineWaiter:
             if left <= 0:
                 yield from self.leave()
                 raise self.not_granted()
-            delay = polls.next(len(ahead) + self.holders(row), now)
+            # A lease row's holder is one more grant ahead (a FIFO head has none).
+            delay = polls.next(len(ahead) + int(HOLD in row), now)
             yield from pause(max(0.0, min(delay, limit, renew_due - now, left)))
             row = yield from self.read()
 

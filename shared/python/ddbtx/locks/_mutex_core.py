@@ -96,9 +96,6 @@ class MutexSteps:
             acquired = self._acquired.get(resource)
         return None if acquired is None else acquired[1]
 
-    def _acquire(self, resource: str) -> Step[bool]:
-        return (yield from self._acquire_token(resource)) is not None
-
     def _acquire_token(self, resource: str) -> Step[int | None]:
         check_resource(resource)
         rvn = new_id()

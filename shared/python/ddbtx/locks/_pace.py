@@ -45,10 +45,9 @@ class Pace:
         self.cycle = (now - first[1]) / (counter - first[0])
 
     def pause(self, ahead: int, now: float) -> float | None:
-        """Seconds to sleep with ``ahead`` grants before ours (the holder counts as one);
-        ``None`` while the pace is unknown or its moment has passed. First in line: half
-        the time until the holder is due (so the cycle does not grow on its own lateness);
-        further back: until the waiter is due first in line."""
+        """Seconds to sleep with ``ahead`` grants before ours (``None``: pace unknown or
+        moment passed): first in line, half the time until the holder is due (so the cycle
+        does not grow on its own lateness); further back, until due first in line."""
         if self.cycle is None:
             return None
         turn = self._seen[-1][1] + ahead * self.cycle  # when our grant is expected

@@ -1,9 +1,5 @@
-"""Row layout of the locks table, argument checks and expression plumbing.
-
-Hash key ``schema.LOCK_PK`` is the resource; the sort key says which lock: ``mutex``,
-``lease`` (holder and a line of waiters) or ``fifo#<namespace>#`` (a FIFO head). A row
-with a counter is never deleted and never gets a TTL, so fencing tokens never restart.
-"""
+"""Row layout of the locks table (sort key ``mutex``, ``lease`` or ``fifo#<namespace>#``),
+argument checks and the plumbing of reads and conditional writes."""
 
 from __future__ import annotations
 
@@ -248,12 +244,8 @@ def expressions(
     names: Mapping[str, str] | None = None,
     **texts: str,
 ) -> dict[str, Any]:
-    """``ConditionExpression=...`` etc. plus exactly the placeholder maps they use.
-
-    DynamoDB rejects unused placeholders, so names and values are picked by the
-    ``#name`` and ``:value`` tokens the texts contain; ``values`` may hold more.
-    ``names`` adds placeholders of its own (a FIFO entry's attribute names).
-    """
+    """``ConditionExpression=...`` etc. plus exactly the placeholders they use (DynamoDB
+    rejects unused ones): ``values`` may hold more; ``names`` adds to the shared names."""
     params: dict[str, Any] = dict(texts)
     text = " ".join(texts.values())
     used = set(_NAME_TOKEN.findall(text))

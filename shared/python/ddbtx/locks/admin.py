@@ -32,6 +32,7 @@ from ._rows import (
     get_str,
     parse_fifo_sk,
 )
+from .breaking import Kind
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +67,8 @@ SWEEP_DELETE = (
 
 
 def create_lock_table(client: Any, table: str) -> None:
-    """Create the locks table if needed: hash ``pk`` (S) + range ``sk`` (S),
-    on-demand, with TTL on ``schema.LOCK_TTL`` where the API exists.
-
-    Idempotent. Raises ``ValueError`` if ``table`` exists with another key schema.
+    """Create the locks table if needed (hash ``pk``, range ``sk``, on-demand, with TTL
+    on ``schema.LOCK_TTL``); ``ValueError`` if it exists with another key schema.
 
     Examples
     --------
@@ -111,25 +110,22 @@ class LockRow:
     namespace : str or None
         FIFO namespace.
     state : {"held", "free", "waiting"}
-        ``waiting``: an entry in a FIFO or lease lock's line; ``free``: a row nobody
-        holds (kept for its counter).
+        ``waiting``: an entry in a line; ``free``: nobody holds it (kept for its counter).
     owner : str or None
     fencing_token : int or None
-        Mutex and lease: the counter (the holder's token while held). FIFO
-        head: the holder's ticket, or when free the last ticket issued.
+        Mutex and lease: the counter. FIFO: the holder's ticket (free: the last issued).
     ticket : int or None
         A waiter's ticket (FIFO, or in a lease lock's line).
     queue_position : int or None
         1 for the queue row first in line, 2 for the next, ...
     expires_at : float or None
-        Epoch seconds: a mutex's or queue row's expiry, else the holder's own
-        wall-clock estimate of its lease end. Informational: leases are judged
-        by record versions, not by this.
+        Epoch seconds: the holder's own estimate of its expiry (display only:
+        leases are judged by record versions).
     record_version : str or None
     """
 
     resource: str
-    kind: Literal["mutex", "lease", "fifo"]
+    kind: Kind
     namespace: str | None
     state: Literal["held", "free", "waiting"]
     owner: str | None
@@ -177,12 +173,7 @@ def _single_rows(item: Item, resource: str, kind: Literal["mutex", "lease"]) -> 
     ]  # fmt: skip
 
 
-def _waiting(
-    resource: str,
-    kind: Literal["mutex", "lease", "fifo"],
-    namespace: str | None,
-    line: list[Entry],
-) -> list[LockRow]:
+def _waiting(resource: str, kind: Kind, namespace: str | None, line: list[Entry]) -> list[LockRow]:
     return [
         LockRow(resource, kind, namespace, "waiting", w.owner, None, w.ticket, None,
                 w.expires, w.rvn)
@@ -191,10 +182,8 @@ def _waiting(
 
 
 def list_locks(client: Any, table: str) -> list[LockRow]:
-    """Every lock row in ``table`` (a consistent scan), for the ``ddbtx locks`` command.
-
-    Sorted by resource, kind and namespace; FIFO waiters follow their head in
-    ticket order with ``queue_position`` 1, 2, ...
+    """Every lock row in ``table`` (a consistent scan), sorted by resource, kind and
+    namespace; waiters follow their holder in ticket order (``queue_position`` 1, 2, ...).
 
     Examples
     --------
@@ -217,11 +206,8 @@ def list_locks(client: Any, table: str) -> list[LockRow]:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """One page of :func:`sweep_expired_page`.
-
-    ``next_key`` is ``None`` when the scan is complete; otherwise pass it back
-    as ``start_key`` to continue.
-    """
+    """One page of :func:`sweep_expired_page`: pass ``next_key`` back as ``start_key`` to
+    continue (``None``: the scan is complete)."""
 
     deleted: int
     scanned: int
@@ -290,9 +276,8 @@ def expired_page(
     deleted = 0
     # One row at a time, in scan order: each write is conditioned on the row as scanned.
     for item in response.get("Items", []):
-        has_counter = FENCE in item
         deleted += yield from (
-            _free_expired_mutex(table, item) if has_counter else _delete_expired_row(table, item)
+            _free_expired_mutex(table, item) if FENCE in item else _delete_expired_row(table, item)
         )
     return SweepResult(
         deleted=deleted,
@@ -337,9 +322,8 @@ def _unchanged(table: str, item: Item, operation: str, texts: dict[str, Any]) ->
 
 def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
     """Delete rows of the earlier layouts whose TTL is more than ``grace`` seconds before
-    ``now``, and free held mutexes whose holder's expiry lies more than ``grace`` in the
-    past; return how many. Each write is conditioned on the row as read; rows with a
-    counter are never deleted. For a page budget use :func:`sweep_expired_page`.
+    ``now``, and free mutexes whose holder's expiry is more than ``grace`` past; return how
+    many (each write conditioned on the row as read). Paged: :func:`sweep_expired_page`.
 
     Examples
     --------

@@ -1,18 +1,12 @@
 """Breaking a lock by hand (``ddbtx locks break``, the recovery function's ``break_lock_row``):
-free a mutex, lease or FIFO lock whose holder is gone.
-
-A lease or FIFO holder is watched for one whole lease and the break refused if its rvn
-moves; a mutex (no heartbeats) only once its holder's own expiry has passed. The break is
-one update conditioned on the holder as read, keeping every counter and the waiters, and
-writes a ``brk`` mark, which only a break writes (so IAM can deny it to the sweeper).
-"""
+one update conditioned on the holder as read, keeping every counter and the waiters, that
+writes a ``brk`` mark, which only a break writes (so IAM can deny it to the sweeper)."""
 
 from __future__ import annotations
 
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +14,7 @@ from .. import schema
 from .._drive import drive
 from .._items import as_json
 from ..errors import ConditionFailed, LockNotFoundError
+from ._held import Clock, Sleep
 from ._line import LEAVE, entries, entry_names
 from ._rows import (
     BROKEN,
@@ -76,14 +71,10 @@ _BREAKS: dict[Kind, tuple[str, str]] = {
     "fifo": (BREAK_FIFO, _BREAK_FIFO),
 }
 
-Sleep = Callable[[float], None]
-Clock = Callable[[], float]
-
 
 @dataclass(frozen=True)
 class Seen:
-    """What a break saw of a holder it could not watch for a whole lease: pass it
-    back (``seen=``) a lease or more later. ``at`` is epoch seconds."""
+    """What a break saw of a holder (``at``: epoch seconds): pass it back a lease later."""
 
     hold: str
     rvn: str
@@ -166,13 +157,12 @@ def break_lock(
     namespace : str, optional
         The FIFO namespace (implies ``kind="fifo"``).
     force : bool
-        Break without watching for heartbeats (the write is still conditioned
-        on the holder being as read).
+        Break without watching for heartbeats (the write still needs the holder
+        as read).
     seen : Seen, optional
         What an earlier ``observing`` answer saw.
     max_wait : float
-        Seconds this call may spend watching; a holder's lease longer than that
-        gives ``observing``.
+        Seconds this call may spend watching (a longer lease: ``observing``).
     clock, wall_clock, sleep
         Monotonic seconds (the watch), epoch seconds (the mark, ``seen``, mutex
         expiry) and the watch's sleep.
@@ -313,9 +303,7 @@ class _Breaker:
             return self.judge_mutex(holder)
         if seen is not None:
             if (seen.hold, seen.rvn) != (holder.hold, holder.rvn):
-                return self.result(
-                    "refused", holder, "its record version moved since it was seen: alive"
-                )
+                return self.refused(holder, "its record version moved since it was seen: alive")
             waited = self.wall() - seen.at
             if waited < holder.lease:
                 return self.observing(holder, seen, holder.lease - waited)
@@ -329,10 +317,9 @@ class _Breaker:
         if now is None:
             return self.result("not_held", holder, "released while it was watched")
         if now.hold != holder.hold:
-            return self.result("refused", holder, "it changed hands while it was watched")
+            return self.refused(holder, "it changed hands while it was watched")
         if now.rvn != holder.rvn:
-            return self.result(
-                "refused",
+            return self.refused(
                 holder,
                 f"its record version moved within one lease ({holder.lease:g} s): alive",
             )
@@ -343,8 +330,7 @@ class _Breaker:
         if holder.expires is not None and holder.expires < self.wall():
             return None
         until = "no expire_after" if holder.expires is None else "expire_after not over"
-        return self.result(
-            "refused",
+        return self.refused(
             holder,
             f"a mutex holder never heartbeats, so a live one cannot be told from a dead one "
             f"({until}); break it with force if you know it is gone",
@@ -368,9 +354,7 @@ class _Breaker:
             drive(update_row(self.table, self.key(), condition, update, values, names), self.client)
         except ConditionFailed as exc:
             if not (was_retried(exc) and self.marked(mark_id)):
-                return self.result(
-                    "refused", holder, "the row changed since it was read: look again"
-                )
+                return self.refused(holder, "the row changed since it was read: look again")
         logger.warning(
             "lock broken by %s: %s held by %s (token %s)%s; row before: %s",
             self.by, self.what, holder.owner, holder.token, " (forced)" if force else "",
@@ -397,6 +381,9 @@ class _Breaker:
             fencing_token=holder.token if holder else None,
             reason=reason, before=holder.before if holder else {}, seen=seen,
         )  # fmt: skip
+
+    def refused(self, holder: _Holder, reason: str) -> BreakResult:
+        return self.result("refused", holder, reason)
 
     def observing(self, holder: _Holder, seen: Seen, left: float) -> BreakResult:
         reason = f"watching for one lease: call again with seen in {math.ceil(left)} s or later"

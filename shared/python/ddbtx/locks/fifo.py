@@ -58,8 +58,7 @@ class FifoSteps(LockClientSteps):
     _default_lease = 60.0
     _default_heartbeat = 30.0
     _kind = "fifo"
-    #: The held-lock class of this client's driver.
-    _lock_type: type[FifoHeldSteps]
+    _lock_type: type[FifoHeldSteps]  # the driver's
 
     def _acquire(self, resource: str, namespace: str, wait: float) -> Step[FifoHeldSteps]:
         """The acquire step, its arguments checked now (before any driver runs it)."""
@@ -75,12 +74,10 @@ class FifoLock(FifoSteps, LockClient):
     """A fair lock: grants follow ticket order, and the holder is the lowest ticket
     on one head row, so two holders are impossible and a handoff needs no write.
 
-    Waiters poll the head with backoff, paced by how fast they have seen
-    tickets served. An entry (waiter or holder) that stops heartbeating is
-    removed by the ticket right behind it once its rvn has stayed unchanged
-    for its lease on that waiter's monotonic clock; the others keep their
-    order. An entry whose wall-clock expiry lies more than ``GC_MARGIN`` in the
-    past counts as gone at once. The fencing token is the grant's ticket.
+    Waiters poll the head, paced by how fast they have seen tickets served. An
+    entry that stops heartbeating is removed by the ticket behind it once its
+    rvn stayed unchanged for its lease (or at once, its expiry ``GC_MARGIN``
+    past). The fencing token is the grant's ticket.
 
     Parameters are those of :class:`~ddbtx.locks.LockClient`; the lease
     defaults to 60 s with a heartbeat every 30 s, and polls start at 10 ms.

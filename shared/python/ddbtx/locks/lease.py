@@ -1,7 +1,5 @@
 """The lease lock: heartbeats change a record version number (rvn); a waiter takes the lock
-over once the rvn stayed unchanged for a full lease on its own monotonic clock. Waiters queue
-on the lease row (``_line``); while anyone is in line a free lock goes to the first in line.
-"""
+over once the rvn stayed unchanged for a full lease on its own monotonic clock."""
 
 from __future__ import annotations
 
@@ -44,10 +42,9 @@ logger = logging.getLogger(__name__)
 LEASE_GRANT_FREE = (
     "(attribute_not_exists(#hold) AND (attribute_not_exists(#n) OR #n = :zero)) OR #hold = :hold"
 )
-# The first in line takes the free lock: its entry is still there, and no lower
-# ticket can have appeared since it read the row and saw none (tickets only grow).
-# No replay branch: the grant also removes the entry and counts it out, which a
-# replay must not do twice; a retry that fails reads the row instead.
+# The first in line takes the free lock: its entry is still there (no lower ticket can
+# have appeared). No replay branch: the grant also counts the entry out, which a replay
+# must not do twice; a retry that fails reads the row instead.
 LEASE_GRANT_FIRST = "attribute_not_exists(#hold) AND attribute_exists(#t)"
 # Take over a holder whose rvn stayed unchanged for its whole lease, for a caller
 # not in line (wait=0) only while nobody waits in line; or replay our own takeover.
@@ -59,10 +56,8 @@ LEASE_TAKEOVER_FIRST = "#rvn = :seen AND attribute_exists(#t)"
 LEASE_RENEW = "#hold = :hold"
 # Release this grant; "#rel = :hold" accepts the replay of our own applied release.
 LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
-# Release by handing the lock to the first in line (as our grant showed it): this
-# grant is still the one on the row and that entry is still in line (no lower ticket
-# can have appeared). No replay branch (it counts the entry out of the line): a
-# retry that fails reads the row instead.
+# Release by handing the lock to the first in line (as our grant showed it): this grant
+# is still the one on the row and that entry still in line. No replay branch, as above.
 LEASE_HANDOFF = "#hold = :hold AND attribute_exists(#t)"
 # Set the data of a grant handed to us (the handoff cannot know it).
 LEASE_DATA = "#hold = :hold"
@@ -71,9 +66,8 @@ LEASE_DATA = "#hold = :hold"
 # the lock handed to us in between and queue us behind our own grant.
 LEASE_ENTER = "attribute_not_exists(#t) AND (attribute_not_exists(#hold) OR #hold <> :hold)"
 
-# A grant also clears the last release's mark: a release replayed after this
-# grant (its first attempt applied, its answer lost) must then fail its condition
-# instead of removing this grant. The first in line also removes its entry.
+# A grant also clears the last release's mark, so that a release replayed after it (its
+# answer lost) fails instead of removing this grant.
 _GRANT = (
     "SET #owner = :owner, #hold = :hold, #rvn = :hold, #lease = :lease, #exp = :exp{data}"
     " ADD #fence :one{count} REMOVE #rel{no_data}{entry}"
@@ -91,14 +85,18 @@ def _holder(item: Item, default_lease: float) -> tuple[str | None, str, float]:
     return get_str(item, HOLD), get_str(item, RVN) or "", get_num(item, LEASE) or default_lease
 
 
+def _signs_of_life(rvn: str, lease: float, line: list[Entry]) -> tuple[str, float]:
+    """Every sign of life (the holder's rvn and each entry's), and the longest lease."""
+    signature = " ".join([rvn, *(f"{e.hold}={e.rvn}" for e in line)])
+    return signature, max([lease, *(e.lease for e in line)])
+
+
 class LeaseLockSteps(HeldLockSteps):
-    """A granted lease lock's steps, for both drivers: its heartbeat also learns the
-    first in line, whom its release hands the lock to."""
+    """A granted lease lock's steps: its heartbeat learns the first in line, whom its
+    release hands the lock to."""
 
     _renew_write = (LEASE_RENEW, _RENEW)
     _release_write = (LEASE_RELEASE, _RELEASE)
-    #: The first in line when this lock was granted or last renewed: the release hands
-    #: it the lock.
     _next: Entry | None = None
 
     def _renew(self) -> Step[None]:
@@ -127,11 +125,9 @@ class LeaseLockSteps(HeldLockSteps):
                     (LEASE_HANDOFF, _HANDOFF), values, entry_names(following.hold)
                 )
             except ConditionFailed as exc:
-                # Within our lease nobody else can take the lock, so if a retried
-                # handoff finds it no longer ours, the first attempt was applied (the
-                # new holder may even have released it since).
-                ours = sent - self._confirmed < self.lease_duration
-                if was_retried(exc) and ours:
+                # Within our lease nobody else can take the lock: a retried handoff
+                # that finds it no longer ours was applied the first time.
+                if was_retried(exc) and sent - self._confirmed < self.lease_duration:
                     row = yield from read_row(self._lc.table, self._key)
                     if get_str(row, HOLD) != self._hold:
                         return
@@ -146,8 +142,7 @@ class LeaseLock(LeaseLockSteps, HeldLock):
 
 
 class LeaseClientSteps(LockClientSteps):
-    """A lease lock client's settings, its ``wait=0`` views and its steps, for both
-    drivers; :class:`LeaseLockClient` documents them."""
+    """A lease lock client's steps, for both drivers (documented by :class:`LeaseLockClient`)."""
 
     _kind = "lease"
     #: Resources whose ``wait=0`` view a client keeps (the oldest go first).
@@ -255,21 +250,15 @@ class LeaseClientSteps(LockClientSteps):
 
 class LeaseLockClient(LeaseClientSteps, LockClient):
     """Lease locks with heartbeats and record version numbers, like AWS's Java lock
-    client, but clock-free, fair under contention, with fencing tokens, and one
-    request per uncontended acquire.
+    client, but clock-free, fair, with fencing tokens and one request per
+    uncontended acquire.
 
-    A holder's daemon thread rewrites the row's rvn every ``heartbeat_period``.
-    A waiter takes the lock over only after the rvn has stayed the same for the
-    holder's full lease (stored in the row) as measured by the waiter's own
-    monotonic clock, so a holder whose wall clock is off neither loses its lock
-    nor blocks a takeover once dead. Each grant increments a fencing counter
-    kept in the lock row itself, which is never deleted and never carries a
-    TTL, so tokens never restart.
-
-    A waiter queues on the row: one write takes a ticket and adds its entry,
-    which it renews every heartbeat period. While anyone is in line, a free
-    lock goes to the first in line only; an entry left unrenewed for a lease is
-    removed by the one behind it.
+    A holder's thread rewrites the row's rvn every ``heartbeat_period``; a
+    waiter takes the lock over once the rvn stayed the same for the holder's
+    lease on the waiter's own monotonic clock, so wall clocks never matter.
+    Waiters queue on the row and a free lock goes to the first in line; an
+    entry left unrenewed for a lease is removed by the one behind it. The
+    fencing counter lives in the row, which is never deleted.
 
     Parameters are those of :class:`~ddbtx.locks.LockClient`; the lease
     defaults to 10 s with a heartbeat every 3 s.
@@ -290,22 +279,16 @@ class LeaseLockClient(LeaseClientSteps, LockClient):
     ) -> LeaseLock:
         """Acquire the lease on ``resource``.
 
-        An uncontended acquire is one request. ``wait=math.inf`` waits until
-        granted; otherwise waits up to ``wait`` seconds, then leaves the line
-        and raises :class:`~ddbtx.errors.LockNotGrantedError`. A dead holder's
-        lock is taken over one lease after the first in line first saw its
-        last heartbeat.
+        An uncontended acquire is one request. A waiter queues at once (one
+        write) and waits up to ``wait`` seconds (``math.inf``: until granted),
+        then leaves the line and raises :class:`~ddbtx.errors.LockNotGrantedError`.
+        A dead holder's lock is taken over one lease after the first in line
+        first saw its last heartbeat.
 
-        A waiter that finds the lock held or others in line queues at once (one
-        write), and free grants then follow the line, so nobody starves.
-
-        ``wait=0`` tries once and never queues. It remembers what it saw of a
-        held lock (its record version, the line's, and when on this client's
-        monotonic clock), so that a later ``wait=0`` call a lease or more later
-        takes the lock over if nothing there has changed meanwhile: a function
-        run every minute can take over a dead holder's lock without ever
-        sleeping through a lease. A new client (a cold start) has seen nothing,
-        so its first call only looks.
+        ``wait=0`` tries once and never queues, but remembers what it saw of a
+        held lock, so that a ``wait=0`` call a lease or more later takes it over
+        if nothing there changed: a function run every minute can take over a
+        dead holder's lock without sleeping through a lease.
         """
         return cast(LeaseLock, self._run(self._acquire(resource, wait, data)))
 
@@ -318,8 +301,7 @@ class _Acquire(LineWaiter):
     def __init__(
         self, lc: LeaseClientSteps, resource: str, data: bytes | None, wait: float
     ) -> None:
-        self.started = lc._clock()
-        super().__init__(lc, resource, key(resource, LEASE_SK), LEASE_SK, self.started + wait)
+        super().__init__(lc, resource, key(resource, LEASE_SK), LEASE_SK, lc._clock() + wait)
         self.data = data
         self.wait = wait
         self.holder: Watch | None = None
@@ -400,9 +382,6 @@ class _Acquire(LineWaiter):
             yield from self.update(LEASE_RELEASE, _RELEASE, {":hold": self.hold}, {})
         logger.info("released %r: handed over after the wait ran out", self.resource)
 
-    def holders(self, row: Item) -> int:
-        return 1 if HOLD in row else 0
-
     def not_granted(self) -> LockNotGrantedError:
         return LockNotGrantedError(
             f"lease on {self.resource!r} not granted to {self.lc.owner!r} within {self.wait}s"
@@ -420,10 +399,7 @@ class _Acquire(LineWaiter):
         if hold is None and not line:
             raise self.not_granted()  # just released: somebody else was faster
         now = lc._clock()
-        # Every sign of life (the holder's rvn and each entry's), watched for the longest lease.
-        signs = " ".join([rvn, *(f"{e.hold}={e.rvn}" for e in line)])
-        longest = max([lease, *(e.lease for e in line)])
-        fresh = observe(previous, ("lease", 0), signs, longest, now)
+        fresh = observe(previous, ("lease", 0), *_signs_of_life(rvn, lease, line), now)
         if fresh is not previous or fresh.remaining(now) > 0:
             lc._remember(self.resource, fresh)
             raise self.not_granted()

@@ -11,11 +11,9 @@ __all__ = ["MUTEX_ACQUIRE", "MUTEX_RELEASE", "Mutex"]
 class Mutex(MutexSteps):
     """A non-blocking mutual-exclusion lock: ``acquire`` is one conditional write.
 
-    Unlike the naive design (read, then write) this never lets two owners in,
-    and unlike a plain conditional delete, ``release`` never frees another
-    owner's lock. The owner name is the identity: two ``Mutex`` objects with the
-    same owner may release each other's locks. Each grant increments a fencing
-    counter kept in the row, which is never deleted, so tokens never restart.
+    It never lets two owners in, and ``release`` never frees another owner's lock
+    (the owner name is the identity: two objects with one owner share it). The
+    fencing counter lives in the row, which is never deleted.
 
     Parameters
     ----------
@@ -27,15 +25,12 @@ class Mutex(MutexSteps):
     owner : str
         Who holds the locks this object acquires.
     expire_after : float, optional
-        Seconds after which a lock nobody released may be taken. Judged without
-        comparing clocks: an ``acquire`` that finds the lock held remembers the
-        row's record version and when it saw it (this object's monotonic
-        clock); a later ``acquire`` takes the lock once that record has stayed
-        unchanged for ``expire_after``. The holder's own view is
-        :meth:`is_held`. ``None`` (default): held until released.
+        Seconds after which a lock nobody released may be taken: an ``acquire``
+        takes it once the record it found has stayed unchanged that long on this
+        object's monotonic clock (the holder's view: :meth:`is_held`). ``None``
+        (default): held until released.
     clock, wall_clock : callable, optional
-        Monotonic seconds (expiry) and epoch seconds (the display-only
-        acquire time).
+        Monotonic seconds (expiry) and epoch seconds (the display-only acquire time).
 
     Examples
     --------
@@ -49,11 +44,9 @@ class Mutex(MutexSteps):
     """
 
     def acquire(self, resource: str) -> bool:
-        """Take the lock if it is free (or expired): exactly one conditional write.
-
-        Returns ``False`` at once if anyone (this owner included) holds it.
-        """
-        return drive(self._acquire(resource), self.client)
+        """Take the lock if it is free (or expired), in one conditional write; ``False``
+        at once if anyone (this owner included) holds it."""
+        return drive(self._acquire_token(resource), self.client) is not None
 
     def acquire_token(self, resource: str) -> int | None:
         """Like :meth:`acquire`, returning the grant's fencing token (``None``: not
