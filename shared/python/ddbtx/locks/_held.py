@@ -490,11 +490,6 @@ class LockClient(LockClientSteps):
     Locks are not reentrant. One client may serve many threads.
     """
 
-    def __init__(
-        self, client: Any, table: str, *, sleep: Sleep = time.sleep, **options: Any
-    ) -> None:
-        super().__init__(client, table, sleep=sleep, **options)
-
     def _keeper(self, period: float, name: str) -> Keeper:
         return Heartbeats(period, name)
 

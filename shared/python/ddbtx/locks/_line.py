@@ -34,23 +34,20 @@ from ._rows import (
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Enter the line: take ticket next+1 and write our entry in the same write, so no
-# ticket ever exists without its entry. A replay of our own applied entry (lost
-# response) fails here instead of taking a second ticket.
+# Enter the line: take ticket next+1 and write our entry at once (no ticket without its
+# entry); a replay of our own applied entry fails here instead of taking a second ticket.
 LINE_ENTER = "attribute_not_exists(#t)"
 _ENTER = (
     "SET #next = if_not_exists(#next, :zero) + :one, #t = if_not_exists(#next, :zero) + :one,"
     " #w = :entry ADD #n :one"
 )
-# Heartbeat of an entry: only while it is still on the row with our ticket; an
-# entry judged dead has been removed and must not return.
+# Heartbeat of an entry: only while it is still there (one judged dead must not return).
 LINE_RENEW = "#t = :ticket"
 RENEW = "SET #w.#rvn = :rvn, #w.#exp = :exp"
 # Leave the line (or, on a FIFO head, release): remove our own entry, still ours.
 LINE_LEAVE = "#t = :ticket"
 LEAVE = "REMOVE #t, #w ADD #n :minus"
-# Skip a dead entry directly ahead: remove it only if its rvn is still the one we
-# watched for its whole lease (a heartbeat since, or its leaving, fails this).
+# Skip a dead entry directly ahead: only if its rvn is still the one we watched for a lease.
 LINE_SKIP = "#w.#rvn = :seen"
 
 
@@ -185,8 +182,7 @@ class LineWaiter:
                 limit = front
             place = (ahead[-1].ticket if ahead else None, counter)
             if place != step:
-                # A new entry right ahead or a new holder: our turn may be one short
-                # hold away, so look again soon.
+                # A new entry right ahead or a new holder: our turn may be near, look soon.
                 polls.progress()
                 step = place
             renew_due = self.renewed_at + lc.heartbeat_period
@@ -222,21 +218,17 @@ class LineWaiter:
         except ConditionFailed as exc:
             if not was_retried(exc):
                 return None
-            # The first attempt may have been applied behind a lost response: our
-            # entry on the row says so (and carries our ticket), or, on a lease row,
-            # the lock handed to us since, which removed that entry.
+            # The first attempt may have been applied (its answer lost): our entry says so,
+            # or, on a lease row, the lock handed to us since, which removed that entry.
             row = yield from self.read()
-            if get_int(row, self.names["#t"]) is None:
-                if get_str(row, HOLD) != self.hold:
-                    return None
-                self.entered = True  # the grant is ours: wait_in_line takes it as handed
-                self.renewed_at = sent
-                return row
+            if get_int(row, self.names["#t"]) is None and get_str(row, HOLD) != self.hold:
+                return None
         except ValidationFailed as exc:
             raise LockError(
                 f"the line of {self.resource!r} is full: DynamoDB refused one more waiter ({exc})"
             ) from exc
-        self.ticket = get_int(row, self.names["#t"]) or 0
+        # Without our entry the grant is ours: wait_in_line takes it as handed.
+        self.ticket = get_int(row, self.names["#t"]) or self.ticket
         self.entered = True
         self.renewed_at = sent
         return row
@@ -278,7 +270,6 @@ class LineWaiter:
 
     def skip(self, dead: Entry) -> Step[bool]:
         """Remove ``dead`` if it is still as we watched it; whether it was removed."""
-        # If it heartbeated after all, or left, the removal fails: look again either way.
         values = {":seen": dead.rvn, ":minus": -1}
         try:
             yield from self.update(LINE_SKIP, LEAVE, values, entry_names(dead.hold))

@@ -32,18 +32,15 @@ from ._rows import (
 
 logger = logging.getLogger(__name__)
 
-# Acquire: nobody holds the row (new, or released), or it is the record this
-# object watched unchanged for expire_after on its own monotonic clock (a holder
-# that never released), or it is this very acquire's own write, replayed after
-# a lost response, or it is a row of the earlier layout (no counter) whose
-# wall-clock TTL has passed.
+# Acquire: nobody holds the row, or it is the record this object watched unchanged for
+# expire_after (a holder that never released), or our own write replayed after a lost
+# response, or a row of the earlier layout (no counter) whose TTL has passed.
 MUTEX_ACQUIRE = (
     "attribute_not_exists(#owner) OR #rvn = :seen OR #rvn = :rvn"
     " OR (attribute_not_exists(#fence) AND #ttl < :now)"
 )
 _ACQUIRE = "SET #owner = :owner, #rvn = :rvn, #at = :now{exp} ADD #fence :one REMOVE #ttl{no_exp}"
-# Release: free the row only while this owner holds it, never someone else's;
-# the fencing counter stays in the row.
+# Release: free the row only while this owner holds it (the fencing counter stays).
 MUTEX_RELEASE = "#owner = :owner"
 _RELEASE = "REMOVE #owner, #rvn, #at, #exp"
 
@@ -75,8 +72,7 @@ class MutexSteps:
         self._wall = wall_clock
         self._acquired: dict[str, tuple[float, int]] = {}  # resource -> (sent, token)
         self._seen: dict[str, Watch] = {}
-        # Guards the two dicts between yields only (never across one), so that threads
-        # driving steps of one object at once, or tasks, see them consistent.
+        # Guards the two dicts between yields only, for threads or tasks sharing the object.
         self._mutex = threading.Lock()
 
     def is_held(self, resource: str) -> bool:
@@ -175,7 +171,6 @@ class MutexSteps:
                 self.table, key(resource, MUTEX_SK), MUTEX_RELEASE, _RELEASE, {":owner": self.owner}
             )
         except ConditionFailed as exc:
-            # A retried release that fails on a row we held unexpired: only our own first
-            # attempt can have freed it. Without a retry the failure is the truth.
+            # Only our own first attempt can have freed a row we held unexpired.
             return ours and was_retried(exc)
         return True

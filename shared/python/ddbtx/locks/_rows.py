@@ -31,8 +31,7 @@ LEASE_SK: Final = "lease"
 FIFO_PREFIX: Final = "fifo#"
 TICKET_DIGITS: Final = 20
 
-# Protocol attributes (short, and always written through placeholders because
-# several are DynamoDB reserved words).
+# Protocol attributes (always through placeholders: several are reserved words).
 OWNER: Final = "owner"  #: S, the owner name the caller gave (diagnostics and mutex identity)
 HOLD: Final = "hold"  #: S, id of one grant (lease/FIFO head) or one waiter (queue row)
 RVN: Final = "rvn"  #: S, record version number: changes on every heartbeat
@@ -99,8 +98,7 @@ def check_owner(owner: object) -> str:
 
 
 def check_namespace(namespace: object) -> str:
-    # "#" separates namespace and ticket in the sort key; allowing it would let
-    # one namespace's head row sort inside another namespace's queue.
+    # "#" ends the namespace in the sort key: one would sort inside another's rows.
     return check_name(namespace, "namespace", MAX_NAMESPACE_BYTES, forbidden="#")
 
 

@@ -41,16 +41,14 @@ _KEY_SCHEMA = [
     {"AttributeName": schema.LOCK_SK, "KeyType": "RANGE"},
 ]
 
-# Sweep candidates: past their TTL by more than the grace and carrying no counter (rows
-# of the earlier layouts), or a held mutex whose holder's own expiry lies more than the
-# grace in the past (freed, never deleted: it keeps its counter).
+# Sweep candidates: rows of the earlier layouts (no counter) past their TTL by more than
+# the grace, or a held mutex whose holder's own expiry is more than the grace past.
 SWEEP_FILTER = (
     "(#ttl < :cutoff AND attribute_not_exists(#fence) AND attribute_not_exists(#next))"
     " OR (#sk = :mutex AND attribute_exists(#owner) AND attribute_exists(#fence)"
     " AND #exp < :cutoff)"
 )
-# Free an expired mutex: its holder and expiry exactly as read (a new acquire
-# changes the rvn), keeping the fencing counter.
+# Free an expired mutex: its holder and expiry exactly as read, keeping the counter.
 SWEEP_FREE = "#rvn = :rvn AND #exp = :exp AND attribute_exists(#fence)"
 _FREE = "REMOVE #owner, #rvn, #at, #exp"
 #: Every attribute the sweep's UpdateItem names (keys included): the CDK app lets the
@@ -59,8 +57,7 @@ _FREE = "REMOVE #owner, #rvn, #at, #exp"
 SWEEP_FREE_ATTRIBUTES: Final = (
     schema.LOCK_PK, schema.LOCK_SK, OWNER, RVN, ACQUIRED_AT, EXPIRES, FENCE,
 )  # fmt: skip
-# Sweep delete: the row is exactly as read (a heartbeat changes rvn and TTL, a
-# new acquire changes rvn) and still carries no counter.
+# Sweep delete: the row is exactly as read (rvn and TTL) and still carries no counter.
 SWEEP_DELETE = (
     "#rvn = :rvn AND #ttl = :ttl AND attribute_not_exists(#fence) AND attribute_not_exists(#next)"
 )
@@ -93,8 +90,7 @@ def lock_table(table: str) -> Step[None]:
         schema.LOCK_TTL,
         KeySchema=_KEY_SCHEMA,
         AttributeDefinitions=[
-            {"AttributeName": schema.LOCK_PK, "AttributeType": "S"},
-            {"AttributeName": schema.LOCK_SK, "AttributeType": "S"},
+            {"AttributeName": k["AttributeName"], "AttributeType": "S"} for k in _KEY_SCHEMA
         ],
     )
 
@@ -152,11 +148,11 @@ def _rows(item: Item) -> list[LockRow]:
     if not queue:
         return [LockRow(resource, "fifo", namespace, "free", None, get_int(item, NEXT))]
     holder, *waiters = queue
-    rows = [
+    return [
         LockRow(resource, "fifo", namespace, "held", holder.owner, holder.ticket, None, None,
-                holder.expires, holder.rvn)
+                holder.expires, holder.rvn),
+        *_waiting(resource, "fifo", namespace, waiters),
     ]  # fmt: skip
-    return rows + _waiting(resource, "fifo", namespace, waiters)
 
 
 def _single_rows(item: Item, resource: str, kind: Literal["mutex", "lease"]) -> list[LockRow]:

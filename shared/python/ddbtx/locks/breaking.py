@@ -59,12 +59,10 @@ _BREAK_MUTEX = "SET #brk = :mark REMOVE #owner, #rvn, #at, #exp"
 # Break a lease: the same grant and heartbeat (rvn) as read; the line stays.
 BREAK_LEASE = "#hold = :hold AND #rvn = :rvn"
 _BREAK_LEASE = "SET #brk = :mark REMOVE #hold, #owner, #rvn, #exp, #data"
-# Break a FIFO lock: the holder's entry, with the ticket and rvn as read (no lower
-# ticket can have appeared, so it is still the holder); the next ticket then holds.
+# Break a FIFO lock: the holder's entry with the ticket and rvn as read (still the lowest).
 BREAK_FIFO = "#t = :ticket AND #w.#rvn = :rvn"
 _BREAK_FIFO = f"SET #brk = :mark {LEAVE}"
 
-#: Each kind's break: its condition and its update.
 _BREAKS: dict[Kind, tuple[str, str]] = {
     "mutex": (BREAK_MUTEX, _BREAK_MUTEX),
     "lease": (BREAK_LEASE, _BREAK_LEASE),

@@ -32,11 +32,9 @@ from ._rows import (
 
 # The head's line (see ``_line``): entering is taking a ticket.
 FIFO_ENTER = LINE_ENTER
-# Try once (wait=0): enter only when the head carries no entry at all, so the
-# new ticket is the lowest, i.e. the holder, and nobody is jumped.
+# Try once (wait=0): enter only when the head has no entry, so the new ticket holds.
 FIFO_TRY = "(attribute_not_exists(#n) OR #n = :zero) AND attribute_not_exists(#t)"
-# Heartbeat of the holder's entry; release is leaving the line (the next ticket holds).
-FIFO_RENEW = LINE_RENEW
+# Release is leaving the line (the next ticket holds); a heartbeat renews the entry.
 FIFO_LEAVE = LINE_LEAVE
 FIFO_SKIP = LINE_SKIP
 
@@ -44,7 +42,7 @@ FIFO_SKIP = LINE_SKIP
 class FifoHeldSteps(HeldLockSteps):
     """A granted FIFO lock's writes, for both drivers: its entry is the holder."""
 
-    _renew_write = (FIFO_RENEW, RENEW)
+    _renew_write = (LINE_RENEW, RENEW)
     _release_write = (FIFO_LEAVE, LEAVE)
 
 
@@ -160,8 +158,7 @@ class _Waiter(LineWaiter):
             resource=self.resource,
             namespace=self.namespace,
             fencing_token=self.ticket,
-            # Whoever watches our entry started after our last rvn write was
-            # applied, so our lease counts from that write's send time.
+            # Whoever watches our entry started after our last rvn write: count from it.
             confirmed_at=self.renewed_at,
         )
         lock._extra_values = {":ticket": self.ticket, ":minus": -1}

@@ -37,8 +37,7 @@ from ._rows import (
 
 logger = logging.getLogger(__name__)
 
-# The fast path: grant a row nobody holds and nobody waits in line for, or replay
-# our own grant whose response was lost.
+# The fast path: grant a row nobody holds or waits for, or replay our own lost grant.
 LEASE_GRANT_FREE = (
     "(attribute_not_exists(#hold) AND (attribute_not_exists(#n) OR #n = :zero)) OR #hold = :hold"
 )
@@ -46,13 +45,12 @@ LEASE_GRANT_FREE = (
 # have appeared). No replay branch: the grant also counts the entry out, which a replay
 # must not do twice; a retry that fails reads the row instead.
 LEASE_GRANT_FIRST = "attribute_not_exists(#hold) AND attribute_exists(#t)"
-# Take over a holder whose rvn stayed unchanged for its whole lease, for a caller
-# not in line (wait=0) only while nobody waits in line; or replay our own takeover.
+# Take over a holder whose rvn stayed unchanged for its lease (wait=0: only while nobody
+# waits in line); or replay our own takeover.
 LEASE_TAKEOVER = "(#rvn = :seen AND (attribute_not_exists(#n) OR #n = :zero)) OR #hold = :hold"
 # The same for the first in line (its entry still there).
 LEASE_TAKEOVER_FIRST = "#rvn = :seen AND attribute_exists(#t)"
-# Heartbeat: only while this grant is the one on the row; a takeover replaces
-# #hold, and a replayed heartbeat writes the same values again.
+# Heartbeat: only while this grant is the one on the row (a takeover replaces #hold).
 LEASE_RENEW = "#hold = :hold"
 # Release this grant; "#rel = :hold" accepts the replay of our own applied release.
 LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
@@ -61,9 +59,8 @@ LEASE_RELEASE = "#hold = :hold OR #rel = :hold"
 LEASE_HANDOFF = "#hold = :hold AND attribute_exists(#t)"
 # Set the data of a grant handed to us (the handoff cannot know it).
 LEASE_DATA = "#hold = :hold"
-# Enter the line: as LINE_ENTER, and not already handed the lock. A handoff removes the
-# entry it grants, so the SDK's replay of our applied entry (answer lost) must not meet
-# the lock handed to us in between and queue us behind our own grant.
+# Enter the line: as LINE_ENTER, and not already handed the lock (a replay of our applied
+# entry must not meet the lock handed to us since and queue us behind our own grant).
 LEASE_ENTER = "attribute_not_exists(#t) AND (attribute_not_exists(#hold) OR #hold <> :hold)"
 
 # A grant also clears the last release's mark, so that a release replayed after it (its
@@ -124,6 +121,7 @@ class LeaseLockSteps(HeldLockSteps):
                 yield from self._write(
                     (LEASE_HANDOFF, _HANDOFF), values, entry_names(following.hold)
                 )
+                return
             except ConditionFailed as exc:
                 # Within our lease nobody else can take the lock: a retried handoff
                 # that finds it no longer ours was applied the first time.
@@ -132,8 +130,6 @@ class LeaseLockSteps(HeldLockSteps):
                     if get_str(row, HOLD) != self._hold:
                         return
                 # That waiter left the line (or this grant is gone: the release finds it).
-            else:
-                return
         yield from super()._end()
 
 
@@ -193,10 +189,9 @@ class LeaseClientSteps(LockClientSteps):
             ":exp": self._wall() + self.lease_duration,
             ":one": 1,
             ":minus": -1,
+            ":data": data,  # sent only where the update names it
             **values,
         }
-        if data is not None:
-            values[":data"] = data
         update = _GRANT.format(
             data="" if data is None else ", #data = :data",
             no_data=", #data" if data is None else "",
@@ -322,8 +317,7 @@ class _Acquire(LineWaiter):
         return lock
 
     def run(self) -> Step[LeaseLockSteps]:
-        # Others were in line when this client last got the lock: queue at once
-        # (one write either way; the line's first takes a free lock with one more).
+        # Others were in line when this client last got the lock: queue at once.
         if not (self.pace.crowded and self.wait > 0):
             first = yield from self.grant(LEASE_GRANT_FREE, {":zero": 0})
             if isinstance(first, LeaseLockSteps):
@@ -370,8 +364,7 @@ class _Acquire(LineWaiter):
                 )
             except ConditionFailed:  # taken over before we noticed: go on waiting
                 return None
-        # Whoever watches the new holder started after the handoff, which came after
-        # our last entry write: our lease counts from that write's send time.
+        # Whoever watches the new holder started after our last entry write: count from it.
         return (yield from lc._held(self.resource, self.hold, row, self.renewed_at))
 
     def left_too_late(self) -> Step[None]:
