@@ -93,11 +93,9 @@ class FifoLock(FifoSteps, LockClient):
     def acquire(
         self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
     ) -> FifoHeldLock:
-        """Acquire ``resource`` in ``namespace`` after every earlier live ticket.
-
-        An uncontended acquire is one request, and so is ``wait=0`` (granted
-        only if nobody holds or waits; it never leaves an entry). A waiter
-        whose ``wait`` runs out removes its entry and raises
+        """Acquire ``resource`` in ``namespace`` after every earlier live ticket: one
+        request uncontended, and with ``wait=0`` (granted only if nobody holds or waits).
+        A waiter whose ``wait`` runs out leaves and raises
         :class:`~ddbtx.errors.LockNotGrantedError`.
         """
         return cast(FifoHeldLock, self._run(self._acquire(resource, namespace, wait)))

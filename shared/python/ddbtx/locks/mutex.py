@@ -54,8 +54,6 @@ class Mutex(MutexSteps):
         return drive(self._acquire_token(resource), self.client)
 
     def release(self, resource: str) -> bool:
-        """Free the lock if this owner holds it: one conditional write.
-
-        Returns ``False`` (and changes nothing) if this owner does not hold it.
-        """
+        """Free the lock if this owner holds it, in one conditional write; ``False`` (and
+        nothing changed) if it does not."""
         return drive(self._release(resource), self.client)
