@@ -91,9 +91,9 @@ class HeldLockSteps:
         names = {**self._extra_names, **(names or {})}
         return update_row(self._lc.table, self._key, *texts, values, names, **params)
 
-    def _renew(self) -> Step[None]:
+    def _renew(self, **params: Any) -> Step[Item]:
         expires = self._lc._wall() + self.lease_duration
-        yield from self._write(self._renew_write, {":rvn": new_id(), ":exp": expires})
+        return self._write(self._renew_write, {":rvn": new_id(), ":exp": expires}, **params)
 
     def _end(self) -> Step[None]:
         yield from self._write(self._release_write, {})

@@ -96,13 +96,11 @@ class LeaseLockSteps(HeldLockSteps):
     _release_write = (LEASE_RELEASE, _RELEASE)
     _next: Entry | None = None
 
-    def _renew(self) -> Step[None]:
-        expires = self._lc._wall() + self.lease_duration
-        row = yield from self._write(
-            self._renew_write, {":rvn": new_id(), ":exp": expires}, ReturnValues="ALL_NEW"
-        )
+    def _renew(self, **params: Any) -> Step[Item]:
+        row = yield from super()._renew(ReturnValues="ALL_NEW")
         line = entries(row, self.lease_duration)
         self._next = line[0] if line else None
+        return row
 
     def _end(self) -> Step[None]:
         following = self._next
