@@ -86,8 +86,7 @@ def explain(
 
 
 def _before_any_request(exc: BaseException, endpoint: str | None, region: str | None) -> str | None:
-    """The message for a mistake found before DynamoDB answered (options, emulator,
-    region, credentials, endpoint), or None."""
+    """The message for a mistake found before DynamoDB answered, or None."""
     if isinstance(exc, CliError):
         return str(exc)
     if isinstance(exc, EmulatorError):
@@ -115,14 +114,11 @@ def _before_any_request(exc: BaseException, endpoint: str | None, region: str | 
     return None
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
+def _causes(exc: BaseException | None) -> list[BaseException]:
     """``exc`` and the exceptions it was raised from (a missing table often surfaces as
     a ddbtx error whose cause is DynamoDB's ResourceNotFoundException)."""
     chain: list[BaseException] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        chain.append(translate(current) if isinstance(current, ClientError) else current)
-        current = current.__cause__
-    return chain
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__
+    return [translate(e) if isinstance(e, ClientError) else e for e in chain]

@@ -1,8 +1,4 @@
-"""``ddbtx sweep``'s live display: one line per pass, the library's logs, the report's table.
-
-The index pass has a known number of partitions, so it gets a bar; a scan's length is not
-known (``ItemCount`` is a six-hourly estimate), so it gets the rows read so far.
-"""
+"""``ddbtx sweep``'s live display: one line per pass, the library's logs, the report's table."""
 
 from __future__ import annotations
 
@@ -15,15 +11,15 @@ INDEX_PREFIX = "index "
 
 
 class SweepProgress:
-    """Turns the sweeper's per-page callbacks into one line per pass of a started rich
-    ``progress``; ``full_scan_table`` is the transactions table a ``--full`` sweep scans."""
+    """The sweeper's per-page callbacks as one line per pass of a started rich ``progress``:
+    a bar of partitions for the index pass, rows read so far for a scan (whose length
+    ``ItemCount``, a six-hourly estimate, does not tell)."""
 
     def __init__(self, progress: Any, *, partitions: int, full_scan_table: str | None) -> None:
         self._progress = progress
         self._partitions = partitions
         self._full_scan_table = full_scan_table
         self._tasks: dict[str, Any] = {}
-        self._totals: dict[str, int] = {}
         self._seen_partitions: set[str] = set()
         self._hits = 0
         self._rows: dict[str, int] = {}
@@ -31,11 +27,9 @@ class SweepProgress:
     def _task(self, name: str, total: int | None) -> Any:
         if name not in self._tasks:
             # A pass that starts means the ones before it are over: show them full.
-            for earlier, task in self._tasks.items():
-                done = self._totals[earlier]
-                self._progress.update(task, total=done, completed=done)
+            for task in self._progress.tasks:
+                self._progress.update(task.id, total=task.total or 1, completed=task.total or 1)
             self._tasks[name] = self._progress.add_task(name, total=total)
-            self._totals[name] = total or 1
         return self._tasks[name]
 
     def __call__(self, name: str, rows: int) -> None:
@@ -60,8 +54,8 @@ class SweepProgress:
 
 @contextmanager
 def library_logs(verbose: bool) -> Iterator[None]:
-    """Show ddbtx's own log records on stderr while a command runs: errors only (the rest is
-    in the sweep's report), or with ``verbose`` info and warnings too; restored afterwards."""
+    """ddbtx's log records on stderr while a command runs: errors only (the rest is in the
+    sweep's report), or with ``verbose`` info and warnings too."""
     log = logging.getLogger("ddbtx")
     saved = (list(log.handlers), log.propagate, log.level)
     handler = logging.StreamHandler()

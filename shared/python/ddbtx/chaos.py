@@ -56,31 +56,6 @@ class _RawBody:
         return self._body
 
 
-class _CallIndex:
-    """Which call (and which attempt of it) the current thread or asyncio task makes: a
-    context variable, so calls interleaved on one event loop keep their own."""
-
-    def __init__(self) -> None:
-        self._value: ContextVar[int] = ContextVar("chaos_call", default=-1)
-        self._attempt: ContextVar[int] = ContextVar("chaos_attempt", default=0)
-
-    @property
-    def value(self) -> int:
-        return self._value.get()
-
-    @value.setter
-    def value(self, value: int) -> None:
-        self._value.set(value)
-
-    @property
-    def attempt(self) -> int:
-        return self._attempt.get()
-
-    @attempt.setter
-    def attempt(self, value: int) -> None:
-        self._attempt.set(value)
-
-
 class Chaos:
     """Count a client's DynamoDB calls and inject one fault at a chosen call index."""
 
@@ -91,9 +66,12 @@ class Chaos:
         self.at = -1
         self.fired = False
         self._lock = threading.Lock()
-        self._index = _CallIndex()
+        # Context variables: calls interleaved on one event loop keep their own index.
+        self._call: ContextVar[int] = ContextVar("chaos_call", default=-1)
+        self._attempt: ContextVar[int] = ContextVar("chaos_attempt", default=0)
         # An aiobotocore client awaits a response's body: an injected one is made so.
-        self._response = _aio_response if _is_aio(client) else AWSResponse
+        aio = any(c.__module__.startswith("aiobotocore") for c in type(client).__mro__)
+        self._response = _aio_response if aio else AWSResponse
         self._session = URLLib3Session()
         events = client.meta.events
         events.register("before-call.dynamodb", self._before_call)
@@ -118,12 +96,12 @@ class Chaos:
         events.unregister("after-call.dynamodb", self._after_call)
 
     def _targeted(self) -> bool:
-        return self.kind is not None and self._index.value == self.at
+        return self.kind is not None and self._call.get() == self.at
 
     def _before_call(self, model: Any, **_: Any) -> None:
         with self._lock:
-            self._index.value = len(self.calls)
-            self._index.attempt = 0
+            self._call.set(len(self.calls))
+            self._attempt.set(0)
             self.calls.append(model.name)
             if self._targeted() and self.kind == "before":
                 self.fired = True
@@ -132,8 +110,8 @@ class Chaos:
     def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
         if not self._targeted():
             return None
-        attempt = self._index.attempt
-        self._index.attempt = attempt + 1
+        attempt = self._attempt.get()
+        self._attempt.set(attempt + 1)
         if self.kind == "lost" and attempt == 0:
             self._session.send(request)  # applied by DynamoDB...
             self.fired = True
@@ -147,22 +125,14 @@ class Chaos:
                     "message": "injected throttle",
                 }
             ).encode()
-            headers = HTTPHeaders()
-            headers["content-type"] = "application/x-amz-json-1.0"
-            response: AWSResponse = self._response(request.url, 400, headers, _RawBody(body))
-            return response
+            headers = HTTPHeaders.from_dict({"content-type": "application/x-amz-json-1.0"})
+            return self._response(request.url, 400, headers, _RawBody(body))
         return None
 
     def _after_call(self, model: Any, **_: Any) -> None:
         if self._targeted() and self.kind == "after":
             self.fired = True
             raise Crash(f"crash after call {self.at} ({model.name})")
-
-
-def _is_aio(client: Any) -> bool:
-    return type(client).__module__.startswith("aiobotocore") or any(
-        c.__module__.startswith("aiobotocore") for c in type(client).__mro__
-    )
 
 
 def _aio_response(url: str, status: int, headers: HTTPHeaders, raw: _RawBody) -> AWSResponse:

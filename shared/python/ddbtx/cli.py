@@ -14,8 +14,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import schema as s
-from ._cli_errors import CliError, explain
-from ._cli_progress import report_table
+from ._cli_errors import CliError, check_endpoint, explain
+from ._cli_progress import SweepProgress, library_logs, report_table
 from ._items import applied, lock_owner
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ class Options:
 
     def explain(self, exc: BaseException) -> str | None:
         """The one-line message for a mistake in these options (see :mod:`ddbtx._cli_errors`)."""
+        import boto3
 
         def describe(name: str) -> Any:
             return self.client().describe_table(TableName=name)
@@ -78,16 +79,9 @@ class Options:
             endpoint=self.endpoint_url,
             describe=describe,
             tables=self.tables(),
-            region=self.region or _default_region(),
+            # With no --region, the one boto3 would pick (environment, then profile).
+            region=self.region or boto3.session.Session().region_name,
         )
-
-
-def _default_region() -> str | None:
-    """The region boto3 would pick with no --region (environment, then profile)."""
-    import boto3
-
-    region: str | None = boto3.session.Session().region_name
-    return region
 
 
 def _version(value: bool) -> None:
@@ -126,21 +120,14 @@ def _yes(flag: Any) -> str:
 
 
 def cmd_sweep(
-    opts: Options,
-    *,
-    rollback_after: int,
-    delete_after: int,
-    page_budget: int | None,
-    full: bool,
-    console: "Console | None" = None,
+    opts: Options, rollback_after: int, delete_after: int, page_budget: int | None, full: bool
 ) -> int:
     """Run the sweeper now, with one progress line per pass; print its report."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from ._cli_progress import SweepProgress
     from .sweeper import PARTITIONS, Sweeper
 
-    console = console or _console()
+    console = _console()
     manager = opts.manager()
     with Progress(
         SpinnerColumn(),
@@ -156,7 +143,7 @@ def cmd_sweep(
             partitions=len(PARTITIONS),
             full_scan_table=manager.transactions_table if full else None,
         )
-        sweeper: Sweeper = Sweeper(
+        sweeper = Sweeper(
             manager,
             rollback_after=timedelta(seconds=rollback_after),
             delete_after=timedelta(seconds=delete_after),
@@ -345,11 +332,10 @@ def _item_table(item_locks: list[dict[str, Any]]) -> "Table":
 def cmd_break_lock(
     opts: Options,
     resource: str,
-    *,
-    namespace: str | None = None,
-    kind: str | None = None,
-    force: bool = False,
-    by: str | None = None,
+    namespace: str | None,
+    kind: str | None,
+    force: bool,
+    by: str | None,
 ) -> int:
     """Break one lock row (mutex, lease or FIFO) whose holder is gone; print the outcome
     and, when broken, an audit line (who, what, the row before) on stderr.
@@ -458,11 +444,7 @@ def _app(state: dict[str, Options]) -> Any:
             False, "--version", is_eager=True, callback=_version, help="print the version"
         ),
     ) -> None:
-        from ._cli_errors import check_endpoint
-        from ._cli_progress import library_logs
-
         check_endpoint(endpoint_url)
-
         ctx.with_resource(library_logs(verbose))
         ctx.obj = state["options"] = Options(
             endpoint_url=endpoint_url,
@@ -483,15 +465,7 @@ def _app(state: dict[str, Options]) -> Any:
         full: bool = typer.Option(False, "--full", help="scan the whole transactions table"),
     ) -> None:
         """Sweep now: roll back stale, roll forward committed, clear leftovers."""
-        raise typer.Exit(
-            cmd_sweep(
-                ctx.obj,
-                rollback_after=rollback_after,
-                delete_after=delete_after,
-                page_budget=page_budget,
-                full=full,
-            )
-        )
+        raise typer.Exit(cmd_sweep(ctx.obj, rollback_after, delete_after, page_budget, full))
 
     @app.command()
     def inspect(ctx: typer.Context, tx_id: str) -> None:
@@ -525,9 +499,7 @@ def _app(state: dict[str, Options]) -> Any:
         by: str | None = typer.Option(None, help="who breaks it (default: user@host)"),
     ) -> None:
         """Break a lock whose holder is gone; refused while the holder heartbeats."""
-        raise typer.Exit(
-            cmd_break_lock(ctx.obj, resource, namespace=namespace, kind=kind, force=force, by=by)
-        )
+        raise typer.Exit(cmd_break_lock(ctx.obj, resource, namespace, kind, force, by))
 
     app.add_typer(locks_app, name="locks")
 

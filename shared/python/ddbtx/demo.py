@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from . import schema as s
-from ._cli_progress import report_table
+from ._cli_progress import REPORT_ROWS, report_table
 from ._items import flag, strip
 from .chaos import Chaos, Crash, FaultKind
 from .errors import TransactionConflictError, TransactionRolledBackError
@@ -63,6 +63,21 @@ class Transfer:
     amount: int
     #: (fault kind, call index) where its coordinator dies; None for a live one.
     crash: tuple[FaultKind, int] | None = None
+
+    def pay(self, tx: Transaction) -> None:
+        tx.update_item(
+            TableName=DEMO_TABLES["data"],
+            Key={"pk": {"S": self.source}},
+            UpdateExpression="SET balance = balance - :n",
+            ConditionExpression="balance >= :n",
+            ExpressionAttributeValues={":n": {"N": str(self.amount)}},
+        )
+        tx.update_item(
+            TableName=DEMO_TABLES["data"],
+            Key={"pk": {"S": self.target}},
+            UpdateExpression="SET balance = balance + :n",
+            ExpressionAttributeValues={":n": {"N": str(self.amount)}},
+        )
 
 
 @dataclass(frozen=True)
@@ -156,34 +171,14 @@ def _manager(db: LocalDynamo) -> TransactionManager:
     )
 
 
-def _pay(transfer: Transfer) -> Callable[[Transaction], None]:
-    def work(tx: Transaction) -> None:
-        tx.update_item(
-            TableName=DEMO_TABLES["data"],
-            Key={"pk": {"S": transfer.source}},
-            UpdateExpression="SET balance = balance - :n",
-            ConditionExpression="balance >= :n",
-            ExpressionAttributeValues={":n": {"N": str(transfer.amount)}},
-        )
-        tx.update_item(
-            TableName=DEMO_TABLES["data"],
-            Key={"pk": {"S": transfer.target}},
-            UpdateExpression="SET balance = balance + :n",
-            ExpressionAttributeValues={":n": {"N": str(transfer.amount)}},
-        )
-
-    return work
-
-
 def _live_worker(db: LocalDynamo, transfers: tuple[Transfer, ...], outcome: Outcome) -> None:
     for transfer in transfers:
-        pay = _pay(transfer)
         attempts = 0
 
-        def counted(tx: Transaction, pay: Callable[[Transaction], None] = pay) -> None:
+        def counted(tx: Transaction, transfer: Transfer = transfer) -> None:
             nonlocal attempts
             attempts += 1
-            pay(tx)
+            transfer.pay(tx)
 
         try:
             _manager(db).run(counted, attempts=ATTEMPTS)
@@ -200,7 +195,7 @@ def _doomed_worker(db: LocalDynamo, transfer: Transfer, outcome: Outcome) -> Non
     chaos.arm(*transfer.crash)
     tx = tm.begin()
     try:
-        _pay(transfer)(tx)
+        transfer.pay(tx)
         tx.commit()
         tx.delete()
     except Crash:
@@ -294,18 +289,16 @@ def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
     )
 
 
-def health_table(before: Health, after: Health | None, expected: int) -> Any:
+def health_table(expected: int, *states: Health) -> Any:
     from rich.table import Table
 
     table = Table(title="state of the bank")
     table.add_column("")
-    table.add_column("after crashes", justify="right")
-    if after is not None:
-        table.add_column("after sweep", justify="right")
+    for title in ("after crashes", "after sweep")[: len(states)]:
+        table.add_column(title, justify="right")
 
     def row(label: str, pick: Callable[[Health], object]) -> None:
-        values = [str(pick(before))] + ([str(pick(after))] if after is not None else [])
-        table.add_row(label, *values)
+        table.add_row(label, *(str(pick(h)) for h in states))
 
     row(f"balances as stored (want {expected})", lambda h: h.raw_total)
     row(f"balances, COMMITTED reads (want {expected})", lambda h: h.committed_total)
@@ -354,18 +347,13 @@ class DemoResult:
         """Every figure the seed alone decides (the same on every run of that seed)."""
 
         def counts(h: Health) -> dict[str, Any]:
-            return {
-                "raw_total": h.raw_total,
-                "committed_total": h.committed_total,
-                "unfinished": dict(h.unfinished),
-                "locked_items": h.locked_items,
-                "images": h.images,
-                "lock_rows": h.lock_rows,
-            }
+            return {k: v for k, v in vars(h).items() if k != "records"}
 
+        # Every counter but the rows scanned, which the aborted attempts' records add to.
         report = self.report.to_dict()
-        swept = {k: report[k] for k in (*_SEED_DECIDED, "complete")}
-        swept["deleted"] = report["deleted"] - self.aborted_records
+        swept = {k: report[k] for k, _ in REPORT_ROWS if k != "scanned"}
+        swept["deleted"] -= self.aborted_records
+        swept["complete"] = report["complete"]
         return {
             "plan": self.plan,
             "committed": self.outcome.committed,
@@ -375,19 +363,6 @@ class DemoResult:
             "after": counts(self.after),
             "sweep": swept,
         }
-
-
-#: Sweep counters that only the killed coordinators feed.
-_SEED_DECIDED: Final = (
-    "stuck",
-    "rolled_back",
-    "rolled_forward",
-    "finalised",
-    "orphan_images_deleted",
-    "locks_released",
-    "lock_rows_deleted",
-    "errors",
-)
 
 
 def _setup(db: LocalDynamo, plan: Plan) -> TransactionManager:
@@ -453,7 +428,7 @@ def run_demo(
             " aborted attempts for the sweeper (these two counts alone vary from run to run:"
             " they depend on how the threads interleave)"
         )
-        out.print(health_table(before, None, expected))
+        out.print(health_table(expected, before))
         out.print(
             "sweeping as the sweeper Lambda does on each tick (ddbtx.sweeper, configured by"
             " JanitorSettings.from_env) with ROLLBACK_AFTER_SECONDS=0 and DELETE_AFTER_SECONDS=0,"
@@ -463,7 +438,7 @@ def run_demo(
         out.print(report_table(report.to_dict(), "sweep report"))
         after = health(tm, plan.accounts)
         out.print(what_the_sweep_did(report, before, after))
-        out.print(health_table(before, after, expected))
+        out.print(health_table(expected, before, after))
     result = DemoResult(plan, outcome, before, after, report, aborted)
     if result.clean:
         out.print(
