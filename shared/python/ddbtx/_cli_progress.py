@@ -7,17 +7,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .sweeper import PARTITIONS
+
 INDEX_PREFIX = "index "
 
 
 class SweepProgress:
     """The sweeper's per-page callbacks as one line per pass of a started rich ``progress``:
     a bar of partitions for the index pass, rows read so far for a scan (whose length
-    ``ItemCount``, a six-hourly estimate, does not tell)."""
+    ``ItemCount``, a six-hourly estimate, does not tell); ``full_scan_table`` is the
+    transactions table a ``--full`` sweep scans."""
 
-    def __init__(self, progress: Any, *, partitions: int, full_scan_table: str | None) -> None:
+    def __init__(self, progress: Any, full_scan_table: str | None) -> None:
         self._progress = progress
-        self._partitions = partitions
+        self._partitions = len(PARTITIONS)
         self._full_scan_table = full_scan_table
         self._tasks: dict[str, Any] = {}
         self._seen_partitions: set[str] = set()

@@ -202,8 +202,6 @@ def _doomed_worker(db: LocalDynamo, transfer: Transfer, outcome: Outcome) -> Non
         outcome.add(killed=1)
         with outcome.lock:
             outcome.killed_ids.add(tx.id)
-    finally:
-        chaos.close()
 
 
 def _in_threads(targets: list[Callable[[], None]]) -> None:
@@ -243,13 +241,8 @@ class Health:
     records: frozenset[str] = frozenset()
 
     def clean(self, expected: int) -> bool:
-        return (
-            self.raw_total == expected
-            and self.committed_total == expected
-            and not self.unfinished
-            and self.locked_items == 0
-            and self.images == 0
-            and self.lock_rows == 0
+        return self.raw_total == self.committed_total == expected and not (
+            self.unfinished or self.locked_items or self.images or self.lock_rows
         )
 
 
@@ -345,10 +338,6 @@ class DemoResult:
 
     def reproducible(self) -> dict[str, Any]:
         """Every figure the seed alone decides (the same on every run of that seed)."""
-
-        def counts(h: Health) -> dict[str, Any]:
-            return {k: v for k, v in vars(h).items() if k != "records"}
-
         # Every counter but the rows scanned, which the aborted attempts' records add to.
         report = self.report.to_dict()
         swept = {k: report[k] for k, _ in REPORT_ROWS if k != "scanned"}
@@ -359,8 +348,8 @@ class DemoResult:
             "committed": self.outcome.committed,
             "gave_up": self.outcome.gave_up,
             "killed": self.outcome.killed,
-            "before": counts(self.before),
-            "after": counts(self.after),
+            "before": {k: v for k, v in vars(self.before).items() if k != "records"},
+            "after": {k: v for k, v in vars(self.after).items() if k != "records"},
             "sweep": swept,
         }
 
