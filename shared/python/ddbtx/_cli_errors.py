@@ -46,8 +46,7 @@ def missing_tables(describe: Callable[[str], Any], tables: Iterable[tuple[str, s
 
 
 def check_endpoint(url: str | None) -> None:
-    """Refuse an endpoint URL without an ``http``/``https`` scheme or a host (:class:`CliError`)
-    before boto3 fails on it deep inside its client factory."""
+    """Refuse a URL with no ``http``/``https`` scheme or no host before boto3 fails on it."""
     if url is None:
         return
     parts = urlsplit(url)
@@ -66,11 +65,8 @@ def explain(
     tables: Iterable[tuple[str, str]] = (),
     region: str | None = None,
 ) -> str | None:
-    """The one-line message for ``exc``, or None when it is not a user mistake.
-
-    ``describe`` (DescribeTable) and ``tables`` ((name, the option that set it), ...) name a
-    missing table, which DynamoDB's message does not; ``region`` is the client's.
-    """
+    """The one-line message for ``exc``, or None when it is not a user mistake; ``describe``
+    (DescribeTable) and ``tables`` ((name, the option that set it), ...) name a missing table."""
     message = _before_any_request(exc, endpoint, region)
     if message is not None:
         return message

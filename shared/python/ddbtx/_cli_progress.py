@@ -13,10 +13,8 @@ INDEX_PREFIX = "index "
 
 
 class SweepProgress:
-    """The sweeper's per-page callbacks as one line per pass of a started rich ``progress``:
-    a bar of partitions for the index pass, rows read so far for a scan (whose length
-    ``ItemCount``, a six-hourly estimate, does not tell); ``full_scan_table`` is the
-    transactions table a ``--full`` sweep scans."""
+    """The sweeper's page callbacks as one line per pass: a bar of partitions for the index pass,
+    rows read so far for a scan (whose length ``ItemCount``, a six-hourly estimate, hides)."""
 
     def __init__(self, progress: Any, full_scan_table: str | None) -> None:
         self._progress = progress
@@ -39,9 +37,8 @@ class SweepProgress:
         if name.startswith(INDEX_PREFIX):
             self._seen_partitions.add(name)
             self._hits += rows
-            task = self._task("index pass", self._partitions)
             self._progress.update(
-                task,
+                self._task("index pass", self._partitions),
                 completed=len(self._seen_partitions),
                 description=f"index pass: {len(self._seen_partitions)} of {self._partitions}"
                 f" partitions, {self._hits} due record(s)",
@@ -89,11 +86,9 @@ REPORT_ROWS = (
 
 def report_table(report: dict[str, Any], title: str) -> Any:
     """A sweep report (``SweepReport.to_dict()``) as a rich table."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table(title=title, show_header=False)
-    table.add_column("what")
-    table.add_column("count", justify="right")
+    table = Table("what", Column("count", justify="right"), title=title, show_header=False)
     for name, label in REPORT_ROWS:
         table.add_row(label, str(report[name]))
     table.add_row("complete", "yes" if report["complete"] else f"no ({report['stopped_by']})")

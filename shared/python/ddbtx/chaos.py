@@ -1,16 +1,12 @@
 """Fault injection on a real boto3 client through botocore's event system: kill a
 coordinator between any two DynamoDB calls without touching protocol code.
 
-``before``
-    the process dies just before call *k* is sent: nothing applied.
-``after``
-    call *k* is applied but the process dies before seeing the response.
-``lost``
-    call *k* is applied, its response is lost, and botocore retries the same
-    request (the retry then meets its own write, e.g. as a failed condition).
-``throttle``
-    call *k* is answered with ``ProvisionedThroughputExceededException`` on
-    every attempt, so botocore's retries run out.
+* ``before``: the process dies just before call *k* is sent: nothing applied.
+* ``after``: call *k* is applied but the process dies before seeing the response.
+* ``lost``: call *k* is applied, its response is lost, and botocore retries the same
+  request (the retry then meets its own write, e.g. as a failed condition).
+* ``throttle``: call *k* is answered with ``ProvisionedThroughputExceededException`` on
+  every attempt, so botocore's retries run out.
 
 Examples
 --------
@@ -26,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -38,11 +35,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = ("before", "after", "lost", "throttle")
 
 
 class Crash(BaseException):
-    """The simulated death of a coordinator.
-
-    A ``BaseException`` so that no ``except Exception`` in library code can
-    swallow it: the coordinator is gone, whatever it was doing.
-    """
+    """The simulated death of a coordinator: a ``BaseException``, so that no ``except
+    Exception`` in library code can swallow it (the coordinator is gone, whatever it did)."""
 
 
 class _RawBody:
@@ -69,9 +63,12 @@ class Chaos:
         # Context variables: calls interleaved on one event loop keep their own index.
         self._call: ContextVar[int] = ContextVar("chaos_call", default=-1)
         self._attempt: ContextVar[int] = ContextVar("chaos_attempt", default=0)
-        # An aiobotocore client awaits a response's body: an injected one is made so.
-        aio = any(c.__module__.startswith("aiobotocore") for c in type(client).__mro__)
-        self._response = _aio_response if aio else AWSResponse
+        self._response: Callable[..., AWSResponse] = AWSResponse
+        if any(c.__module__.startswith("aiobotocore") for c in type(client).__mro__):
+            # An aiobotocore client awaits a response's body: an injected one is made so.
+            from aiobotocore.awsrequest import AioAWSResponse  # type: ignore[import-untyped]
+
+            self._response = AioAWSResponse
         self._session = URLLib3Session()
         events = client.meta.events
         events.register("before-call.dynamodb", self._before_call)
@@ -133,11 +130,3 @@ class Chaos:
         if self._targeted() and self.kind == "after":
             self.fired = True
             raise Crash(f"crash after call {self.at} ({model.name})")
-
-
-def _aio_response(url: str, status: int, headers: HTTPHeaders, raw: _RawBody) -> AWSResponse:
-    """An injected response an aiobotocore client can await (imported only for one)."""
-    from aiobotocore.awsrequest import AioAWSResponse  # type: ignore[import-untyped]
-
-    response: AWSResponse = AioAWSResponse(url, status, headers, raw)
-    return response

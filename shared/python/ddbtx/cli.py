@@ -66,26 +66,23 @@ class Options:
     def manager(self) -> Any:
         return TransactionManager(self.client(), self.transactions_table, self.images_table)
 
-    def tables(self) -> list[tuple[str, str]]:
-        """Each configured table with the option (and variable) that names it."""
-        named = [
-            (self.transactions_table, "--transactions-table / TRANSACTIONS_TABLE"),
-            (self.images_table, "--images-table / IMAGES_TABLE"),
-        ]
-        if self.locks_table:
-            named.append((self.locks_table, "--locks-table / LOCKS_TABLE"))
-        named += [(t, "--data-tables / DATA_TABLES") for t in self.data_tables]
-        return named
-
     def explain(self, exc: BaseException) -> str | None:
         """The one-line message for a mistake in these options (see :mod:`ddbtx._cli_errors`)."""
         import boto3
 
+        # Each configured table with the option (and variable) that names it.
+        tables = [
+            (self.transactions_table, "--transactions-table / TRANSACTIONS_TABLE"),
+            (self.images_table, "--images-table / IMAGES_TABLE"),
+        ]
+        if self.locks_table:
+            tables.append((self.locks_table, "--locks-table / LOCKS_TABLE"))
+        tables += [(t, "--data-tables / DATA_TABLES") for t in self.data_tables]
         return explain(
             exc,
             endpoint=self.endpoint_url,
             describe=lambda name: self.client().describe_table(TableName=name),
-            tables=self.tables(),
+            tables=tables,
             # With no --region, the one boto3 would pick (environment, then profile).
             region=self.region or boto3.session.Session().region_name,
         )
@@ -122,9 +119,7 @@ def _yes(flag: Any) -> str:
     return "yes" if flag else "no"
 
 
-def _by_id(
-    action: Callable[[Any, str], dict[str, Any]], opts: Options, tx_id: str
-) -> dict[str, Any]:
+def _by_id(action: Callable[..., dict[str, Any]], opts: Options, tx_id: str) -> dict[str, Any]:
     """``inspect`` or ``recover`` of ``tx_id``; an id that cannot be one is a usage error."""
     try:
         return action(opts.manager(), tx_id)
@@ -150,14 +145,13 @@ def _show_transaction(result: dict[str, Any]) -> None:
     )
     table = Table("table", "key", "operation", "locked", "write applied", "other holder")
     for item in result["items"]:
-        other = item["locked_by"] if item["locked_by"] != result["transaction_id"] else ""
         table.add_row(
             item["table"],
             _key_text(item["key"]),
             item["operation"],
             _yes(item["locked"]),
             _yes(item["write_applied"]),
-            other or "",
+            "" if item["locked_by"] == result["transaction_id"] else item["locked_by"] or "",
         )
     console.print(table)
 
@@ -257,21 +251,6 @@ def _operator(by: str | None) -> str:
         return f"{getpass.getuser()}@{socket.gethostname()}"
     except (OSError, KeyError) as exc:  # a container user with no passwd entry
         raise CliError("cannot tell who you are: name yourself with --by") from exc
-
-
-def cmd_add_lock_index(opts: Options, table: str, *, wait: bool = True) -> int:
-    """Add the sparse lock index to a data table; one line of outcome, 0 when done."""
-    try:
-        status = add_lock_index(opts.client(), table, wait=wait)
-    except TableNotFound:
-        where = opts.endpoint_url or opts.region or "the default region"
-        print(f"error: no table {table!r} at {where}")
-        return 1
-    except LockIndexError as exc:
-        print(f"error: {exc}")
-        return 1
-    print(f"{table}: index {s.LOCK_INDEX} on {s.ATTR_LOCK} is {status}")
-    return 0
 
 
 def _app(state: dict[str, Options]) -> Any:
@@ -451,13 +430,22 @@ def _app(state: dict[str, Options]) -> Any:
     app.add_typer(locks_app, name="locks")
 
     @app.command("add-lock-index")
-    def add_lock_index(
+    def add_index(
         ctx: typer.Context,
         table: str,
         wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until it is built"),
     ) -> None:
         """Add the sweeper's sparse lock index to a data table you brought (dataTables)."""
-        raise typer.Exit(cmd_add_lock_index(ctx.obj, table, wait=wait))
+        try:
+            status = add_lock_index(ctx.obj.client(), table, wait=wait)
+        except TableNotFound:
+            where = ctx.obj.endpoint_url or ctx.obj.region or "the default region"
+            print(f"error: no table {table!r} at {where}")
+            raise typer.Exit(1) from None
+        except LockIndexError as exc:
+            print(f"error: {exc}")
+            raise typer.Exit(1) from None
+        print(f"{table}: index {s.LOCK_INDEX} on {s.ATTR_LOCK} is {status}")
 
     @app.command()
     def demo(
@@ -505,8 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:
-        options = state.get("options", Options())
-        message = options.explain(exc)
+        message = state.get("options", Options()).explain(exc)
         if message is None:
             raise  # not a mistake in the command: a bug, with its traceback
         print(f"ddbtx: error: {message}", file=sys.stderr)

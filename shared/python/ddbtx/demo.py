@@ -1,9 +1,7 @@
 """``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep.
 
-Needs only the ``demo`` extra: moto's server runs in this process, and the sweep is the
-sweeper Lambda's own core call (:func:`sweep_as_the_handler_does`). The seed fixes every
-transfer and every killed coordinator (killed ones run afterwards, on disjoint accounts),
-so every count but the retries is the same on every run of a seed.
+The seed fixes every transfer and every killed coordinator (killed ones run afterwards, on
+disjoint accounts), so every count but the retries is the same on every run of a seed.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from . import schema as s
@@ -204,27 +201,22 @@ def _doomed_worker(db: LocalDynamo, transfer: Transfer, outcome: Outcome) -> Non
             outcome.killed_ids.add(tx.id)
 
 
-def _in_threads(targets: list[Callable[[], None]]) -> None:
-    threads = [threading.Thread(target=target) for target in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
 def run_transfers(db: LocalDynamo, plan: Plan) -> Outcome:
     """The live transfers concurrently, then the doomed ones (concurrently, apart)."""
     outcome = Outcome()
-    _in_threads([partial(_live_worker, db, mine, outcome) for mine in plan.live])
-    _in_threads([partial(_doomed_worker, db, doomed, outcome) for doomed in plan.killed])
+    for worker, jobs in ((_live_worker, plan.live), (_doomed_worker, plan.killed)):
+        threads = [threading.Thread(target=worker, args=(db, job, outcome)) for job in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     return outcome
 
 
 def sweep_as_the_handler_does(client: Any, environment: Mapping[str, str]) -> SweepReport:
     """One sweeper tick: the two calls ``functions/sweeper/handler.py`` makes, without Lambda."""
     settings = JanitorSettings.from_env(environment)
-    sweeper = settings.sweeper(settings.manager(client))
-    return sweeper.run(page_budget=settings.page_budget)
+    return settings.sweeper(settings.manager(client)).run(page_budget=settings.page_budget)
 
 
 @dataclass(frozen=True)
@@ -283,12 +275,10 @@ def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
 
 
 def health_table(expected: int, *states: Health) -> Any:
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table(title="state of the bank")
-    table.add_column("")
-    for title in ("after crashes", "after sweep")[: len(states)]:
-        table.add_column(title, justify="right")
+    titles = ("after crashes", "after sweep")[: len(states)]
+    table = Table("", *(Column(t, justify="right") for t in titles), title="state of the bank")
 
     def row(label: str, pick: Callable[[Health], object]) -> None:
         table.add_row(label, *(str(pick(h)) for h in states))
@@ -308,9 +298,8 @@ def health_table(expected: int, *states: Health) -> Any:
 def what_the_sweep_did(report: SweepReport, before: Health, after: Health) -> str:
     """The sweep's work in the bank's terms: every unlocked item is accounted for."""
     unlocked = before.locked_items - after.locked_items
-    settled = unlocked - report.locks_released
     return (
-        f"the sweep unlocked {unlocked} item(s): {settled} while rolling"
+        f"the sweep unlocked {unlocked} item(s): {unlocked - report.locks_released} while rolling"
         f" {report.rolled_back} transaction(s) back and {report.rolled_forward} forward and"
         f" finishing {report.finalised}, and {report.locks_released} stray lock(s) whose"
         f" record was gone or finished; it deleted {report.deleted} finished record(s),"

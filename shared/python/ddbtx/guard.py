@@ -73,11 +73,8 @@ def guard(params: Mapping[str, Any]) -> dict[str, Any]:
             "send each item as a guarded PutItem/DeleteItem or in a TransactWriteItems"
         )
     if "TransactItems" in params:
-        guarded = dict(params)
-        guarded["TransactItems"] = [
-            _guard_transact_item(i, item) for i, item in enumerate(params["TransactItems"])
-        ]
-        return guarded
+        items = [_guard_transact_item(i, item) for i, item in enumerate(params["TransactItems"])]
+        return {**params, "TransactItems": items}
     return _guard_write(params, "request")
 
 

@@ -35,8 +35,7 @@ def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        return int(sock.getsockname()[1])
 
 
 def _wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None) -> None:
