@@ -70,7 +70,6 @@ class Options:
         """The one-line message for a mistake in these options (see :mod:`ddbtx._cli_errors`)."""
         import boto3
 
-        # Each configured table with the option (and variable) that names it.
         tables = [
             (self.transactions_table, "--transactions-table / TRANSACTIONS_TABLE"),
             (self.images_table, "--images-table / IMAGES_TABLE"),
@@ -417,11 +416,9 @@ def _app(state: dict[str, Options]) -> Any:
         if opts.as_json:
             _print_json(result.to_dict())
         else:
-            holder = (
-                f" held by {result.owner} (token {result.fencing_token})" if result.owner else ""
-            )
+            held = f" held by {result.owner} (token {result.fencing_token})" if result.owner else ""
             console.print(
-                f"{result.kind} lock on {resource!r}{holder}: [bold]{result.outcome}[/bold]"
+                f"{result.kind} lock on {resource!r}{held}: [bold]{result.outcome}[/bold]"
             )
             if result.reason:
                 console.print(result.reason)

@@ -16,7 +16,6 @@ from .errors import DdbtxError
 
 #: Name placeholder the guard uses for the lock attribute (a suffix is added on a clash).
 PLACEHOLDER: Final = "#ddbtxLock"
-_WRITES: Final = ("Put", "Update", "Delete")
 #: Parameters of DynamoDB's legacy API, which cannot be combined with a ConditionExpression.
 _LEGACY: Final = ("Expected", "AttributeUpdates", "ConditionalOperator")
 
@@ -90,7 +89,7 @@ def is_locked(item: Mapping[str, Any] | None) -> bool:
 
 
 def _guard_transact_item(index: int, item: Mapping[str, Any]) -> dict[str, Any]:
-    kinds = [k for k in item if k in (*_WRITES, "ConditionCheck")]
+    kinds = [k for k in item if k in ("Put", "Update", "Delete", "ConditionCheck")]
     if len(kinds) != 1:
         raise GuardError(
             f"TransactItems[{index}]: expected exactly one of Put, Update, Delete or "
