@@ -67,8 +67,7 @@ def explain(
 ) -> str | None:
     """The one-line message for ``exc``, or None when it is not a user mistake; ``describe``
     (DescribeTable) and ``tables`` ((name, the option that set it), ...) name a missing table."""
-    message = _before_any_request(exc, endpoint, region)
-    if message is not None:
+    if (message := _before_any_request(exc, endpoint, region)) is not None:
         return message
     error = translate(exc) if isinstance(exc, ClientError) else exc
     if any(isinstance(e, TableNotFound) for e in _causes(error)):
@@ -111,8 +110,7 @@ def _before_any_request(exc: BaseException, endpoint: str | None, region: str | 
 
 
 def _causes(exc: BaseException | None) -> list[BaseException]:
-    """``exc`` and the exceptions it was raised from (a missing table often surfaces as
-    a ddbtx error whose cause is DynamoDB's ResourceNotFoundException)."""
+    """``exc`` and its causes (a missing table often surfaces as a ddbtx error's cause)."""
     chain: list[BaseException] = []
     while exc is not None and exc not in chain:
         chain.append(exc)

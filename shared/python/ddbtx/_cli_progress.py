@@ -9,8 +9,6 @@ from typing import Any
 
 from .sweeper import PARTITIONS
 
-INDEX_PREFIX = "index "
-
 
 class SweepProgress:
     """The sweeper's page callbacks as one line per pass: a bar of partitions for the index pass,
@@ -18,7 +16,6 @@ class SweepProgress:
 
     def __init__(self, progress: Any, full_scan_table: str | None) -> None:
         self._progress = progress
-        self._partitions = len(PARTITIONS)
         self._full_scan_table = full_scan_table
         self._tasks: dict[str, Any] = {}
         self._seen_partitions: set[str] = set()
@@ -34,13 +31,13 @@ class SweepProgress:
         return self._tasks[name]
 
     def __call__(self, name: str, rows: int) -> None:
-        if name.startswith(INDEX_PREFIX):
+        if name.startswith("index "):
             self._seen_partitions.add(name)
             self._hits += rows
             self._progress.update(
-                self._task("index pass", self._partitions),
+                self._task("index pass", len(PARTITIONS)),
                 completed=len(self._seen_partitions),
-                description=f"index pass: {len(self._seen_partitions)} of {self._partitions}"
+                description=f"index pass: {len(self._seen_partitions)} of {len(PARTITIONS)}"
                 f" partitions, {self._hits} due record(s)",
             )
             return
@@ -54,8 +51,7 @@ class SweepProgress:
 
 @contextmanager
 def library_logs(verbose: bool) -> Iterator[None]:
-    """ddbtx's log records on stderr while a command runs: errors only (the rest is in the
-    sweep's report), or with ``verbose`` info and warnings too."""
+    """ddbtx's log records on stderr while a command runs: errors, or with ``verbose`` info too."""
     log = logging.getLogger("ddbtx")
     saved = (list(log.handlers), log.propagate, log.level)
     handler = logging.StreamHandler()

@@ -317,14 +317,13 @@ def _app(state: dict[str, Options]) -> Any:
             transient=True,
             disable=opts.as_json,
         ) as progress:
-            advance = SweepProgress(progress, manager.transactions_table if full else None)
             sweeper = Sweeper(
                 manager,
                 rollback_after=timedelta(seconds=rollback_after),
                 delete_after=timedelta(seconds=delete_after),
                 locks_table=opts.locks_table,
                 data_tables=opts.data_tables,
-                progress=advance,
+                progress=SweepProgress(progress, manager.transactions_table if full else None),
             )
             # Without a budget this sweep covers everything, so it starts from the beginning;
             # with one it continues where the last sweep (Lambda's or ours) stopped.
@@ -405,12 +404,11 @@ def _app(state: dict[str, Options]) -> Any:
         except (ValueError, LockNotFoundError) as exc:
             raise CliError(str(exc)) from exc
         if result.outcome == "broken":
-            before = json.dumps(result.before, sort_keys=True)
             print(
                 f"ddbtx: audit: {who} broke the {result.kind} lock on {resource!r}"
                 f"{f' (namespace {result.namespace!r})' if result.namespace else ''} held by"
                 f" {result.owner} (token {result.fencing_token}){' by force' if force else ''};"
-                f" row before: {before}",
+                f" row before: {json.dumps(result.before, sort_keys=True)}",
                 file=sys.stderr,
             )
         if opts.as_json:
@@ -487,8 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _app(state)(args=argv, prog_name="ddbtx")
     except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:
         message = state.get("options", Options()).explain(exc)
         if message is None:

@@ -188,8 +188,7 @@ def _doomed_worker(db: LocalDynamo, transfer: Transfer, outcome: Outcome) -> Non
     """A coordinator that dies at its planned call: no rollback, no clean-up, nothing."""
     assert transfer.crash is not None
     tm = _manager(db)
-    chaos = Chaos(tm.client)
-    chaos.arm(*transfer.crash)
+    Chaos(tm.client).arm(*transfer.crash)
     tx = tm.begin()
     try:
         transfer.pay(tx)
