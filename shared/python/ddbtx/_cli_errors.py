@@ -46,8 +46,7 @@ def missing_tables(describe: Callable[[str], Any], tables: Iterable[tuple[str, s
 
 
 def check_endpoint(url: str | None) -> None:
-    """Refuse an endpoint URL without an ``http``/``https`` scheme or a host (:class:`CliError`)
-    before boto3 fails on it deep inside its client factory."""
+    """Refuse a URL with no ``http``/``https`` scheme or no host before boto3 fails on it."""
     if url is None:
         return
     parts = urlsplit(url)
@@ -66,13 +65,9 @@ def explain(
     tables: Iterable[tuple[str, str]] = (),
     region: str | None = None,
 ) -> str | None:
-    """The one-line message for ``exc``, or None when it is not a user mistake.
-
-    ``describe`` (DescribeTable) and ``tables`` ((name, the option that set it), ...) name a
-    missing table, which DynamoDB's message does not; ``region`` is the client's.
-    """
-    message = _before_any_request(exc, endpoint, region)
-    if message is not None:
+    """The one-line message for ``exc``, or None when it is not a user mistake; ``describe``
+    (DescribeTable) and ``tables`` ((name, the option that set it), ...) name a missing table."""
+    if (message := _before_any_request(exc, endpoint, region)) is not None:
         return message
     error = translate(exc) if isinstance(exc, ClientError) else exc
     if any(isinstance(e, TableNotFound) for e in _causes(error)):
@@ -86,8 +81,7 @@ def explain(
 
 
 def _before_any_request(exc: BaseException, endpoint: str | None, region: str | None) -> str | None:
-    """The message for a mistake found before DynamoDB answered (options, emulator,
-    region, credentials, endpoint), or None."""
+    """The message for a mistake found before DynamoDB answered, or None."""
     if isinstance(exc, CliError):
         return str(exc)
     if isinstance(exc, EmulatorError):
@@ -115,14 +109,10 @@ def _before_any_request(exc: BaseException, endpoint: str | None, region: str | 
     return None
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and the exceptions it was raised from (a missing table often surfaces as
-    a ddbtx error whose cause is DynamoDB's ResourceNotFoundException)."""
+def _causes(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and its causes (a missing table often surfaces as a ddbtx error's cause)."""
     chain: list[BaseException] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        chain.append(translate(current) if isinstance(current, ClientError) else current)
-        current = current.__cause__
-    return chain
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__
+    return [translate(e) if isinstance(e, ClientError) else e for e in chain]

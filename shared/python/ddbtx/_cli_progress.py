@@ -1,8 +1,4 @@
-"""``ddbtx sweep``'s live display: one line per pass, the library's logs, the report's table.
-
-The index pass has a known number of partitions, so it gets a bar; a scan's length is not
-known (``ItemCount`` is a six-hourly estimate), so it gets the rows read so far.
-"""
+"""``ddbtx sweep``'s live display: one line per pass, the library's logs, the report's table."""
 
 from __future__ import annotations
 
@@ -11,19 +7,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-INDEX_PREFIX = "index "
+from .sweeper import PARTITIONS
 
 
 class SweepProgress:
-    """Turns the sweeper's per-page callbacks into one line per pass of a started rich
-    ``progress``; ``full_scan_table`` is the transactions table a ``--full`` sweep scans."""
+    """The sweeper's page callbacks as one line per pass: a bar of partitions for the index pass,
+    rows read so far for a scan (whose length ``ItemCount``, a six-hourly estimate, hides)."""
 
-    def __init__(self, progress: Any, *, partitions: int, full_scan_table: str | None) -> None:
+    def __init__(self, progress: Any, full_scan_table: str | None) -> None:
         self._progress = progress
-        self._partitions = partitions
         self._full_scan_table = full_scan_table
         self._tasks: dict[str, Any] = {}
-        self._totals: dict[str, int] = {}
         self._seen_partitions: set[str] = set()
         self._hits = 0
         self._rows: dict[str, int] = {}
@@ -31,22 +25,19 @@ class SweepProgress:
     def _task(self, name: str, total: int | None) -> Any:
         if name not in self._tasks:
             # A pass that starts means the ones before it are over: show them full.
-            for earlier, task in self._tasks.items():
-                done = self._totals[earlier]
-                self._progress.update(task, total=done, completed=done)
+            for task in self._progress.tasks:
+                self._progress.update(task.id, total=task.total or 1, completed=task.total or 1)
             self._tasks[name] = self._progress.add_task(name, total=total)
-            self._totals[name] = total or 1
         return self._tasks[name]
 
     def __call__(self, name: str, rows: int) -> None:
-        if name.startswith(INDEX_PREFIX):
+        if name.startswith("index "):
             self._seen_partitions.add(name)
             self._hits += rows
-            task = self._task("index pass", self._partitions)
             self._progress.update(
-                task,
+                self._task("index pass", len(PARTITIONS)),
                 completed=len(self._seen_partitions),
-                description=f"index pass: {len(self._seen_partitions)} of {self._partitions}"
+                description=f"index pass: {len(self._seen_partitions)} of {len(PARTITIONS)}"
                 f" partitions, {self._hits} due record(s)",
             )
             return
@@ -60,8 +51,7 @@ class SweepProgress:
 
 @contextmanager
 def library_logs(verbose: bool) -> Iterator[None]:
-    """Show ddbtx's own log records on stderr while a command runs: errors only (the rest is
-    in the sweep's report), or with ``verbose`` info and warnings too; restored afterwards."""
+    """ddbtx's log records on stderr while a command runs: errors, or with ``verbose`` info too."""
     log = logging.getLogger("ddbtx")
     saved = (list(log.handlers), log.propagate, log.level)
     handler = logging.StreamHandler()
@@ -92,11 +82,9 @@ REPORT_ROWS = (
 
 def report_table(report: dict[str, Any], title: str) -> Any:
     """A sweep report (``SweepReport.to_dict()``) as a rich table."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table(title=title, show_header=False)
-    table.add_column("what")
-    table.add_column("count", justify="right")
+    table = Table("what", Column("count", justify="right"), title=title, show_header=False)
     for name, label in REPORT_ROWS:
         table.add_row(label, str(report[name]))
     table.add_row("complete", "yes" if report["complete"] else f"no ({report['stopped_by']})")

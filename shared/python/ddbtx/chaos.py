@@ -1,16 +1,12 @@
 """Fault injection on a real boto3 client through botocore's event system: kill a
 coordinator between any two DynamoDB calls without touching protocol code.
 
-``before``
-    the process dies just before call *k* is sent: nothing applied.
-``after``
-    call *k* is applied but the process dies before seeing the response.
-``lost``
-    call *k* is applied, its response is lost, and botocore retries the same
-    request (the retry then meets its own write, e.g. as a failed condition).
-``throttle``
-    call *k* is answered with ``ProvisionedThroughputExceededException`` on
-    every attempt, so botocore's retries run out.
+* ``before``: the process dies just before call *k* is sent: nothing applied.
+* ``after``: call *k* is applied but the process dies before seeing the response.
+* ``lost``: call *k* is applied, its response is lost, and botocore retries the same
+  request (the retry then meets its own write, e.g. as a failed condition).
+* ``throttle``: call *k* is answered with ``ProvisionedThroughputExceededException`` on
+  every attempt, so botocore's retries run out.
 
 Examples
 --------
@@ -26,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -38,11 +35,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = ("before", "after", "lost", "throttle")
 
 
 class Crash(BaseException):
-    """The simulated death of a coordinator.
-
-    A ``BaseException`` so that no ``except Exception`` in library code can
-    swallow it: the coordinator is gone, whatever it was doing.
-    """
+    """The simulated death of a coordinator: a ``BaseException``, so that no ``except
+    Exception`` in library code can swallow it (the coordinator is gone, whatever it did)."""
 
 
 class _RawBody:
@@ -56,31 +50,6 @@ class _RawBody:
         return self._body
 
 
-class _CallIndex:
-    """Which call (and which attempt of it) the current thread or asyncio task makes: a
-    context variable, so calls interleaved on one event loop keep their own."""
-
-    def __init__(self) -> None:
-        self._value: ContextVar[int] = ContextVar("chaos_call", default=-1)
-        self._attempt: ContextVar[int] = ContextVar("chaos_attempt", default=0)
-
-    @property
-    def value(self) -> int:
-        return self._value.get()
-
-    @value.setter
-    def value(self, value: int) -> None:
-        self._value.set(value)
-
-    @property
-    def attempt(self) -> int:
-        return self._attempt.get()
-
-    @attempt.setter
-    def attempt(self, value: int) -> None:
-        self._attempt.set(value)
-
-
 class Chaos:
     """Count a client's DynamoDB calls and inject one fault at a chosen call index."""
 
@@ -91,9 +60,15 @@ class Chaos:
         self.at = -1
         self.fired = False
         self._lock = threading.Lock()
-        self._index = _CallIndex()
-        # An aiobotocore client awaits a response's body: an injected one is made so.
-        self._response = _aio_response if _is_aio(client) else AWSResponse
+        # Context variables: calls interleaved on one event loop keep their own index.
+        self._call: ContextVar[int] = ContextVar("chaos_call", default=-1)
+        self._attempt: ContextVar[int] = ContextVar("chaos_attempt", default=0)
+        self._response: Callable[..., AWSResponse] = AWSResponse
+        if any(c.__module__.startswith("aiobotocore") for c in type(client).__mro__):
+            # An aiobotocore client awaits a response's body: an injected one is made so.
+            from aiobotocore.awsrequest import AioAWSResponse  # type: ignore[import-untyped]
+
+            self._response = AioAWSResponse
         self._session = URLLib3Session()
         events = client.meta.events
         events.register("before-call.dynamodb", self._before_call)
@@ -118,12 +93,12 @@ class Chaos:
         events.unregister("after-call.dynamodb", self._after_call)
 
     def _targeted(self) -> bool:
-        return self.kind is not None and self._index.value == self.at
+        return self.kind is not None and self._call.get() == self.at
 
     def _before_call(self, model: Any, **_: Any) -> None:
         with self._lock:
-            self._index.value = len(self.calls)
-            self._index.attempt = 0
+            self._call.set(len(self.calls))
+            self._attempt.set(0)
             self.calls.append(model.name)
             if self._targeted() and self.kind == "before":
                 self.fired = True
@@ -132,8 +107,8 @@ class Chaos:
     def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
         if not self._targeted():
             return None
-        attempt = self._index.attempt
-        self._index.attempt = attempt + 1
+        attempt = self._attempt.get()
+        self._attempt.set(attempt + 1)
         if self.kind == "lost" and attempt == 0:
             self._session.send(request)  # applied by DynamoDB...
             self.fired = True
@@ -147,27 +122,11 @@ class Chaos:
                     "message": "injected throttle",
                 }
             ).encode()
-            headers = HTTPHeaders()
-            headers["content-type"] = "application/x-amz-json-1.0"
-            response: AWSResponse = self._response(request.url, 400, headers, _RawBody(body))
-            return response
+            headers = HTTPHeaders.from_dict({"content-type": "application/x-amz-json-1.0"})
+            return self._response(request.url, 400, headers, _RawBody(body))
         return None
 
     def _after_call(self, model: Any, **_: Any) -> None:
         if self._targeted() and self.kind == "after":
             self.fired = True
             raise Crash(f"crash after call {self.at} ({model.name})")
-
-
-def _is_aio(client: Any) -> bool:
-    return type(client).__module__.startswith("aiobotocore") or any(
-        c.__module__.startswith("aiobotocore") for c in type(client).__mro__
-    )
-
-
-def _aio_response(url: str, status: int, headers: HTTPHeaders, raw: _RawBody) -> AWSResponse:
-    """An injected response an aiobotocore client can await (imported only for one)."""
-    from aiobotocore.awsrequest import AioAWSResponse  # type: ignore[import-untyped]
-
-    response: AWSResponse = AioAWSResponse(url, status, headers, raw)
-    return response

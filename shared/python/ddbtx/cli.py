@@ -6,17 +6,31 @@ and the Lambda layer never need them.
 
 # No ``from __future__ import annotations``: typer reads the commands' annotations
 # at run time, and they name ``typer``, which is imported inside :func:`_app` only.
+import getpass
+import importlib.util
 import json
+import socket
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from . import __version__, recovery
 from . import schema as s
-from ._cli_errors import CliError, explain
-from ._cli_progress import report_table
+from ._cli_errors import CliError, check_endpoint, explain
+from ._cli_progress import SweepProgress, library_logs, report_table
+from ._dynamo import client_config
 from ._items import applied, lock_owner
+from .demo import run_demo
+from .errors import InvalidTransactionIdError, LockNotFoundError, TableNotFound
+from .local import KINDS
+from .locks import break_lock, list_locks
+from .sweeper import Sweeper
+from .tables import LockIndexError, add_lock_index
+from .transaction import TransactionManager
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,8 +54,6 @@ class Options:
     def client(self) -> Any:
         import boto3
 
-        from ._dynamo import client_config
-
         # A session of its own: boto3's default one caches what it resolved first.
         session = boto3.session.Session()
         region = self.region
@@ -52,42 +64,27 @@ class Options:
         )
 
     def manager(self) -> Any:
-        from .transaction import TransactionManager
-
         return TransactionManager(self.client(), self.transactions_table, self.images_table)
 
-    def tables(self) -> list[tuple[str, str]]:
-        """Each configured table with the option (and variable) that names it."""
-        named = [
+    def explain(self, exc: BaseException) -> str | None:
+        """The one-line message for a mistake in these options (see :mod:`ddbtx._cli_errors`)."""
+        import boto3
+
+        tables = [
             (self.transactions_table, "--transactions-table / TRANSACTIONS_TABLE"),
             (self.images_table, "--images-table / IMAGES_TABLE"),
         ]
         if self.locks_table:
-            named.append((self.locks_table, "--locks-table / LOCKS_TABLE"))
-        named += [(t, "--data-tables / DATA_TABLES") for t in self.data_tables]
-        return named
-
-    def explain(self, exc: BaseException) -> str | None:
-        """The one-line message for a mistake in these options (see :mod:`ddbtx._cli_errors`)."""
-
-        def describe(name: str) -> Any:
-            return self.client().describe_table(TableName=name)
-
+            tables.append((self.locks_table, "--locks-table / LOCKS_TABLE"))
+        tables += [(t, "--data-tables / DATA_TABLES") for t in self.data_tables]
         return explain(
             exc,
             endpoint=self.endpoint_url,
-            describe=describe,
-            tables=self.tables(),
-            region=self.region or _default_region(),
+            describe=lambda name: self.client().describe_table(TableName=name),
+            tables=tables,
+            # With no --region, the one boto3 would pick (environment, then profile).
+            region=self.region or boto3.session.Session().region_name,
         )
-
-
-def _default_region() -> str | None:
-    """The region boto3 would pick with no --region (environment, then profile)."""
-    import boto3
-
-    region: str | None = boto3.session.Session().region_name
-    return region
 
 
 def _version(value: bool) -> None:
@@ -95,10 +92,6 @@ def _version(value: bool) -> None:
     import typer
 
     if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        from . import __version__
-
         try:
             installed = version("ddbtx")
         except PackageNotFoundError:  # run from a checkout's source, not installed
@@ -125,84 +118,12 @@ def _yes(flag: Any) -> str:
     return "yes" if flag else "no"
 
 
-def cmd_sweep(
-    opts: Options,
-    *,
-    rollback_after: int,
-    delete_after: int,
-    page_budget: int | None,
-    full: bool,
-    console: "Console | None" = None,
-) -> int:
-    """Run the sweeper now, with one progress line per pass; print its report."""
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from ._cli_progress import SweepProgress
-    from .sweeper import PARTITIONS, Sweeper
-
-    console = console or _console()
-    manager = opts.manager()
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=opts.as_json,
-    ) as progress:
-        advance = SweepProgress(
-            progress,
-            partitions=len(PARTITIONS),
-            full_scan_table=manager.transactions_table if full else None,
-        )
-        sweeper: Sweeper = Sweeper(
-            manager,
-            rollback_after=timedelta(seconds=rollback_after),
-            delete_after=timedelta(seconds=delete_after),
-            locks_table=opts.locks_table,
-            data_tables=opts.data_tables,
-            progress=advance,
-        )
-        # Without a budget this sweep covers everything, so it starts from the beginning;
-        # with one it continues where the last sweep (Lambda's or ours) stopped.
-        report = (
-            sweeper.run_full()
-            if full
-            else sweeper.run(page_budget=page_budget, resume=page_budget is not None)
-        )
-    data = report.to_dict()
-    if opts.as_json:
-        _print_json(data)
-    else:
-        console.print(report_table(data, "sweep"))
-        if report.stuck_ids:
-            console.print("stuck transactions: " + ", ".join(report.stuck_ids))
-    return 1 if report.errors else 0
-
-
-def _by_id(
-    action: Callable[[Any, str], dict[str, Any]], opts: Options, tx_id: str
-) -> dict[str, Any]:
+def _by_id(action: Callable[..., dict[str, Any]], opts: Options, tx_id: str) -> dict[str, Any]:
     """``inspect`` or ``recover`` of ``tx_id``; an id that cannot be one is a usage error."""
-    from .errors import InvalidTransactionIdError
-
     try:
         return action(opts.manager(), tx_id)
     except InvalidTransactionIdError as exc:
         raise CliError(str(exc)) from exc
-
-
-def cmd_inspect(opts: Options, tx_id: str) -> int:
-    """Show a transaction's state, items and held locks."""
-    from .recovery import inspect
-
-    result = _by_id(inspect, opts, tx_id)
-    if opts.as_json:
-        _print_json(result)
-    else:
-        _show_transaction(result)
-    return 0 if result["found"] else 1
 
 
 def _show_transaction(result: dict[str, Any]) -> None:
@@ -223,36 +144,19 @@ def _show_transaction(result: dict[str, Any]) -> None:
     )
     table = Table("table", "key", "operation", "locked", "write applied", "other holder")
     for item in result["items"]:
-        other = item["locked_by"] if item["locked_by"] != result["transaction_id"] else ""
         table.add_row(
             item["table"],
             _key_text(item["key"]),
             item["operation"],
             _yes(item["locked"]),
             _yes(item["write_applied"]),
-            other or "",
+            "" if item["locked_by"] == result["transaction_id"] else item["locked_by"] or "",
         )
     console.print(table)
 
 
-def cmd_recover(opts: Options, tx_id: str) -> int:
-    """Drive one transaction to completion and show it afterwards."""
-    from .recovery import recover
-
-    result = _by_id(recover, opts, tx_id)
-    if opts.as_json:
-        _print_json(result)
-    else:
-        _console().print(f"recover {tx_id}: [bold]{result['outcome']}[/bold]")
-        if "after" in result:
-            _show_transaction(result["after"])
-    return 1 if result["outcome"] in ("missing", "active") else 0
-
-
 def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
     """Every data item carrying a transaction lock, with the holder's state."""
-    from .recovery import STATE_NAMES
-
     rows = []
     for table in tables:
         names = tm.key_names(table)
@@ -266,7 +170,7 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
             for item in page["Items"]:
                 owner = lock_owner(item) or ""
                 header = tm.protocol.run(tm.protocol.records.read_header(owner))
-                state = "record gone" if header is None else STATE_NAMES[header.state]
+                state = "record gone" if header is None else recovery.STATE_NAMES[header.state]
                 if header is not None and header.completed:
                     state += " (finished)"
                 rows.append(
@@ -283,10 +187,6 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
 
 def cmd_locks(opts: Options) -> int:
     """Who holds what: lock-table rows (with queue positions) and transaction item locks."""
-    from dataclasses import asdict
-
-    from .locks import list_locks
-
     if not opts.locks_table and not opts.data_tables:
         raise CliError(
             "no table to list: name the locks table (--locks-table / LOCKS_TABLE) and the data"
@@ -342,90 +242,14 @@ def _item_table(item_locks: list[dict[str, Any]]) -> "Table":
     return table
 
 
-def cmd_break_lock(
-    opts: Options,
-    resource: str,
-    *,
-    namespace: str | None = None,
-    kind: str | None = None,
-    force: bool = False,
-    by: str | None = None,
-) -> int:
-    """Break one lock row (mutex, lease or FIFO) whose holder is gone; print the outcome
-    and, when broken, an audit line (who, what, the row before) on stderr.
-
-    Exit status: 0 broken (or nobody held it), 1 refused.
-    """
-    import time
-
-    from .errors import LockNotFoundError
-    from .locks import break_lock
-
-    if not opts.locks_table:
-        raise CliError("no locks table: name it with --locks-table / LOCKS_TABLE")
-    who = _operator(by)
-    console = _console()
-
-    def watch(seconds: float) -> None:
-        if not opts.as_json:
-            console.print(f"watching the holder for one lease ({seconds:.1f} s) ...")
-        time.sleep(seconds)
-
-    try:
-        result = break_lock(
-            opts.client(), opts.locks_table, resource, by=who, kind=kind,  # type: ignore[arg-type]
-            namespace=namespace, force=force, sleep=watch,
-        )  # fmt: skip
-    except (ValueError, LockNotFoundError) as exc:
-        raise CliError(str(exc)) from exc
-    if result.outcome == "broken":
-        before = json.dumps(result.before, sort_keys=True)
-        print(
-            f"ddbtx: audit: {who} broke the {result.kind} lock on {resource!r}"
-            f"{f' (namespace {result.namespace!r})' if result.namespace else ''} held by"
-            f" {result.owner} (token {result.fencing_token}){' by force' if force else ''};"
-            f" row before: {before}",
-            file=sys.stderr,
-        )
-    if opts.as_json:
-        _print_json(result.to_dict())
-    else:
-        holder = f" held by {result.owner} (token {result.fencing_token})" if result.owner else ""
-        console.print(f"{result.kind} lock on {resource!r}{holder}: [bold]{result.outcome}[/bold]")
-        if result.reason:
-            console.print(result.reason)
-    return 1 if result.outcome == "refused" else 0
-
-
 def _operator(by: str | None) -> str:
     """Who breaks a lock: ``--by``, else user@host."""
-    import getpass
-    import socket
-
     if by is not None:
         return by
     try:
         return f"{getpass.getuser()}@{socket.gethostname()}"
     except (OSError, KeyError) as exc:  # a container user with no passwd entry
         raise CliError("cannot tell who you are: name yourself with --by") from exc
-
-
-def cmd_add_lock_index(opts: Options, table: str, *, wait: bool = True) -> int:
-    """Add the sparse lock index to a data table; one line of outcome, 0 when done."""
-    from .errors import TableNotFound
-    from .tables import LockIndexError, add_lock_index
-
-    where = opts.endpoint_url or opts.region or "the default region"
-    try:
-        status = add_lock_index(opts.client(), table, wait=wait)
-    except TableNotFound:
-        print(f"error: no table {table!r} at {where}")
-        return 1
-    except LockIndexError as exc:
-        print(f"error: {exc}")
-        return 1
-    print(f"{table}: index {s.LOCK_INDEX} on {s.ATTR_LOCK} is {status}")
-    return 0
 
 
 def _app(state: dict[str, Options]) -> Any:
@@ -458,11 +282,7 @@ def _app(state: dict[str, Options]) -> Any:
             False, "--version", is_eager=True, callback=_version, help="print the version"
         ),
     ) -> None:
-        from ._cli_errors import check_endpoint
-        from ._cli_progress import library_logs
-
         check_endpoint(endpoint_url)
-
         ctx.with_resource(library_logs(verbose))
         ctx.obj = state["options"] = Options(
             endpoint_url=endpoint_url,
@@ -483,25 +303,65 @@ def _app(state: dict[str, Options]) -> Any:
         full: bool = typer.Option(False, "--full", help="scan the whole transactions table"),
     ) -> None:
         """Sweep now: roll back stale, roll forward committed, clear leftovers."""
-        raise typer.Exit(
-            cmd_sweep(
-                ctx.obj,
-                rollback_after=rollback_after,
-                delete_after=delete_after,
-                page_budget=page_budget,
-                full=full,
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        opts: Options = ctx.obj
+        console = _console()
+        manager = opts.manager()
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=opts.as_json,
+        ) as progress:
+            sweeper = Sweeper(
+                manager,
+                rollback_after=timedelta(seconds=rollback_after),
+                delete_after=timedelta(seconds=delete_after),
+                locks_table=opts.locks_table,
+                data_tables=opts.data_tables,
+                progress=SweepProgress(progress, manager.transactions_table if full else None),
             )
-        )
+            # Without a budget this sweep covers everything, so it starts from the beginning;
+            # with one it continues where the last sweep (Lambda's or ours) stopped.
+            report = (
+                sweeper.run_full()
+                if full
+                else sweeper.run(page_budget=page_budget, resume=page_budget is not None)
+            )
+        data = report.to_dict()
+        if opts.as_json:
+            _print_json(data)
+        else:
+            console.print(report_table(data, "sweep"))
+            if report.stuck_ids:
+                console.print("stuck transactions: " + ", ".join(report.stuck_ids))
+        raise typer.Exit(1 if report.errors else 0)
 
     @app.command()
     def inspect(ctx: typer.Context, tx_id: str) -> None:
         """Show a transaction: state, items, and which locks it still holds."""
-        raise typer.Exit(cmd_inspect(ctx.obj, tx_id))
+        result = _by_id(recovery.inspect, ctx.obj, tx_id)
+        if ctx.obj.as_json:
+            _print_json(result)
+        else:
+            _show_transaction(result)
+        raise typer.Exit(0 if result["found"] else 1)
 
     @app.command()
     def recover(ctx: typer.Context, tx_id: str) -> None:
         """Drive a transaction to completion: forward if committed, back if pending."""
-        raise typer.Exit(cmd_recover(ctx.obj, tx_id))
+        result = _by_id(recovery.recover, ctx.obj, tx_id)
+        if ctx.obj.as_json:
+            _print_json(result)
+        else:
+            _console().print(f"recover {tx_id}: [bold]{result['outcome']}[/bold]")
+            if "after" in result:
+                _show_transaction(result["after"])
+        raise typer.Exit(1 if result["outcome"] in ("missing", "active") else 0)
 
     locks_app = typer.Typer(help="Who holds what; break a lock whose holder is gone.")
 
@@ -525,20 +385,62 @@ def _app(state: dict[str, Options]) -> Any:
         by: str | None = typer.Option(None, help="who breaks it (default: user@host)"),
     ) -> None:
         """Break a lock whose holder is gone; refused while the holder heartbeats."""
-        raise typer.Exit(
-            cmd_break_lock(ctx.obj, resource, namespace=namespace, kind=kind, force=force, by=by)
-        )
+        opts: Options = ctx.obj
+        if not opts.locks_table:
+            raise CliError("no locks table: name it with --locks-table / LOCKS_TABLE")
+        who = _operator(by)
+        console = _console()
+
+        def watch(seconds: float) -> None:
+            if not opts.as_json:
+                console.print(f"watching the holder for one lease ({seconds:.1f} s) ...")
+            time.sleep(seconds)
+
+        try:
+            result = break_lock(
+                opts.client(), opts.locks_table, resource, by=who, kind=kind,  # type: ignore[arg-type]
+                namespace=namespace, force=force, sleep=watch,
+            )  # fmt: skip
+        except (ValueError, LockNotFoundError) as exc:
+            raise CliError(str(exc)) from exc
+        if result.outcome == "broken":
+            print(
+                f"ddbtx: audit: {who} broke the {result.kind} lock on {resource!r}"
+                f"{f' (namespace {result.namespace!r})' if result.namespace else ''} held by"
+                f" {result.owner} (token {result.fencing_token}){' by force' if force else ''};"
+                f" row before: {json.dumps(result.before, sort_keys=True)}",
+                file=sys.stderr,
+            )
+        if opts.as_json:
+            _print_json(result.to_dict())
+        else:
+            held = f" held by {result.owner} (token {result.fencing_token})" if result.owner else ""
+            console.print(
+                f"{result.kind} lock on {resource!r}{held}: [bold]{result.outcome}[/bold]"
+            )
+            if result.reason:
+                console.print(result.reason)
+        raise typer.Exit(1 if result.outcome == "refused" else 0)
 
     app.add_typer(locks_app, name="locks")
 
     @app.command("add-lock-index")
-    def add_lock_index(
+    def add_index(
         ctx: typer.Context,
         table: str,
         wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until it is built"),
     ) -> None:
         """Add the sweeper's sparse lock index to a data table you brought (dataTables)."""
-        raise typer.Exit(cmd_add_lock_index(ctx.obj, table, wait=wait))
+        try:
+            status = add_lock_index(ctx.obj.client(), table, wait=wait)
+        except TableNotFound:
+            where = ctx.obj.endpoint_url or ctx.obj.region or "the default region"
+            print(f"error: no table {table!r} at {where}")
+            raise typer.Exit(1) from None
+        except LockIndexError as exc:
+            print(f"error: {exc}")
+            raise typer.Exit(1) from None
+        print(f"{table}: index {s.LOCK_INDEX} on {s.ATTR_LOCK} is {status}")
 
     @app.command()
     def demo(
@@ -550,18 +452,12 @@ def _app(state: dict[str, Options]) -> Any:
         ),
     ) -> None:
         """Embedded DynamoDB, a bank with crashing coordinators, and the sweeper cleaning up."""
-        import importlib.util
-
-        from .local import KINDS
-
         if emulator not in KINDS:
             raise CliError(f"--emulator must be one of {', '.join(KINDS)}, not {emulator!r}")
         if emulator == "moto" and importlib.util.find_spec("moto") is None:
             raise CliError(
                 "the demo needs moto's server: pip install '.[demo]' in a ddbtx checkout"
             )
-        from .demo import run_demo
-
         result = run_demo(workers=workers, transfers=transfers, seed=seed, emulator=emulator)
         raise typer.Exit(0 if result.clean else 1)
 
@@ -589,11 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _app(state)(args=argv, prog_name="ddbtx")
     except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:
-        options = state.get("options", Options())
-        message = options.explain(exc)
+        message = state.get("options", Options()).explain(exc)
         if message is None:
             raise  # not a mistake in the command: a bug, with its traceback
         print(f"ddbtx: error: {message}", file=sys.stderr)

@@ -1,9 +1,7 @@
 """``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep.
 
-Needs only the ``demo`` extra: moto's server runs in this process, and the sweep is the
-sweeper Lambda's own core call (:func:`sweep_as_the_handler_does`). The seed fixes every
-transfer and every killed coordinator (killed ones run afterwards, on disjoint accounts),
-so every count but the retries is the same on every run of a seed.
+The seed fixes every transfer and every killed coordinator (killed ones run afterwards, on
+disjoint accounts), so every count but the retries is the same on every run of a seed.
 """
 
 from __future__ import annotations
@@ -13,11 +11,10 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from . import schema as s
-from ._cli_progress import report_table
+from ._cli_progress import REPORT_ROWS, report_table
 from ._items import flag, strip
 from .chaos import Chaos, Crash, FaultKind
 from .errors import TransactionConflictError, TransactionRolledBackError
@@ -63,6 +60,21 @@ class Transfer:
     amount: int
     #: (fault kind, call index) where its coordinator dies; None for a live one.
     crash: tuple[FaultKind, int] | None = None
+
+    def pay(self, tx: Transaction) -> None:
+        tx.update_item(
+            TableName=DEMO_TABLES["data"],
+            Key={"pk": {"S": self.source}},
+            UpdateExpression="SET balance = balance - :n",
+            ConditionExpression="balance >= :n",
+            ExpressionAttributeValues={":n": {"N": str(self.amount)}},
+        )
+        tx.update_item(
+            TableName=DEMO_TABLES["data"],
+            Key={"pk": {"S": self.target}},
+            UpdateExpression="SET balance = balance + :n",
+            ExpressionAttributeValues={":n": {"N": str(self.amount)}},
+        )
 
 
 @dataclass(frozen=True)
@@ -156,34 +168,14 @@ def _manager(db: LocalDynamo) -> TransactionManager:
     )
 
 
-def _pay(transfer: Transfer) -> Callable[[Transaction], None]:
-    def work(tx: Transaction) -> None:
-        tx.update_item(
-            TableName=DEMO_TABLES["data"],
-            Key={"pk": {"S": transfer.source}},
-            UpdateExpression="SET balance = balance - :n",
-            ConditionExpression="balance >= :n",
-            ExpressionAttributeValues={":n": {"N": str(transfer.amount)}},
-        )
-        tx.update_item(
-            TableName=DEMO_TABLES["data"],
-            Key={"pk": {"S": transfer.target}},
-            UpdateExpression="SET balance = balance + :n",
-            ExpressionAttributeValues={":n": {"N": str(transfer.amount)}},
-        )
-
-    return work
-
-
 def _live_worker(db: LocalDynamo, transfers: tuple[Transfer, ...], outcome: Outcome) -> None:
     for transfer in transfers:
-        pay = _pay(transfer)
         attempts = 0
 
-        def counted(tx: Transaction, pay: Callable[[Transaction], None] = pay) -> None:
+        def counted(tx: Transaction, transfer: Transfer = transfer) -> None:
             nonlocal attempts
             attempts += 1
-            pay(tx)
+            transfer.pay(tx)
 
         try:
             _manager(db).run(counted, attempts=ATTEMPTS)
@@ -196,42 +188,34 @@ def _doomed_worker(db: LocalDynamo, transfer: Transfer, outcome: Outcome) -> Non
     """A coordinator that dies at its planned call: no rollback, no clean-up, nothing."""
     assert transfer.crash is not None
     tm = _manager(db)
-    chaos = Chaos(tm.client)
-    chaos.arm(*transfer.crash)
+    Chaos(tm.client).arm(*transfer.crash)
     tx = tm.begin()
     try:
-        _pay(transfer)(tx)
+        transfer.pay(tx)
         tx.commit()
         tx.delete()
     except Crash:
         outcome.add(killed=1)
         with outcome.lock:
             outcome.killed_ids.add(tx.id)
-    finally:
-        chaos.close()
-
-
-def _in_threads(targets: list[Callable[[], None]]) -> None:
-    threads = [threading.Thread(target=target) for target in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
 
 
 def run_transfers(db: LocalDynamo, plan: Plan) -> Outcome:
     """The live transfers concurrently, then the doomed ones (concurrently, apart)."""
     outcome = Outcome()
-    _in_threads([partial(_live_worker, db, mine, outcome) for mine in plan.live])
-    _in_threads([partial(_doomed_worker, db, doomed, outcome) for doomed in plan.killed])
+    for worker, jobs in ((_live_worker, plan.live), (_doomed_worker, plan.killed)):
+        threads = [threading.Thread(target=worker, args=(db, job, outcome)) for job in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     return outcome
 
 
 def sweep_as_the_handler_does(client: Any, environment: Mapping[str, str]) -> SweepReport:
     """One sweeper tick: the two calls ``functions/sweeper/handler.py`` makes, without Lambda."""
     settings = JanitorSettings.from_env(environment)
-    sweeper = settings.sweeper(settings.manager(client))
-    return sweeper.run(page_budget=settings.page_budget)
+    return settings.sweeper(settings.manager(client)).run(page_budget=settings.page_budget)
 
 
 @dataclass(frozen=True)
@@ -248,13 +232,8 @@ class Health:
     records: frozenset[str] = frozenset()
 
     def clean(self, expected: int) -> bool:
-        return (
-            self.raw_total == expected
-            and self.committed_total == expected
-            and not self.unfinished
-            and self.locked_items == 0
-            and self.images == 0
-            and self.lock_rows == 0
+        return self.raw_total == self.committed_total == expected and not (
+            self.unfinished or self.locked_items or self.images or self.lock_rows
         )
 
 
@@ -294,18 +273,14 @@ def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
     )
 
 
-def health_table(before: Health, after: Health | None, expected: int) -> Any:
-    from rich.table import Table
+def health_table(expected: int, *states: Health) -> Any:
+    from rich.table import Column, Table
 
-    table = Table(title="state of the bank")
-    table.add_column("")
-    table.add_column("after crashes", justify="right")
-    if after is not None:
-        table.add_column("after sweep", justify="right")
+    titles = ("after crashes", "after sweep")[: len(states)]
+    table = Table("", *(Column(t, justify="right") for t in titles), title="state of the bank")
 
     def row(label: str, pick: Callable[[Health], object]) -> None:
-        values = [str(pick(before))] + ([str(pick(after))] if after is not None else [])
-        table.add_row(label, *values)
+        table.add_row(label, *(str(pick(h)) for h in states))
 
     row(f"balances as stored (want {expected})", lambda h: h.raw_total)
     row(f"balances, COMMITTED reads (want {expected})", lambda h: h.committed_total)
@@ -322,9 +297,8 @@ def health_table(before: Health, after: Health | None, expected: int) -> Any:
 def what_the_sweep_did(report: SweepReport, before: Health, after: Health) -> str:
     """The sweep's work in the bank's terms: every unlocked item is accounted for."""
     unlocked = before.locked_items - after.locked_items
-    settled = unlocked - report.locks_released
     return (
-        f"the sweep unlocked {unlocked} item(s): {settled} while rolling"
+        f"the sweep unlocked {unlocked} item(s): {unlocked - report.locks_released} while rolling"
         f" {report.rolled_back} transaction(s) back and {report.rolled_forward} forward and"
         f" finishing {report.finalised}, and {report.locks_released} stray lock(s) whose"
         f" record was gone or finished; it deleted {report.deleted} finished record(s),"
@@ -352,42 +326,20 @@ class DemoResult:
 
     def reproducible(self) -> dict[str, Any]:
         """Every figure the seed alone decides (the same on every run of that seed)."""
-
-        def counts(h: Health) -> dict[str, Any]:
-            return {
-                "raw_total": h.raw_total,
-                "committed_total": h.committed_total,
-                "unfinished": dict(h.unfinished),
-                "locked_items": h.locked_items,
-                "images": h.images,
-                "lock_rows": h.lock_rows,
-            }
-
+        # Every counter but the rows scanned, which the aborted attempts' records add to.
         report = self.report.to_dict()
-        swept = {k: report[k] for k in (*_SEED_DECIDED, "complete")}
-        swept["deleted"] = report["deleted"] - self.aborted_records
+        swept = {k: report[k] for k, _ in REPORT_ROWS if k != "scanned"}
+        swept["deleted"] -= self.aborted_records
+        swept["complete"] = report["complete"]
         return {
             "plan": self.plan,
             "committed": self.outcome.committed,
             "gave_up": self.outcome.gave_up,
             "killed": self.outcome.killed,
-            "before": counts(self.before),
-            "after": counts(self.after),
+            "before": {k: v for k, v in vars(self.before).items() if k != "records"},
+            "after": {k: v for k, v in vars(self.after).items() if k != "records"},
             "sweep": swept,
         }
-
-
-#: Sweep counters that only the killed coordinators feed.
-_SEED_DECIDED: Final = (
-    "stuck",
-    "rolled_back",
-    "rolled_forward",
-    "finalised",
-    "orphan_images_deleted",
-    "locks_released",
-    "lock_rows_deleted",
-    "errors",
-)
 
 
 def _setup(db: LocalDynamo, plan: Plan) -> TransactionManager:
@@ -453,7 +405,7 @@ def run_demo(
             " aborted attempts for the sweeper (these two counts alone vary from run to run:"
             " they depend on how the threads interleave)"
         )
-        out.print(health_table(before, None, expected))
+        out.print(health_table(expected, before))
         out.print(
             "sweeping as the sweeper Lambda does on each tick (ddbtx.sweeper, configured by"
             " JanitorSettings.from_env) with ROLLBACK_AFTER_SECONDS=0 and DELETE_AFTER_SECONDS=0,"
@@ -463,7 +415,7 @@ def run_demo(
         out.print(report_table(report.to_dict(), "sweep report"))
         after = health(tm, plan.accounts)
         out.print(what_the_sweep_did(report, before, after))
-        out.print(health_table(before, after, expected))
+        out.print(health_table(expected, before, after))
     result = DemoResult(plan, outcome, before, after, report, aborted)
     if result.clean:
         out.print(

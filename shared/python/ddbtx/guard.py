@@ -16,7 +16,6 @@ from .errors import DdbtxError
 
 #: Name placeholder the guard uses for the lock attribute (a suffix is added on a clash).
 PLACEHOLDER: Final = "#ddbtxLock"
-_WRITES: Final = ("Put", "Update", "Delete")
 #: Parameters of DynamoDB's legacy API, which cannot be combined with a ConditionExpression.
 _LEGACY: Final = ("Expected", "AttributeUpdates", "ConditionalOperator")
 
@@ -73,11 +72,8 @@ def guard(params: Mapping[str, Any]) -> dict[str, Any]:
             "send each item as a guarded PutItem/DeleteItem or in a TransactWriteItems"
         )
     if "TransactItems" in params:
-        guarded = dict(params)
-        guarded["TransactItems"] = [
-            _guard_transact_item(i, item) for i, item in enumerate(params["TransactItems"])
-        ]
-        return guarded
+        items = [_guard_transact_item(i, item) for i, item in enumerate(params["TransactItems"])]
+        return {**params, "TransactItems": items}
     return _guard_write(params, "request")
 
 
@@ -93,7 +89,7 @@ def is_locked(item: Mapping[str, Any] | None) -> bool:
 
 
 def _guard_transact_item(index: int, item: Mapping[str, Any]) -> dict[str, Any]:
-    kinds = [k for k in item if k in (*_WRITES, "ConditionCheck")]
+    kinds = [k for k in item if k in ("Put", "Update", "Delete", "ConditionCheck")]
     if len(kinds) != 1:
         raise GuardError(
             f"TransactItems[{index}]: expected exactly one of Put, Update, Delete or "
@@ -135,9 +131,8 @@ def _guard_write(params: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _render(
     condition: Any, names: dict[str, str], values: dict[str, Any] | None
 ) -> tuple[str, dict[str, str], dict[str, Any] | None]:
-    """A conditions object as (expression, names, values): the request's ``names`` and
-    ``values`` with the object's placeholders added, renamed free in the request (boto3
-    numbers them ``#n0``, ``:v0`` ...; a request may use those too)."""
+    """A conditions object as (expression, names, values), its placeholders renamed clear of
+    the request's (boto3 numbers them ``#n0``, ``:v0`` ..., which a request may use too)."""
     from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 
     if not isinstance(condition, ConditionBase):

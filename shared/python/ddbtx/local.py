@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
@@ -36,8 +35,7 @@ def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        return int(sock.getsockname()[1])
 
 
 def _wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None) -> None:
@@ -80,6 +78,7 @@ def _linearizable_moto_server(port: int) -> Any:
     )
     from werkzeug.serving import make_server
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     app = DomainDispatcherApplication(create_backend_app)
     one_at_a_time = threading.Lock()
 
@@ -120,24 +119,20 @@ class LocalDynamo:
 
     def start(self) -> LocalDynamo:
         self.port = free_port()
-        if self.kind == "moto" and self.own_process:
-            args = [sys.executable, "-m", "ddbtx.local", "serve-moto", str(self.port)]
-            self._proc = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            _wait_for_port(self.port, 20.0, self._proc)
-        elif self.kind == "moto":
-            logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        if self.kind == "moto" and not self.own_process:
             self._moto = _linearizable_moto_server(self.port)
             threading.Thread(target=self._moto.serve_forever, daemon=True).start()
             _wait_for_port(self.port, 10.0, None)
         else:
-            node = shutil.which("node")
-            if node is None:
-                raise EmulatorError("node is not on the PATH; dynalite needs Node.js 20+")
-            args = [node, str(find_dynalite()), "--host", "127.0.0.1", "--port", str(self.port)]
-            # Tables become ACTIVE at once: the protocol never races table creation.
-            args += ["--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]
+            if self.kind == "moto":
+                args = [sys.executable, "-m", "ddbtx.local", "serve-moto", str(self.port)]
+            else:
+                node = shutil.which("node")
+                if node is None:
+                    raise EmulatorError("node is not on the PATH; dynalite needs Node.js 20+")
+                args = [node, str(find_dynalite()), "--host", "127.0.0.1", "--port", str(self.port)]
+                # Tables become ACTIVE at once: the protocol never races table creation.
+                args += ["--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]
             self._proc = subprocess.Popen(
                 args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
@@ -176,16 +171,10 @@ class LocalDynamo:
     def __enter__(self) -> LocalDynamo:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.stop()
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["serve-moto"]:
     # The child of LocalDynamo("moto", own_process=True): serve until terminated.
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     _linearizable_moto_server(int(sys.argv[2])).serve_forever()
