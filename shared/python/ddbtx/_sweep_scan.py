@@ -1,5 +1,4 @@
-"""The sweep's scan pass: images, stray item locks and lock rows that outlived their owner.
-Each task records where it is after every row, so a stopped run continues from that row."""
+"""The sweep's scan pass: orphaned images, stray item locks, expired lock rows."""
 
 from __future__ import annotations
 
@@ -22,9 +21,7 @@ TASK_IMAGES: Final = "images"
 TASK_LOCKS: Final = "locks"
 DATA_PREFIX: Final = "data:"
 
-#: Records where the task is (the key of the last row done, or after a page).
 Here = Callable[[Key | None], None]
-#: What a task does with one scan page: its rows and the key after it.
 Visit = Callable[[list[Item], Key | None], Step[None]]
 
 
@@ -56,7 +53,6 @@ class ScanPass:
         return (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))
 
     def run(self, run: Run, cursor: Cursor) -> Step[Cursor]:
-        """Run the scan tasks from the cursor's; returns the start cursor when all finished."""
         tasks = self.tasks
         first = tasks.index(cursor.task) if cursor.task in tasks else 0
         for number in range(first, len(tasks)):
@@ -87,8 +83,7 @@ class ScanPass:
         consistent: bool = True,
         **params: Any,
     ) -> Step[None]:
-        """Scan ``table`` from ``key`` page by page, ``visit``-ing each page's rows and the key
-        after it (``consistent=False`` for a global secondary index, which offers no other)."""
+        """``consistent=False`` for a global secondary index, which offers no other."""
         while True:
             if budgeted:
                 run.check_page()
@@ -113,7 +108,7 @@ class ScanPass:
                 return
 
     def _headers(self) -> Callable[[str], Step[Header | None]]:
-        """A per-page cache of TX record headers (several rows often share a transaction)."""
+        """A per-page cache of headers (several rows often share a transaction)."""
         seen: dict[str, Header | None] = {}
 
         def header(tx_id: str) -> Step[Header | None]:
@@ -123,13 +118,7 @@ class ScanPass:
 
         return header
 
-    def _key_names(self, table: str) -> Step[tuple[str, ...]]:
-        """``tm.key_names(table)`` as a step: a ``DescribeTable`` the first time only."""
-        return tuple((yield from self.tm.schemas.types(table)))
-
     def _sweep_images(self, run: Run, key: Key | None, here: Here) -> Step[None]:
-        names = {"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK}
-
         def visit(page: list[Item], after: Key | None) -> Step[None]:
             header = self._headers()
             for row in page:
@@ -151,13 +140,12 @@ class ScanPass:
             key,
             visit,
             ProjectionExpression="#id, #rid",
-            ExpressionAttributeNames=names,
+            ExpressionAttributeNames={"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK},
         )
 
     def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> Step[None]:
-        """Delete an image whose transaction is gone or completed, after undoing any lock that
-        still depends on it (it is the only copy of the item it saved). Its first row goes
-        first, then its parts (``rid#1``, ...); a part whose first row exists is left to it."""
+        """Undo any lock still depending on the image (its only copy of the item), then delete
+        its first row, then its parts; a part whose first row exists is left to that row."""
         protocol = self.tm.protocol
         key = protocol.image_key(tx_id, rid)
         base, _, part = rid.partition("#")
@@ -182,10 +170,9 @@ class ScanPass:
         run.count("orphan_images_deleted")
 
     def _undo_image_owner(self, run: Run, tx_id: str, rid: str, saved: Item) -> Step[None]:
-        """Undo the lock of the item this image saved, if in a known data table (the request
-        id, a hash of table and key, says which)."""
+        """Undo the lock of the item this image saved, if in a data table (its rid says which)."""
         for table in self.data_tables:
-            names = yield from self._key_names(table)
+            names = tuple((yield from self.tm.schemas.types(table)))
             if not all(n in saved for n in names):
                 continue
             item_key = key_of(saved, names)
@@ -198,13 +185,12 @@ class ScanPass:
             return
 
     def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Release the locks in ``table`` whose TX record is gone or completed: from its sparse
-        lock index (eventually consistent, keys only: an entry is a lead, so the item is read
-        consistently first), or without one by a scan of the whole table."""
+        """Release locks whose TX record is gone or completed, from the sparse lock index (keys
+        only, eventually consistent: the item is read first) or else a whole-table scan."""
         indexed = yield from self._lock_index_active(table)
         if key is not None and (s.ATTR_LOCK in key) != indexed:
             key = None  # a cursor of the other kind: the index came or went since
-        names = yield from self._key_names(table)
+        names = tuple((yield from self.tm.schemas.types(table)))
 
         def visit(page: list[Item], after: Key | None) -> Step[None]:
             header = self._headers()
@@ -225,22 +211,17 @@ class ScanPass:
                 here({**item_key, s.ATTR_LOCK: row[s.ATTR_LOCK]} if indexed else item_key)
             here(after)
 
-        if indexed:
-            yield from self.each_page(
-                run, table, key, visit, consistent=False, IndexName=s.LOCK_INDEX
-            )
-        else:
-            yield from self.each_page(
-                run,
-                table,
-                key,
-                visit,
-                FilterExpression="attribute_exists(#l)",
-                ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-            )
+        params: dict[str, Any] = (
+            {"consistent": False, "IndexName": s.LOCK_INDEX}
+            if indexed
+            else {
+                "FilterExpression": "attribute_exists(#l)",
+                "ExpressionAttributeNames": {"#l": s.ATTR_LOCK},
+            }
+        )
+        yield from self.each_page(run, table, key, visit, **params)
 
     def _lock_index_active(self, table: str) -> Step[bool]:
-        """Whether ``table``'s sparse lock index is there and built; logs the fallback."""
         described = yield from request("describe_table", TableName=table)
         status = lock_index_status(described["Table"])
         if status == "ACTIVE":
@@ -255,7 +236,6 @@ class ScanPass:
         return False
 
     def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> Step[None]:
-        """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""
         try:
             yield from self.tm.protocol.undo(owner, table, item_key, item)
             run.count("locks_released")

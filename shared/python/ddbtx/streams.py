@@ -141,12 +141,7 @@ def committed_changes(records: Iterable[Mapping[str, Any]]) -> list[Change]:
     ...     for change in committed_changes(event["Records"]):
     ...         index(change.table, change.key, change.new)
     """
-    changes = []
-    for record in records:
-        change = committed_change(record)
-        if change is not None:
-            changes.append(change)
-    return changes
+    return [change for record in records if (change := committed_change(record)) is not None]
 
 
 def committed_change(record: Mapping[str, Any]) -> Change | None:
@@ -282,7 +277,12 @@ class _Parsed:
         key = body.get("Keys")
         if not isinstance(key, Mapping) or not key:
             raise StreamRecordError("no dynamodb.Keys", sequence_number=seq)
-        old, new = _images(body, name, seq)
+        old, new = (_image(body, n, seq) for n in ("OldImage", "NewImage"))
+        for missing in (n for n in _IMAGES_OF[name] if body.get(n) is None):
+            raise StreamRecordError(
+                f"a {name} record without its {missing} (is the stream {_VIEW_TYPE}?)",
+                sequence_number=seq,
+            )
         return cls(_table_of(record, seq), name, dict(key), old, new, seq)
 
     def change(
@@ -294,28 +294,7 @@ class _Parsed:
         tx_id: str | None,
         old_known: bool = True,
     ) -> Change:
-        return Change(
-            table=self.table,
-            key=self.key,
-            kind=kind,
-            old=old,
-            new=new,
-            tx_id=tx_id,
-            sequence_number=self.sequence_number,
-            old_known=old_known,
-        )
-
-
-def _images(body: Mapping[str, Any], name: str, seq: str) -> tuple[Item | None, Item | None]:
-    """The old and new images of a ``name`` record, which must carry those of its event."""
-    old = _image(body, "OldImage", seq)
-    new = _image(body, "NewImage", seq)
-    for missing in (n for n in _IMAGES_OF[name] if body.get(n) is None):
-        raise StreamRecordError(
-            f"a {name} record without its {missing} (is the stream {_VIEW_TYPE}?)",
-            sequence_number=seq,
-        )
-    return old, new
+        return Change(self.table, self.key, kind, old, new, tx_id, self.sequence_number, old_known)
 
 
 def _image(body: Mapping[str, Any], name: str, seq: str) -> Item | None:
@@ -349,7 +328,7 @@ def _same(a: Item, b: Item) -> bool:
 
 
 def _number(raw: Any) -> Any:
-    """A number's one spelling ("1E+1" and "10" are one value); a malformed one as it is."""
+    """A number's one spelling; a malformed one as it is."""
     try:
         return canonical_number(raw)
     except ValueError:
