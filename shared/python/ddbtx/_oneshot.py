@@ -38,8 +38,7 @@ def native_write(requests: list[Request]) -> Step[bool]:
     """One TransactWriteItems call; False when the protocol must take over."""
     items = []
     for r in requests:
-        names = dict(r.params.get("ExpressionAttributeNames") or {})
-        names["#ddbtxl"] = s.ATTR_LOCK
+        names = {**(r.params.get("ExpressionAttributeNames") or {}), "#ddbtxl": s.ATTR_LOCK}
         # fast path: the item takes part in no protocol transaction, and the
         # request's own condition holds; DynamoDB checks both atomically.
         condition = "attribute_not_exists(#ddbtxl)"

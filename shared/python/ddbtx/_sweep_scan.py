@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from . import _parts
@@ -25,35 +26,21 @@ Here = Callable[[Key | None], None]
 Visit = Callable[[list[Item], Key | None], Step[None]]
 
 
+@dataclass
 class ScanPass:
     """Pages through the images table, the data tables' lock indexes and the locks table
-    (parameters: the :class:`~ddbtx.sweeper.Sweeper`'s; ``on_progress`` is its ``progress``)."""
+    (fields: the :class:`~ddbtx.sweeper.Sweeper`'s parameters)."""
 
-    def __init__(
-        self,
-        manager: TransactionManager,
-        *,
-        data_tables: Sequence[str],
-        locks_table: str | None,
-        lock_grace: float,
-        page_size: int,
-        on_progress: Progress | None,
-    ) -> None:
-        self.tm = manager
-        self.data_tables = tuple(data_tables)
-        self.locks_table = locks_table
-        self.lock_grace = lock_grace
-        self.page_size = page_size
-        self.on_progress = on_progress
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        """The scan pass's tasks, in order."""
-        data = tuple(DATA_PREFIX + t for t in self.data_tables)
-        return (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))
+    tm: TransactionManager
+    data_tables: tuple[str, ...]
+    locks_table: str | None
+    lock_grace: float
+    page_size: int
+    on_progress: Progress | None
 
     def run(self, run: Run, cursor: Cursor) -> Step[Cursor]:
-        tasks = self.tasks
+        data = tuple(DATA_PREFIX + t for t in self.data_tables)
+        tasks = (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))
         first = tasks.index(cursor.task) if cursor.task in tasks else 0
         for number in range(first, len(tasks)):
             task = tasks[number]

@@ -1,8 +1,7 @@
 """Operator actions on one transaction or one item: inspect, recover, break a lock.
 
-Shared by the recovery Lambda and the ``ddbtx`` CLI. A transaction is named by its internal
-id or by the caller's id (``transaction_id=``). Every action is safe to repeat. Results are
-plain JSON data; keys are ``AttributeValue`` maps with binary values as base64 text.
+Shared by the recovery Lambda and the ``ddbtx`` CLI; every action is safe to repeat and
+returns JSON data.
 """
 
 from __future__ import annotations
@@ -115,12 +114,10 @@ def inspect_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
 
 
 def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
-    """Drive one transaction to completion: forward if committed, back if pending.
+    """Drive one transaction to completion: forward if committed, back if pending (any age).
 
-    A pending transaction is rolled back whatever its age: the operator asked.
-    The record is kept (completed), so a repeat reports ``already_finished``.
-    ``tx_id`` is the internal id or the caller's id (else
-    :class:`InvalidTransactionIdError`, as for :func:`inspect`).
+    The record is kept (completed), so a repeat reports ``already_finished``. ``tx_id`` is
+    as for :func:`inspect`.
 
     Examples
     --------

@@ -1,7 +1,6 @@
 """A table's DynamoDB stream read with GetRecords, in the shape a Lambda event delivers it.
 
-For tests and local runs on moto: shards are read in DescribeStream's order, not Lambda's
-(parent shards first), so in production let Lambda read the stream.
+For tests and local runs on moto (shards are read in DescribeStream's order, not Lambda's).
 
 Examples
 --------
@@ -28,8 +27,7 @@ class StreamReader:
     table
         A table with a stream (``create_data_table(..., stream=True)``).
     streams
-        A boto3 ``dynamodbstreams`` client; by default one on ``client``'s endpoint, region
-        and credentials.
+        A boto3 ``dynamodbstreams`` client; by default one like ``client``.
 
     Raises
     ------
@@ -50,8 +48,6 @@ class StreamReader:
             )["ShardIterator"]
             for shard in shards
         ]
-        #: Every record read so far, in order.
-        self.records: list[dict[str, Any]] = []
 
     def read(self) -> list[dict[str, Any]]:
         """The records written since the last read, as ``event["Records"]`` elements."""
@@ -64,7 +60,6 @@ class StreamReader:
                 fresh.extend(lambda_record(r, self.arn) for r in page["Records"])
                 if not page["Records"]:
                     break
-        self.records.extend(fresh)
         return fresh
 
 

@@ -277,12 +277,7 @@ class _Parsed:
         key = body.get("Keys")
         if not isinstance(key, Mapping) or not key:
             raise StreamRecordError("no dynamodb.Keys", sequence_number=seq)
-        old, new = (_image(body, n, seq) for n in ("OldImage", "NewImage"))
-        for missing in (n for n in _IMAGES_OF[name] if body.get(n) is None):
-            raise StreamRecordError(
-                f"a {name} record without its {missing} (is the stream {_VIEW_TYPE}?)",
-                sequence_number=seq,
-            )
+        old, new = _images(body, name, seq)
         return cls(_table_of(record, seq), name, dict(key), old, new, seq)
 
     def change(
@@ -297,13 +292,18 @@ class _Parsed:
         return Change(self.table, self.key, kind, old, new, tx_id, self.sequence_number, old_known)
 
 
-def _image(body: Mapping[str, Any], name: str, seq: str) -> Item | None:
-    image = body.get(name)
-    if image is None:
-        return None
-    if not isinstance(image, Mapping):
-        raise StreamRecordError(f"dynamodb.{name} is not a mapping", sequence_number=seq)
-    return dict(image)
+def _images(body: Mapping[str, Any], name: str, seq: str) -> tuple[Item | None, Item | None]:
+    """The old and new images of a ``name`` record, which must carry those of its event."""
+    for image_name in ("OldImage", "NewImage"):
+        if body.get(image_name) is not None and not isinstance(body[image_name], Mapping):
+            raise StreamRecordError(f"dynamodb.{image_name} is not a mapping", sequence_number=seq)
+    for missing in (n for n in _IMAGES_OF[name] if body.get(n) is None):
+        raise StreamRecordError(
+            f"a {name} record without its {missing} (is the stream {_VIEW_TYPE}?)",
+            sequence_number=seq,
+        )
+    old, new = body.get("OldImage"), body.get("NewImage")
+    return (None if old is None else dict(old)), (None if new is None else dict(new))
 
 
 def _table_of(record: Mapping[str, Any], seq: str) -> str:

@@ -166,6 +166,13 @@ def _check_positive(name: str, value: Any, *, allow_none: bool = False) -> None:
         raise ValueError(f"{name} must be a positive int, not {value!r}")
 
 
+def _check_lock_grace(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"lock_grace must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"lock_grace must be finite and >= 0, not {value!r}")
+
+
 class Sweeper:
     """Finds abandoned transactions and what they left behind, and settles them.
 
@@ -226,10 +233,7 @@ class Sweeper:
         self.decided_grace = min(_check_age("decided_grace", decided_grace), rollback_after)
         if isinstance(data_tables, str) or not all(isinstance(t, str) and t for t in data_tables):
             raise ValueError(f"data_tables must be a sequence of table names, not {data_tables!r}")
-        if isinstance(lock_grace, bool) or not isinstance(lock_grace, int | float):
-            raise ValueError(f"lock_grace must be a number of seconds, not {lock_grace!r}")
-        if not math.isfinite(lock_grace) or lock_grace < 0:
-            raise ValueError(f"lock_grace must be finite and >= 0, not {lock_grace!r}")
+        _check_lock_grace(lock_grace)
         _check_positive("page_size", page_size)
         if not isinstance(safety_margin, int | float) or safety_margin < 0:
             raise ValueError(f"safety_margin must be a number >= 0, not {safety_margin!r}")
@@ -237,12 +241,7 @@ class Sweeper:
         self.persist_cursor = persist_cursor
         self.cursors = CursorStore(manager.transactions_table)
         self.scans = ScanPass(
-            manager,
-            data_tables=data_tables,
-            locks_table=locks_table,
-            lock_grace=float(lock_grace),
-            page_size=page_size,
-            on_progress=progress,
+            manager, tuple(data_tables), locks_table, float(lock_grace), page_size, progress
         )
 
     @property
