@@ -51,8 +51,7 @@ def native_write(requests: list[Request]) -> Step[bool]:
             # Update here needs one: removing an attribute never written is the same.
             params["UpdateExpression"] = "REMOVE #ddbtxv"
             names["#ddbtxv"] = s.ATTR_VERDICT
-        kind = {"put": "Put", "update": "Update", "delete": "Delete"}[r.op]
-        items.append({kind: params})
+        items.append({r.op.capitalize(): params})
     try:
         # A retry after a lost answer is deduplicated by botocore's ClientRequestToken
         # (no emulator honours it: the one step no emulator test can check).

@@ -151,8 +151,7 @@ class ScanPass:
                 yield from self._undo_image_owner(run, tx_id, rid, saved)
         resp = yield from request("delete_item", TableName=self.tm.images_table, Key=key,
                                   ReturnValues="ALL_OLD")  # fmt: skip
-        parts = _parts.count(resp.get("Attributes", {}))
-        for part_key in _parts.part_keys(key, s.IMAGE_SK, parts):
+        for part_key in _parts.part_keys(key, s.IMAGE_SK, _parts.count(resp.get("Attributes", {}))):
             yield from request("delete_item", TableName=self.tm.images_table, Key=part_key)
         run.count("orphan_images_deleted")
 

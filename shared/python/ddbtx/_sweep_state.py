@@ -162,8 +162,7 @@ class SweepReport:
     errors
         Records or rows whose step failed (logged with their ids); retried next run.
     skipped_requests
-        Recorded requests no call can ever read or apply (say, their table was
-        deleted): skipped so their records could complete; each is logged.
+        Recorded requests no call can apply (say, their table is gone): skipped and logged.
     stuck
         Pending records found older than the rollback age (the first
         :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).

@@ -36,7 +36,20 @@ class StreamReader:
     """
 
     def __init__(self, client: Any, table: str, *, streams: Any = None) -> None:
-        self.streams = streams if streams is not None else _streams_client(client)
+        if streams is None:
+            import boto3
+
+            # botocore has no public accessor for a client's credentials; its signer holds them.
+            credentials = client._request_signer._credentials.get_frozen_credentials()
+            streams = boto3.client(
+                "dynamodbstreams",
+                endpoint_url=client.meta.endpoint_url,
+                region_name=client.meta.region_name,
+                aws_access_key_id=credentials.access_key,
+                aws_secret_access_key=credentials.secret_key,
+                aws_session_token=credentials.token,
+            )
+        self.streams = streams
         arn = client.describe_table(TableName=table)["Table"].get("LatestStreamArn")
         if not arn:
             raise ValueError(f"table {table!r} has no stream")
@@ -61,21 +74,6 @@ class StreamReader:
                 if not page["Records"]:
                     break
         return fresh
-
-
-def _streams_client(client: Any) -> Any:
-    import boto3
-
-    # botocore has no public accessor for a client's credentials; its signer holds them.
-    credentials = client._request_signer._credentials.get_frozen_credentials()
-    return boto3.client(
-        "dynamodbstreams",
-        endpoint_url=client.meta.endpoint_url,
-        region_name=client.meta.region_name,
-        aws_access_key_id=credentials.access_key,
-        aws_secret_access_key=credentials.secret_key,
-        aws_session_token=credentials.token,
-    )
 
 
 def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:

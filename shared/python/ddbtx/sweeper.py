@@ -159,9 +159,7 @@ def _check_age(name: str, value: Any) -> timedelta:
     return value
 
 
-def _check_positive(name: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
+def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, not {value!r}")
 
@@ -185,8 +183,8 @@ class Sweeper:
     delete_after
         A completed record is deleted this long after it completed.
     decided_grace
-        A decided record not completed this long after its decision is completed by the
-        sweeper (capped at ``rollback_after``).
+        A decided record not completed this long after its decision is completed (at most
+        ``rollback_after``).
     locks_table
         The :mod:`ddbtx.locks` table whose expired rows are removed (None: skip).
     data_tables
@@ -282,7 +280,8 @@ class Sweeper:
     ) -> Step[SweepReport]:
         """The step of :meth:`run` (same parameters), for any driver; a bad
         ``page_budget`` raises ``ValueError`` at once, before the step runs."""
-        _check_positive("page_budget", page_budget, allow_none=True)
+        if page_budget is not None:
+            _check_positive("page_budget", page_budget)
         return self._pass(Run(deadline, self.safety_margin, page_budget), resume)
 
     def _pass(self, run: Run, resume: bool) -> Step[SweepReport]:
@@ -313,9 +312,7 @@ class Sweeper:
     def run_full(self, deadline: Deadline | None = None, *, segments: int = 4) -> SweepReport:
         """Sweep every TX record by a parallel scan of the transactions table, then every scan task.
 
-        For recovery and ``ddbtx sweep --full``: reads the whole table, ignores and keeps
-        the stored cursor, has no page budget. Records the scan shows need no work are
-        not read again.
+        For recovery and ``ddbtx sweep --full``: no page budget; the stored cursor is kept.
         """
         step = self.full_step(deadline, segments=segments)
         # The segments get a pool of their own, one thread each: on the manager's pool their
@@ -341,7 +338,6 @@ class Sweeper:
         except Stop:
             pass
         run.report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
-        run.report.cursor = Cursor().to_json()
         return run.report
 
     def load_cursor(self) -> tuple[int, Cursor]:

@@ -194,11 +194,8 @@ def add_lock_index(
 ) -> str:
     """Add the sparse lock index to an existing data table (e.g. one of ``dataTables``).
 
-    Idempotent: a table that has it already is left alone. On a provisioned
-    table the index gets the table's own capacity (every lock and unlock
-    writes to it, as many writes as the table sees from transactions).
-    DynamoDB builds the index online; the sweeper keeps scanning the table
-    until it is ``ACTIVE``.
+    Idempotent. On a provisioned table the index gets the table's capacity (every lock and
+    unlock writes to it). Until it is ``ACTIVE`` the sweeper keeps scanning the table.
 
     Parameters
     ----------
