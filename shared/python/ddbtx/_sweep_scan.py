@@ -23,7 +23,8 @@ TASK_LOCKS: Final = "locks"
 DATA_PREFIX: Final = "data:"
 
 Here = Callable[[Key | None], None]
-Visit = Callable[[list[Item], Key | None], Step[None]]
+Headers = Callable[[str], Step[Header | None]]
+Visit = Callable[[Item, Headers], Step[None]]
 
 
 @dataclass
@@ -66,11 +67,13 @@ class ScanPass:
         key: Key | None,
         visit: Visit,
         *,
+        here: Here | None = None,
         budgeted: bool = True,
         consistent: bool = True,
         **params: Any,
     ) -> Step[None]:
-        """``consistent=False`` for a global secondary index, which offers no other."""
+        """Scan from ``key``, ``visit``-ing each row with a per-page cache of headers (several
+        rows often share a transaction); ``consistent=False`` for a GSI, which offers no other."""
         while True:
             if budgeted:
                 run.check_page()
@@ -89,13 +92,17 @@ class ScanPass:
                 run.count("pages")
             run.count("scanned", page.get("ScannedCount", 0))
             key = page.get("LastEvaluatedKey")
-            yield from visit(page.get("Items", []), key)
+            header = self._headers()
+            for row in page.get("Items", []):
+                run.check_time()
+                yield from visit(row, header)
+            if here is not None:
+                here(key)
             self.progress(table, page.get("ScannedCount", 0))
             if not key:
                 return
 
-    def _headers(self) -> Callable[[str], Step[Header | None]]:
-        """A per-page cache of headers (several rows often share a transaction)."""
+    def _headers(self) -> Headers:
         seen: dict[str, Header | None] = {}
 
         def header(tx_id: str) -> Step[Header | None]:
@@ -106,26 +113,23 @@ class ScanPass:
         return header
 
     def _sweep_images(self, run: Run, key: Key | None, here: Here) -> Step[None]:
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for row in page:
-                run.check_time()
-                tx_id, rid = row[s.IMAGE_PK]["S"], row[s.IMAGE_SK]["S"]
-                found = yield from header(tx_id)
-                if found is None or found.completed:
-                    try:
-                        yield from self._delete_orphan_image(run, tx_id, rid)
-                    except Exception:
-                        run.count("errors")
-                        logger.exception("removing image %s/%s failed", tx_id, rid)
-                here({s.IMAGE_PK: row[s.IMAGE_PK], s.IMAGE_SK: row[s.IMAGE_SK]})
-            here(after)
+        def visit(row: Item, header: Headers) -> Step[None]:
+            tx_id, rid = row[s.IMAGE_PK]["S"], row[s.IMAGE_SK]["S"]
+            found = yield from header(tx_id)
+            if found is None or found.completed:
+                try:
+                    yield from self._delete_orphan_image(run, tx_id, rid)
+                except Exception:
+                    run.count("errors")
+                    logger.exception("removing image %s/%s failed", tx_id, rid)
+            here({s.IMAGE_PK: row[s.IMAGE_PK], s.IMAGE_SK: row[s.IMAGE_SK]})
 
         yield from self.each_page(
             run,
             self.tm.images_table,
             key,
             visit,
+            here=here,
             ProjectionExpression="#id, #rid",
             ExpressionAttributeNames={"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK},
         )
@@ -178,24 +182,20 @@ class ScanPass:
             key = None  # a cursor of the other kind: the index came or went since
         names = tuple((yield from self.tm.schemas.types(table)))
 
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for row in page:
-                run.check_time()
-                owner = lock_owner(row) or ""
-                item_key = key_of(row, names)
-                found = yield from header(owner)
-                # A lock outlives its record only when stray (records are deleted after
-                # every recorded item completed); a completed record's lock is stray too.
-                if found is None or found.completed:
-                    if not indexed:
-                        yield from self._release(run, owner, table, item_key, row)
-                    else:
-                        item = yield from self.tm.protocol.read_item(table, item_key)
-                        if item is not None and is_locked_by(item, owner):
-                            yield from self._release(run, owner, table, item_key, item)
-                here({**item_key, s.ATTR_LOCK: row[s.ATTR_LOCK]} if indexed else item_key)
-            here(after)
+        def visit(row: Item, header: Headers) -> Step[None]:
+            owner = lock_owner(row) or ""
+            item_key = key_of(row, names)
+            found = yield from header(owner)
+            # A lock outlives its record only when stray (records are deleted after
+            # every recorded item completed); a completed record's lock is stray too.
+            if found is None or found.completed:
+                if not indexed:
+                    yield from self._release(run, owner, table, item_key, row)
+                else:
+                    item = yield from self.tm.protocol.read_item(table, item_key)
+                    if item is not None and is_locked_by(item, owner):
+                        yield from self._release(run, owner, table, item_key, item)
+            here({**item_key, s.ATTR_LOCK: row[s.ATTR_LOCK]} if indexed else item_key)
 
         params: dict[str, Any] = (
             {"consistent": False, "IndexName": s.LOCK_INDEX}
@@ -205,7 +205,7 @@ class ScanPass:
                 "ExpressionAttributeNames": {"#l": s.ATTR_LOCK},
             }
         )
-        yield from self.each_page(run, table, key, visit, **params)
+        yield from self.each_page(run, table, key, visit, here=here, **params)
 
     def _lock_index_active(self, table: str) -> Step[bool]:
         described = yield from request("describe_table", TableName=table)

@@ -65,8 +65,7 @@ _IMAGES_OF: Final = {
 class StreamRecordError(DdbtxError, ValueError):
     """A stream record this adapter cannot judge: malformed, or without the images it needs.
 
-    ``problem`` says what is wrong, ``sequence_number`` which record (None if it
-    has none).
+    ``problem`` says what is wrong, ``sequence_number`` which record (None if none).
     """
 
     def __init__(self, problem: str, *, sequence_number: str | None = None) -> None:
@@ -87,21 +86,18 @@ class Change:
     key
         The item's key (low-level AttributeValue map).
     kind
-        ``"INSERT"`` (the item did not exist before), ``"MODIFY"`` or ``"REMOVE"``.
-        A transaction's insert is an INSERT even though the stream says MODIFY (the
-        item first existed as a locked placeholder).
+        ``"INSERT"`` (the item did not exist before, even where the stream says MODIFY
+        of a locked placeholder), ``"MODIFY"`` or ``"REMOVE"``.
     old, new
         The committed item before and after (low-level maps, no protocol attribute);
-        None where there is none (``old`` of an INSERT, ``new`` of a REMOVE) and for
-        an ``old`` that is not known (see ``old_known``).
+        None where there is none or (``old``) where it is not known (see ``old_known``).
     tx_id
         The transaction that made the change; None for a plain write (including
         ``transact_write``'s native fast path, which takes no lock).
     sequence_number
         The stream record's ``SequenceNumber`` (for checkpoints and partial batch failures).
     old_known
-        False when the item before the transaction is not in the record: its image is
-        kept in the images table (items over 64 KB). ``old`` is then None.
+        False when the item before the transaction is kept in the images table (over 64 KB).
     """
 
     table: str

@@ -21,7 +21,7 @@ from ._drive import Parallel, drive
 from ._effects import Step, gather, request
 from ._items import Item, flag
 from ._manager_steps import sweep
-from ._sweep_scan import TASK_IMAGES, TASK_LOCKS, ScanPass
+from ._sweep_scan import TASK_IMAGES, TASK_LOCKS, Headers, ScanPass
 from ._sweep_state import (
     CURSOR_ID,
     CURSOR_SK,
@@ -424,17 +424,14 @@ class Sweeper:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
         delete_cutoff = self._cutoff_ms(s.STATE_FINISHED_TAG)
 
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            for record in page:
-                run.check_time()
-                updated = int(record[s.TX_UPDATED]["N"])
-                finished = flag(record, s.TX_FINISHED)
-                pending = not finished and record[s.TX_STATE]["S"] == s.STATE_PENDING
-                # Kept or active records are skipped: reading them again would change nothing.
-                # Decided but not completed: a full sweep completes it whatever its age.
-                cutoff = delete_cutoff if finished else rollback_cutoff if pending else None
-                if cutoff is not None and updated >= cutoff:
-                    continue
+        def visit(record: Item, header: Headers) -> Step[None]:
+            updated = int(record[s.TX_UPDATED]["N"])
+            finished = flag(record, s.TX_FINISHED)
+            pending = not finished and record[s.TX_STATE]["S"] == s.STATE_PENDING
+            # Kept or active records are skipped: reading them again would change nothing.
+            # Decided but not completed: a full sweep completes it whatever its age.
+            cutoff = delete_cutoff if finished else rollback_cutoff if pending else None
+            if cutoff is None or updated < cutoff:
                 stale = updated if pending else None
                 yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=stale)
 
