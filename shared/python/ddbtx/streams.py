@@ -357,9 +357,8 @@ def record_handler(on_change: Callable[[Change], None]) -> Callable[..., None]:
     """A record handler for Powertools' ``BatchProcessor`` that passes committed changes only.
 
     The returned function takes one record (Powertools' ``DynamoDBRecord``, or the raw
-    mapping). It raises what ``on_change`` raises (and :class:`StreamRecordError` for a
-    bad record), so the batch processor fails that record and Lambda retries from it:
-    ``on_change`` must be idempotent. Powertools is not imported here.
+    mapping) and raises what ``on_change`` raises (or :class:`StreamRecordError`), so the
+    batch processor fails that record and Lambda retries from it: be idempotent.
 
     Parameters
     ----------

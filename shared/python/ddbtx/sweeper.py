@@ -278,8 +278,7 @@ class Sweeper:
         *,
         resume: bool = True,
     ) -> Step[SweepReport]:
-        """The step of :meth:`run` (same parameters), for any driver; a bad
-        ``page_budget`` raises ``ValueError`` at once, before the step runs."""
+        """The step of :meth:`run`, for any driver (a bad ``page_budget`` raises at once)."""
         if page_budget is not None:
             _check_positive("page_budget", page_budget)
         return self._pass(Run(deadline, self.safety_margin, page_budget), resume)
@@ -324,8 +323,7 @@ class Sweeper:
     def full_step(
         self, deadline: Deadline | None = None, *, segments: int = 4
     ) -> Step[SweepReport]:
-        """The step of :meth:`run_full` (same parameters), for any driver; a bad
-        ``segments`` raises ``ValueError`` at once, before the step runs."""
+        """The step of :meth:`run_full`, for any driver (bad ``segments`` raise at once)."""
         _check_positive("segments", segments)
         return self._full(Run(deadline, self.safety_margin, None), segments)
 
@@ -457,8 +455,7 @@ class Sweeper:
 
 
 def _segments_on(pool: ThreadPoolExecutor, nested: Parallel) -> Parallel:
-    """How :meth:`Sweeper.run_full` runs gathers: the one its own thread yields (the
-    segments) on ``pool``; any a segment yields on its thread, by ``nested``."""
+    """The segments' gather on ``pool``; any gather a segment yields, by ``nested``."""
     driver = threading.get_ident()
 
     def parallel(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:
