@@ -29,8 +29,7 @@ Visit = Callable[[Item, Headers], Step[None]]
 
 @dataclass
 class ScanPass:
-    """Pages through the images table, the data tables' lock indexes and the locks table
-    (fields: the :class:`~ddbtx.sweeper.Sweeper`'s parameters)."""
+    """Pages through the images table, the data tables' lock indexes and the locks table."""
 
     tm: TransactionManager
     data_tables: tuple[str, ...]

@@ -156,13 +156,9 @@ def create_data_table(
             "StreamEnabled": True,
             "StreamViewType": "NEW_AND_OLD_IMAGES",
         }
+    key_schema = [{"AttributeName": partition_key, "KeyType": "HASH"}]
     create_table_if_missing(
-        client,
-        name,
-        None,
-        KeySchema=[{"AttributeName": partition_key, "KeyType": "HASH"}],
-        AttributeDefinitions=attributes,
-        **options,
+        client, name, None, KeySchema=key_schema, AttributeDefinitions=attributes, **options
     )
 
 
