@@ -44,8 +44,7 @@ def native_write(requests: list[Request]) -> Step[bool]:
         condition = "attribute_not_exists(#ddbtxl)"
         if r.condition:
             condition = f"({r.condition}) AND {condition}"
-        params = {k: v for k, v in r.params.items() if k != "ExpressionAttributeNames"}
-        params.update(ConditionExpression=condition, ExpressionAttributeNames=names)
+        params = {**r.params, "ConditionExpression": condition, "ExpressionAttributeNames": names}
         if r.op == "update" and not r.params.get("UpdateExpression"):
             # UpdateItem with no expression only makes sure the item exists, but an
             # Update here needs one: removing an attribute never written is the same.

@@ -52,7 +52,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ChangeKind = Literal["INSERT", "MODIFY", "REMOVE"]
-_EVENT_NAMES: Final = ("INSERT", "MODIFY", "REMOVE")
 _VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"
 #: The images each event carries in a NEW_AND_OLD_IMAGES stream.
 _IMAGES_OF: Final = {
@@ -266,9 +265,9 @@ class _Parsed:
                 sequence_number=seq,
             )
         name = record.get("eventName")
-        if name not in _EVENT_NAMES:
+        if name not in _IMAGES_OF:
             raise StreamRecordError(
-                f"eventName {name!r} is not one of {', '.join(_EVENT_NAMES)}", sequence_number=seq
+                f"eventName {name!r} is not one of {', '.join(_IMAGES_OF)}", sequence_number=seq
             )
         key = body.get("Keys")
         if not isinstance(key, Mapping) or not key:
