@@ -92,12 +92,7 @@ class Adding:
     def _add_chunk(
         self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
     ) -> Step[ChunkOutcome]:
-        """One conditional add of ``chunk``."""
-        upgrades = {
-            loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
-            for loc in chunk
-            if loc.upgrade
-        }
+        upgrades = {loc.request.rid: (loc.nonce, loc.seq - 1) for loc in chunk if loc.upgrade}
         try:
             header = yield from self.store.add(
                 self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
@@ -139,9 +134,7 @@ class Adding:
         earlier: dict[str, Entry] = {}
         for entry in entries:
             read = self.view.requests.get(entry.rid)
-            if read is None:
-                continue
-            if read.nonce == entry.nonce and entry.rid in planned.spilled:  # the read's row
+            if read is not None and read.nonce == entry.nonce and entry.rid in planned.spilled:
                 old = read.request
                 earlier[entry.rid] = Entry(
                     old.rid, old.op, old.table, old.key, read.nonce, old.params

@@ -82,10 +82,6 @@ class CoordinatorSteps:
         """The caller's exactly-once id (``transaction_id=``), or None."""
         return self.record.caller_id
 
-    @transaction_id.setter
-    def transaction_id(self, value: str | None) -> None:
-        self.record.caller_id = value
-
     @property
     def state(self) -> str:
         """``"P"`` pending, ``"C"`` committed, ``"R"`` rolled back (see :mod:`ddbtx.schema`)."""
@@ -300,7 +296,6 @@ class CoordinatorSteps:
         header = yield from self.p.records.read_header(self.id)
         if header is None or header.state != s.STATE_PENDING:
             raise (yield from self.decided(header))
-        assert header is not None
         return header
 
     def decided(self, header: Header | None) -> Step[TransactionError]:

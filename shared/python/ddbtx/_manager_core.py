@@ -48,8 +48,7 @@ class AlreadyCommitted:
 
 
 class Settings(TypedDict, total=False):
-    """The keyword settings of a manager besides its ``sleep`` (whose type the driver
-    decides): :class:`ManagerCore`'s parameters of the same names."""
+    """:class:`ManagerCore`'s keyword parameters but ``sleep`` (whose type is the driver's)."""
 
     clock: Callable[[], float]
     monotonic: Callable[[], float]

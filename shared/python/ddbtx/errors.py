@@ -63,14 +63,15 @@ class Throttled(DynamoDBError):
     """DynamoDB kept throttling after the SDK's retries were exhausted."""
 
 
-_THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "LimitExceededException",
-    }
-)
+_CLASSES: dict[str, type[DynamoDBError]] = {
+    "ConditionalCheckFailedException": ConditionFailed,
+    "ValidationException": ValidationFailed,
+    "ResourceNotFoundException": TableNotFound,
+    "ProvisionedThroughputExceededException": Throttled,
+    "ThrottlingException": Throttled,
+    "RequestLimitExceeded": Throttled,
+    "LimitExceededException": Throttled,
+}
 
 
 def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
@@ -89,17 +90,7 @@ def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
     code = str(error.get("Code", "Unknown"))
     message = str(error.get("Message", "")) or code
     operation = str(getattr(exc, "operation_name", "") or "")
-    cls: type[DynamoDBError]
-    if code == "ConditionalCheckFailedException":
-        cls = ConditionFailed
-    elif code == "ValidationException":
-        cls = ValidationFailed
-    elif code == "ResourceNotFoundException":
-        cls = TableNotFound
-    elif code in _THROTTLE_CODES:
-        cls = Throttled
-    else:
-        cls = DynamoDBError
+    cls = _CLASSES.get(code, DynamoDBError)
     text = f"{operation}: {code}: {message}"
     if cls is TableNotFound and tables:
         named = ", ".join(repr(t) for t in tables)
