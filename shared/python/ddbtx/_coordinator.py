@@ -148,8 +148,7 @@ class CoordinatorSteps:
         if fresh:
             # Another attempt with the same transaction_id may have added them.
             fresh = yield from self.add(fresh)
-            locking = gather(self.steps.lock_and_apply(loc) for loc in fresh)
-            results = yield from self.guarded(locking)
+            results = yield from self.guarded(gather(self.steps.lock_and_apply(c) for c in fresh))
             for local, result in zip(fresh, results, strict=True):
                 values[local.request.rid] = result.get("Item")
         return [values[req.rid] for req in requests]

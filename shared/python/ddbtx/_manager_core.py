@@ -67,8 +67,7 @@ class ManagerCore(Generic[Tx]):
 
     protocol: Protocol
     reads: Reads
-    #: Whether ``max_workers`` threads share the client's connection pool (a smaller pool
-    #: is worth a warning); aiohttp's queues for a connection instead.
+    #: Whether ``max_workers`` threads share the client's pool (aiohttp's queue instead).
     sized_pool = True
 
     def __init__(
@@ -198,8 +197,7 @@ class Attempts:
         return None
 
     def failed(self, exc: Exception) -> AlreadyCommitted | None:
-        """The attempt failed with ``exc``: ``run``'s result (another attempt with the id
-        committed), None to try again, or ``exc`` raised."""
+        """``run``'s result (another attempt with the id committed), None to retry, or raise."""
         tx = self.tx
         if isinstance(exc, TransactionCommittedError):
             if tx is None or self.transaction_id is None or exc.tx_id != tx.id:

@@ -142,16 +142,14 @@ def entry_from_av(rid: str, value: dict[str, Any]) -> Entry:
 
 
 def header_from_item(item: Item) -> Header:
-    entries = {
-        rid: entry_from_av(rid, av) for rid, av in item.get(s.TX_REQUESTS, {"M": {}})["M"].items()
-    }
+    requests = item.get(s.TX_REQUESTS, {"M": {}})["M"]
     return Header(
         tx_id=item[s.TX_PK]["S"],
         state=item[s.TX_STATE]["S"],
         version=int(item[s.TX_VERSION]["N"]),
         updated_ms=int(item[s.TX_UPDATED]["N"]),
         completed=flag(item, s.TX_FINISHED),
-        entries=entries,
+        entries={rid: entry_from_av(rid, av) for rid, av in requests.items()},
         raw_size=item_size(item),
         waiting=s.TX_WAITING in item,
         decided_by=item[s.TX_DECIDED_BY]["S"] if s.TX_DECIDED_BY in item else None,
@@ -311,21 +309,21 @@ class RecordStore:
             names[f"#r{i}"] = rid
             values[f":e{i}"] = body
             sets.append(f"#rq.#r{i} = :e{i}")
-            if rid in upgrades:
-                nonce, writes = upgrades[rid]
-                names["#n"] = "n"
-                values[f":n{i}"] = {"S": nonce}
-                if writes == 0:
-                    names["#o"], values[":get"] = "o", {"S": "get"}
-                    conditions.append(ADD_UPGRADE.format(i=i))
-                elif writes == 1:
-                    names["#o"], names["#w"], values[":get"] = "o", "w", {"S": "get"}
-                    conditions.append(ADD_REWRITE_FIRST.format(i=i))
-                else:
-                    names["#w"], values[f":w{i}"] = "w", {"N": str(writes)}
-                    conditions.append(ADD_REWRITE.format(i=i))
-            else:
+            if rid not in upgrades:
                 conditions.append(ADD_NEW.format(i=i))
+                continue
+            nonce, writes = upgrades[rid]
+            names["#n"] = "n"
+            values[f":n{i}"] = {"S": nonce}
+            if writes == 0:
+                names["#o"], values[":get"] = "o", {"S": "get"}
+                conditions.append(ADD_UPGRADE.format(i=i))
+            elif writes == 1:
+                names["#o"], names["#w"], values[":get"] = "o", "w", {"S": "get"}
+                conditions.append(ADD_REWRITE_FIRST.format(i=i))
+            else:
+                names["#w"], values[f":w{i}"] = "w", {"N": str(writes)}
+                conditions.append(ADD_REWRITE.format(i=i))
         update = "SET " + ", ".join(sets) + " REMOVE #wt"
         return (yield from self._update(tx_id, update, " AND ".join(conditions), names, values))
 
@@ -456,8 +454,7 @@ class RecordStore:
         """delete: remove a completed record and its body rows."""
         tx_id = header.tx_id
         spilled = [entry for entry in header.entries.values() if entry.spilled]
-        # First rows go in an earlier batch than further parts: a reader that finds a
-        # first row finds all of its parts.
+        # First rows in an earlier batch: a reader that finds one finds all its parts.
         firsts = [self.body_key(tx_id, e) for e in spilled]
         further = [k for e in spilled for k in self.body_keys(tx_id, e)[1:]]
         for keys in (firsts, further):

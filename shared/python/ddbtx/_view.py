@@ -275,8 +275,7 @@ class RecordView:
             self.commit_unanswered |= deciding_commit
             raise
         if header is None:
-            # Gone: an attempt refused after another was sent may be our own commit,
-            # applied, then completed and deleted by a janitor before the retry.
+            # Gone: refused after a resend, it may be our commit, applied and since deleted.
             self.commit_unanswered |= deciding_commit and any(resent)
             return None
         self.commit_unanswered = False  # the record as it is now tells the outcome

@@ -1,8 +1,5 @@
-"""Exceptions raised by ddbtx.
-
-``ClientError`` from botocore is translated into these classes in exactly one
-place, :func:`translate`; every translated error keeps the original as
-``__cause__`` (``raise ... from exc``).
+"""Exceptions raised by ddbtx; botocore's ``ClientError`` becomes one in :func:`translate`
+only, kept as ``__cause__``.
 
 Hierarchy::
 
@@ -132,11 +129,8 @@ class TransactionError(DdbtxError):
         key: dict[str, Any] | None = None,
         other_tx_id: str | None = None,
     ) -> None:
-        where = f" [tx={tx_id}"
-        if table is not None:
-            where += f" table={table} key={describe_key(key)}"
-        where += "]"
-        super().__init__(message + (where if tx_id is not None else ""))
+        where = f" table={table} key={describe_key(key)}" if table is not None else ""
+        super().__init__(message + (f" [tx={tx_id}{where}]" if tx_id is not None else ""))
         #: What is wrong, without the transaction and item suffix: re-raising with
         #: another transaction's id starts from it (the text itself may hold " [").
         self.detail = message
@@ -157,13 +151,9 @@ class TransactionCommittedError(TransactionError):
 
 
 class TransactionOutcomeUnknownError(TransactionError):
-    """Whether the transaction committed cannot be known any more.
-
-    The commit decision's answer was lost, and a janitor completed and deleted the TX
-    record before the coordinator looked. The items are consistent either way (all of
-    the writes or none); read them to learn which. Not retried by
-    :meth:`TransactionManager.run`.
-    """
+    """Whether the transaction committed cannot be known any more: the commit decision's
+    answer was lost and a janitor deleted the record since. The items are consistent
+    either way; read them to learn which. Not retried by :meth:`TransactionManager.run`."""
 
 
 class TransactionNotFoundError(TransactionError):
