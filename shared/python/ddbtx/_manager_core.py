@@ -221,16 +221,12 @@ def own_transaction(
         tx = new(tries.options()["priority"])
         tries.began(tx)
         try:
-            result = yield from tx.request(op, params)
-        except Exception as exc:
-            yield from closing(tx, exc, True)
-            if not isinstance(exc, RETRIED):
+            try:
+                result = yield from tx.request(op, params)
+            except Exception as exc:
+                yield from closing(tx, exc, True)
                 raise
-            tries.failed(exc)  # raises it after the last attempt
-            continue
-        try:
             yield from closing(tx, None, True)
+            return result
         except RETRIED as exc:
-            tries.failed(exc)
-            continue
-        return result
+            tries.failed(exc)  # raises it after the last attempt

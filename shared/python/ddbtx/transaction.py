@@ -98,10 +98,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         self.protocol.close()
 
     def create_tables(self) -> None:
-        """Create the transactions and images tables if missing; wait until active.
-
-        Idempotent, on-demand, with TTL; in AWS the CDK app provisions them instead.
-        """
+        """Create the transactions and images tables if missing (idempotent); wait until active."""
         from .tables import create_images_table, create_transactions_table
 
         create_transactions_table(self.client, self.transactions_table)
