@@ -79,9 +79,8 @@ def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
     exc : ClientError
         The error botocore raised.
     tables : tuple of str
-        The tables the failed request named. A ``ResourceNotFoundException`` names
-        them (emulators and older endpoints say only "Requested resource not found",
-        and the usual cause is a table nobody created yet).
+        The tables the failed request named, for a ``ResourceNotFoundException``'s
+        message (emulators say only "Requested resource not found").
     """
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "Unknown"))

@@ -26,9 +26,8 @@ async def pages(
 
 
 class Transaction(CoordinatorSteps):
-    """One multi-item transaction, for asyncio: :class:`ddbtx.Transaction`'s methods as
-    coroutines, with the same parameters, results and errors. Make one with
-    :meth:`ddbtx.aio.TransactionManager.begin`.
+    """:class:`ddbtx.Transaction` for asyncio: the same methods as coroutines. Make one
+    with :meth:`ddbtx.aio.TransactionManager.begin`.
 
     Examples
     --------
