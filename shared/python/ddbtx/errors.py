@@ -103,8 +103,7 @@ def describe_key(key: dict[str, Any] | None) -> str:
     if not key:
         return "-"
     parts = []
-    for name in sorted(key):
-        value = key[name]
+    for name, value in sorted(key.items()):
         ((kind, raw),) = (
             value.items() if isinstance(value, dict) and len(value) == 1 else (("?", value),)
         )
