@@ -82,6 +82,13 @@ class _Parser:
         token = self.peek()
         return token is not None and token.kind == kind and (text is None or token.text == text)
 
+    def accept(self, kind: str, text: str | None = None) -> bool:
+        """Take the next token if it is ``kind`` (and ``text``)."""
+        if self.at(kind, text):
+            self.pos += 1
+            return True
+        return False
+
     def expect(self, kind: str, text: str | None = None) -> _Token:
         if not self.at(kind, text):
             raise ExpressionError(f"expected {text or kind}, found {self.peek()}")
@@ -104,39 +111,30 @@ class _Parser:
     def path(self) -> Path:
         steps: list[str | int] = [self.name()]
         while True:
-            if self.at("punct", "."):
-                self.take()
+            if self.accept("punct", "."):
                 steps.append(self.name())
-            elif self.at("punct", "["):
-                self.take()
+            elif self.accept("punct", "["):
                 steps.append(int(self.expect("int").text))
                 self.expect("punct", "]")
             else:
                 return tuple(steps)
 
     def condition(self) -> tuple[Any, ...]:
-        left = self.conjunction()
-        while self.at("keyword", "OR"):
-            self.take()
-            left = ("or", left, self.conjunction())
-        return left
+        return self.chain("OR", lambda: self.chain("AND", self.negation))
 
-    def conjunction(self) -> tuple[Any, ...]:
-        left = self.negation()
-        while self.at("keyword", "AND"):
-            self.take()
-            left = ("and", left, self.negation())
+    def chain(self, keyword: str, operand: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+        left = operand()
+        while self.accept("keyword", keyword):
+            left = (keyword.lower(), left, operand())
         return left
 
     def negation(self) -> tuple[Any, ...]:
-        if self.at("keyword", "NOT"):
-            self.take()
+        if self.accept("keyword", "NOT"):
             return ("not", self.negation())
         return self.primary()
 
     def primary(self) -> tuple[Any, ...]:
-        if self.at("punct", "("):
-            self.take()
+        if self.accept("punct", "("):
             inner = self.condition()
             self.expect("punct", ")")
             return inner
@@ -151,17 +149,14 @@ class _Parser:
         left = self.operand()
         if self.at("cmp"):
             return ("cmp", self.take().text, left, self.operand())
-        if self.at("keyword", "BETWEEN"):
-            self.take()
+        if self.accept("keyword", "BETWEEN"):
             low = self.operand()
             self.expect("keyword", "AND")
             return ("between", left, low, self.operand())
-        if self.at("keyword", "IN"):
-            self.take()
+        if self.accept("keyword", "IN"):
             self.expect("punct", "(")
             options = [self.operand()]
-            while self.at("punct", ","):
-                self.take()
+            while self.accept("punct", ","):
                 options.append(self.operand())
             self.expect("punct", ")")
             return ("in", left, tuple(options))
@@ -363,8 +358,7 @@ def parse_projection(text: str, names: Mapping[str, str] | None = None) -> list[
     """The document paths of a ``ProjectionExpression``, names resolved."""
     parser = _Parser(text, names or {})
     paths = [parser.path()]
-    while parser.at("punct", ","):
-        parser.take()
+    while parser.accept("punct", ","):
         paths.append(parser.path())
     parser.done()
     return paths
@@ -382,13 +376,8 @@ def project(item: Item, paths: list[Path]) -> Item:
                 break
         else:
             node[path[-1]] = _WHOLE
-    out: Item = {}
-    for name, sub in tree.items():
-        if isinstance(name, str) and name in item:
-            picked = _pick(item[name], sub)
-            if picked is not None:
-                out[name] = picked
-    return out
+    picked = _pick({"M": item}, tree)
+    return picked["M"] if picked is not None else {}
 
 
 _WHOLE: Any = object()
@@ -398,20 +387,12 @@ def _pick(value: Item, tree: Any) -> Item | None:
     if tree is _WHOLE:
         return value
     if _kind(value) == "M":
-        return _pick_map(value["M"], tree)
+        members = value["M"]
+        picked = {k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub))}
+        return {"M": picked} if picked else None
     if _kind(value) == "L":
-        return _pick_list(value["L"], tree)
+        elements = value["L"]
+        indexes = sorted(k for k in tree if isinstance(k, int) and k < len(elements))
+        chosen = [p for i in indexes if (p := _pick(elements[i], tree[i])) is not None]
+        return {"L": chosen} if chosen else None
     return None
-
-
-def _pick_map(members: Item, tree: Any) -> Item | None:
-    picked = {
-        k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub)) is not None
-    }
-    return {"M": picked} if picked else None
-
-
-def _pick_list(elements: list[Item], tree: Any) -> Item | None:
-    indexes = sorted(k for k in tree if isinstance(k, int) and k < len(elements))
-    chosen = [p for i in indexes if (p := _pick(elements[i], tree[i])) is not None]
-    return {"L": chosen} if chosen else None
