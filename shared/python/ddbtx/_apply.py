@@ -6,7 +6,7 @@ from typing import Any
 
 from . import schema as s
 from ._effects import Step
-from ._item_writes import Holder
+from ._item_writes import UnderLock
 from ._items import flag, strip
 from ._record import new_lock_value
 from ._requests import with_user_condition
@@ -20,18 +20,11 @@ APPLY = "#ddbtxl = :ddbtxl AND attribute_not_exists(#ddbtxp)"
 HELD_BY_REQUEST = "#ddbtxl = :ddbtxl"
 
 
-class Applies:
+class Applies(UnderLock):
     """apply and mark deleted for first writes to items of one transaction."""
 
-    def __init__(self, steps: Holder) -> None:
-        self.steps = steps
-        self.tx = steps.tx
-        self.p = steps.p
-        self.writes = steps.writes
-
     def mark_deleted(self, local: Local) -> Step[dict[str, Any]]:
-        """apply (delete): mark the item for deletion at commit. Its condition is checked
-        here (a read's lock checked none): in the same write, or on an absent item."""
+        """apply (delete): mark the item for deletion at commit, checking its condition."""
         req = local.request
         if req.condition and local.transient:
             yield from self.writes.check_on_absent(local)

@@ -127,8 +127,7 @@ class _Outcome:
 
 
 class Run(Generic[T]):
-    """One step being driven: a driver performs each effect inside ``with run.outcome() as
-    out``, setting ``out.value``; what it raises instead is thrown into the step."""
+    """One step being driven: a driver performs each effect in ``with run.outcome() as out``."""
 
     def __init__(self, step: Step[T]) -> None:
         self._step = step

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 import typing
 import uuid
 from typing import Any
@@ -13,7 +12,7 @@ from ._effects import Step, request
 from ._items import MAX_ITEM_BYTES, Item, item_size
 from ._protocol import Protocol
 from ._record import new_lock_value
-from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large
+from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large, used_placeholders
 from ._view import Local, rejected
 from .errors import (
     ConditionalCheckFailedError,
@@ -45,6 +44,16 @@ class Holder(typing.Protocol):
     @property
     def writes(self) -> ItemWrites: ...
     def lost_lock(self, local: Local) -> Step[dict[str, Any]]: ...
+
+
+class UnderLock:
+    """A group of item steps sent under the lock (apply, rewrite)."""
+
+    def __init__(self, steps: Holder) -> None:
+        self.steps = steps
+        self.tx = steps.tx
+        self.p = steps.p
+        self.writes = steps.writes
 
 
 class ItemWrites:
@@ -88,7 +97,7 @@ class ItemWrites:
                 TableName=req.table,
                 Key=probe,
                 ConditionExpression=req.condition,
-                **_placeholders(
+                **used_placeholders(
                     req.params.get("ExpressionAttributeNames") or {},
                     req.params.get("ExpressionAttributeValues") or {},
                     str(req.condition),
@@ -147,7 +156,7 @@ class ItemWrites:
             TableName=req.table,
             Item=item,
             ConditionExpression=condition,
-            **_placeholders(names, values, condition),
+            **used_placeholders(names, values, condition),
         )
 
     def user_update(
@@ -183,26 +192,10 @@ class ItemWrites:
             Key=req.key,
             UpdateExpression=update,
             ConditionExpression=condition,
-            **_placeholders(names, values, update, condition),
+            **used_placeholders(names, values, update, condition),
             **extra,
         )
         return response
-
-
-def _placeholders(
-    names: dict[str, str], values: dict[str, Any], *expressions: str
-) -> dict[str, Any]:
-    """The placeholder maps, only what ``expressions`` use (DynamoDB rejects unused ones)."""
-    tokens = set(re.findall(r"[#:][A-Za-z0-9_]+", " ".join(expressions)))
-    out: dict[str, Any] = {}
-    for param, mapping in (
-        ("ExpressionAttributeNames", names),
-        ("ExpressionAttributeValues", values),
-    ):
-        used = {k: v for k, v in mapping.items() if k in tokens}
-        if used:
-            out[param] = used
-    return out
 
 
 def _probe_value(value: dict[str, Any]) -> dict[str, Any]:

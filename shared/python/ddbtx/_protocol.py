@@ -219,8 +219,7 @@ class Protocol:
     def undo(
         self, tx_id: str, table: str, key: Item, item: Item | None, *, only: str | None = None
     ) -> Step[None]:
-        """Roll one item back and unlock it (``only``: just that stray lock); a failed
-        condition re-reads and decides again, so concurrent undo is safe."""
+        """Roll one item back and unlock it (``only``: just that stray lock); safe concurrently."""
         for _ in range(8):
             if item is None:
                 item = yield from self.read_item(table, key)
@@ -385,8 +384,7 @@ class Protocol:
         return SweepOutcome.ROLLED_BACK if rolled_back_here else SweepOutcome.FINALISED
 
     def delete_record(self, header: Header) -> Step[None]:
-        """delete: a completed TX record and its body rows. The alias goes first: a crash in
-        between leaves the record for the sweeper, never an alias naming nothing."""
+        """delete: a completed TX record and its body rows, its alias first (never orphaned)."""
         if header.caller_id is not None:
             yield from self.aliases.forget(header.caller_id, header.tx_id)
         yield from self.records.delete(header, self.write_batches)

@@ -1,11 +1,8 @@
-"""How an isolated Query, Scan, GetItem or BatchGetItem is sent, and how its items are judged:
-the user's request, changed only so that each item says whether it is locked (protocol
-attributes and the key added to a projection; a committed read's filter widened to let
-uncommitted values through, judged on the client against their image)."""
+"""How an isolated read is sent (the user's request, changed only so that each item says
+whether it is locked) and how its items are judged."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -13,7 +10,14 @@ from typing import Any, Literal
 from . import schema as s
 from ._conditions import Condition, ExpressionError, Path, parse_projection, project
 from ._items import Item, strip
-from ._requests import check_expressions, check_names, check_table, check_values, grouped
+from ._requests import (
+    check_expressions,
+    check_names,
+    check_table,
+    check_values,
+    grouped,
+    used_placeholders,
+)
 from .errors import InvalidRequestError
 
 ReadOp = Literal["query", "scan", "get"]
@@ -68,7 +72,6 @@ _ALLOWED: dict[str, set[str]] = {
 }
 _LEGACY = {"AttributesToGet", "KeyConditions", "QueryFilter", "ScanFilter", "ConditionalOperator"}
 _EXPRESSIONS = ("KeyConditionExpression", "FilterExpression", "ProjectionExpression")
-_PLACEHOLDER = re.compile(r"[#:][0-9A-Za-z_]+")
 
 
 def _fail(message: str, table: str | None) -> InvalidRequestError:
@@ -256,7 +259,10 @@ def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
         names.update(keys)
         sent["ProjectionExpression"] = ", ".join([sent["ProjectionExpression"], *keys])
     # Placeholders only the filter used would now be unused, which DynamoDB refuses.
-    _keep_used(sent, names, dict(read.values))
+    sent.pop("ExpressionAttributeNames", None)
+    sent.pop("ExpressionAttributeValues", None)
+    expressions = (sent.get(e) or "" for e in _EXPRESSIONS)
+    sent.update(used_placeholders(names, read.values, *expressions))
 
 
 def _unprojected_keys(read: ReadPlan) -> dict[str, str]:
@@ -264,16 +270,3 @@ def _unprojected_keys(read: ReadPlan) -> dict[str, str]:
     requested = {path[0] for path in read.projection or ()}
     missing = [k for k in read.key_names if k not in requested]
     return {f"#ddbtxk{i}": k for i, k in enumerate(missing)}
-
-
-def _keep_used(sent: dict[str, Any], names: dict[str, str], values: dict[str, Any]) -> None:
-    used = set(_PLACEHOLDER.findall(" ".join(sent.get(e) or "" for e in _EXPRESSIONS)))
-    for param, mapping in (
-        ("ExpressionAttributeNames", names),
-        ("ExpressionAttributeValues", values),
-    ):
-        kept = {p: v for p, v in mapping.items() if p in used}
-        if kept:
-            sent[param] = kept
-        else:
-            sent.pop(param, None)

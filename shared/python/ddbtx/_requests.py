@@ -153,8 +153,7 @@ def check_expressions(
     params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
     """Each expression a non-empty string (or absent); every placeholder defined is used
-    and every one used is defined. DynamoDB demands it, but the protocol adds placeholders
-    of its own, so without this check such a request could be applied."""
+    and every one used is defined (the protocol's own placeholders would hide a lapse)."""
     for name in expression_params:
         value = params.get(name)
         if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -289,10 +288,25 @@ def merge_set(update_expression: str, assignments: str) -> str:
     return f"{update_expression[:start]}{clause}, {assignments} {update_expression[end:]}".strip()
 
 
+def used_placeholders(
+    names: dict[str, str], values: dict[str, Any], *expressions: str
+) -> dict[str, Any]:
+    """The placeholder maps, only what ``expressions`` use (DynamoDB rejects unused ones)."""
+    tokens = set(_PLACEHOLDER.findall(" ".join(expressions)))
+    out: dict[str, Any] = {}
+    for param, given in (
+        ("ExpressionAttributeNames", names),
+        ("ExpressionAttributeValues", values),
+    ):
+        used = {k: v for k, v in given.items() if k in tokens}
+        if used:
+            out[param] = used
+    return out
+
+
 def grouped(expression: str) -> str:
-    """``expression`` in parentheses, unless one pair already encloses it all: DynamoDB
-    refuses redundant parentheses ("The expression has redundant parentheses"; boto3's
-    condition builder adds a pair of its own)."""
+    """``expression`` in parentheses, unless one pair already encloses it all (DynamoDB
+    refuses redundant parentheses, and boto3's condition builder adds a pair of its own)."""
     text = expression.strip()
     depth = 0
     for position, char in enumerate(text):

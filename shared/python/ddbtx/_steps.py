@@ -95,8 +95,7 @@ class ItemSteps:
             polling = yield from contender.contend(owner)
 
     def _settle_own_lock(self, local: Local, item: Item) -> Step[Local | None]:
-        """Our transaction's lock is on the item: the request to adopt it for (maybe a
-        take-over's), or None after undoing it as a stray (the caller tries again)."""
+        """Our lock is on the item: the request to adopt it for, or None after undoing a stray."""
         lock = item[s.ATTR_LOCK]["S"]
         if lock == new_lock_value(self.tx.id, local.nonce):
             return local

@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from . import schema as s
@@ -83,12 +82,8 @@ class Reader(typing.Protocol):
     def new_transaction(self, priority: str | None = None) -> InTransaction: ...
 
 
-@dataclass(frozen=True)
-class _External:
-    tx_id: str
-    rid: str
-
-
+#: An image in the images table: its transaction id and request id.
+_External = tuple[str, str]
 #: How one stored item is seen: returned as DynamoDB filtered and projected it ("trusted"),
 #: not at all ("hidden"), or judged on the client from a full value ("view") that may
 #: still have to be fetched ("external").
@@ -108,7 +103,7 @@ def classify(item: Item, level: str, table: str, key_names: Sequence[str]) -> _S
     if s.ATTR_IMAGE in item:
         return ("view", strip(item[s.ATTR_IMAGE]["M"]))
     owner = lock_owner(item) or ""
-    return ("external", _External(owner, request_id(table, key_of(item, tuple(key_names)))))
+    return ("external", (owner, request_id(table, key_of(item, tuple(key_names)))))
 
 
 class Reads:
@@ -121,8 +116,9 @@ class Reads:
     def read(self, op: ReadOp, params: Mapping[str, Any], level: str) -> Step[dict[str, Any]]:
         """One Query, Scan or GetItem page at ``level`` (or ``serializable``)."""
         if level == "serializable":
-            locked = lambda tx: locked_read(tx, op, params, snapshot=True)  # noqa: E731
-            return (yield from self.serializable(locked))
+            return (
+                yield from self.serializable(lambda tx: locked_read(tx, op, params, snapshot=True))
+            )
         read = yield from self.plan(op, params, level)  # type: ignore[arg-type]
         if op == "get":
             return (yield from self._get(read))
@@ -328,15 +324,13 @@ class Reads:
 
     def images(self, refs: list[_External]) -> Step[dict[_External, Item]]:
         """External images by reference (absent: removed by a completion)."""
-        keys = [{s.IMAGE_PK: {"S": r.tx_id}, s.IMAGE_SK: {"S": r.rid}} for r in refs]
+        keys = [{s.IMAGE_PK: {"S": tx_id}, s.IMAGE_SK: {"S": rid}} for tx_id, rid in refs]
         rows = yield from self.batch_get(self.tm.images_table, keys)
         out: dict[_External, Item] = {}
         for ref, key in zip(refs, keys, strict=True):
             row = rows.get(request_id(self.tm.images_table, key))
             # An image near 400 KB spans several rows: the first says how many.
-            image = (
-                (yield from self.tm.protocol.read_image(ref.tx_id, ref.rid, row)) if row else None
-            )
+            image = (yield from self.tm.protocol.read_image(*ref, row)) if row else None
             if image is not None:
                 out[ref] = strip(image)
         return out
