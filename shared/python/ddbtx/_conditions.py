@@ -376,7 +376,7 @@ def project(item: Item, paths: list[Path]) -> Item:
                 break
         else:
             node[path[-1]] = _WHOLE
-    picked = _pick({"M": item}, tree)
+    picked = _pick_map(item, tree)
     return picked["M"] if picked is not None else {}
 
 
@@ -387,12 +387,18 @@ def _pick(value: Item, tree: Any) -> Item | None:
     if tree is _WHOLE:
         return value
     if _kind(value) == "M":
-        members = value["M"]
-        picked = {k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub))}
-        return {"M": picked} if picked else None
+        return _pick_map(value["M"], tree)
     if _kind(value) == "L":
-        elements = value["L"]
-        indexes = sorted(k for k in tree if isinstance(k, int) and k < len(elements))
-        chosen = [p for i in indexes if (p := _pick(elements[i], tree[i])) is not None]
-        return {"L": chosen} if chosen else None
+        return _pick_list(value["L"], tree)
     return None
+
+
+def _pick_map(members: Item, tree: Any) -> Item | None:
+    picked = {k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub))}
+    return {"M": picked} if picked else None
+
+
+def _pick_list(elements: list[Item], tree: Any) -> Item | None:
+    indexes = sorted(k for k in tree if isinstance(k, int) and k < len(elements))
+    chosen = [p for i in indexes if (p := _pick(elements[i], tree[i])) is not None]
+    return {"L": chosen} if chosen else None

@@ -168,8 +168,7 @@ class ItemContention:
         if self.expired():
             raise self._waited_too_long(owner)
         if not self.tx.record.marked:
-            # Blocked on an older transaction for up to lock_wait: older contenders
-            # must roll this one back rather than wait for it (they could deadlock).
+            # Blocked on an older holder: older contenders must wound it (they could deadlock).
             yield from self.tx.record.mark_waiting(owner)
         yield from self.pause()
         return True
@@ -178,8 +177,7 @@ class ItemContention:
         """Wound-wait, patiently: a running younger holder will likely commit soon."""
         current: Header | None = header
         while current is not None and current.state == s.STATE_PENDING and not current.completed:
-            # wound: a younger holder that is blocked (waiting could deadlock), or that
-            # kept it waiting past its patience.
+            # wound: a younger holder that is blocked (could deadlock), or past its patience.
             if current.waiting or self.impatient():
                 yield from self.p.settle(owner, by=self.tx.id)
                 return False

@@ -12,9 +12,8 @@ from ._conditions import Condition, ExpressionError, Path, parse_projection, pro
 from ._items import Item, strip
 from ._requests import (
     check_expressions,
-    check_names,
+    check_placeholders,
     check_table,
-    check_values,
     grouped,
     used_placeholders,
 )
@@ -93,8 +92,7 @@ def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> st
     unknown = sorted(set(params) - _ALLOWED[op])
     if unknown:
         raise _fail(f"{op} does not support {unknown}", table)
-    check_names(params.get("ExpressionAttributeNames"), table)
-    check_values(params.get("ExpressionAttributeValues"), table)
+    check_placeholders(params, table)
     check_expressions(params, table, _EXPRESSIONS)
     if params.get("Select") == "COUNT" and params.get("ProjectionExpression"):
         raise _fail("ProjectionExpression cannot be given with Select=COUNT", table)

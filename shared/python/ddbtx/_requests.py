@@ -51,10 +51,7 @@ class KeySchemas:
     """Each data table's key attributes and types, read once and kept (or given: ``known``)."""
 
     def __init__(self, known: Mapping[str, Sequence[str] | KeyTypes] | None = None) -> None:
-        self._known: dict[str, KeyTypes] = {
-            table: keys if isinstance(keys, Mapping) else dict.fromkeys(keys)
-            for table, keys in (known or {}).items()
-        }
+        self._known = {table: _key_types(keys) for table, keys in (known or {}).items()}
 
     def types(self, table: str) -> Step[KeyTypes]:
         """The step of ``table``'s key types (no request once known)."""
@@ -109,8 +106,9 @@ def _check_av(name: str, value: Any, table: str) -> None:
         raise _fail(f"attribute {name!r} is not a low-level AttributeValue: {value!r:.80}", table)
 
 
-def check_names(names: Any, table: str) -> None:
-    """``ExpressionAttributeNames`` well formed, none reserved by ddbtx."""
+def check_placeholders(params: Mapping[str, Any], table: str) -> None:
+    """``ExpressionAttributeNames`` and ``...Values`` well formed, none reserved by ddbtx."""
+    names = params.get("ExpressionAttributeNames")
     for placeholder, real in _entries(names, "ExpressionAttributeNames", "#", table):
         if not isinstance(real, str) or real.startswith(schema.RESERVED_PREFIX):
             raise _fail(
@@ -118,10 +116,7 @@ def check_names(names: Any, table: str) -> None:
                 f"{schema.RESERVED_PREFIX!r}",
                 table,
             )
-
-
-def check_values(values: Any, table: str) -> None:
-    """``ExpressionAttributeValues`` well formed low-level values, none reserved by ddbtx."""
+    values = params.get("ExpressionAttributeValues")
     for placeholder, value in _entries(values, "ExpressionAttributeValues", ":", table):
         _check_av(placeholder, value, table)
 
@@ -187,9 +182,7 @@ def _check_defined(
 
 
 def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
-    if isinstance(key_names, Mapping):
-        return key_names
-    return dict.fromkeys(key_names)
+    return key_names if isinstance(key_names, Mapping) else dict.fromkeys(key_names)
 
 
 def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
@@ -225,8 +218,7 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
     if unknown:
         raise _fail(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
     key_types = _key_types(key_names)
-    check_names(params.get("ExpressionAttributeNames"), table)
-    check_values(params.get("ExpressionAttributeValues"), table)
+    check_placeholders(params, table)
     if op in _RETURN_VALUES:
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:

@@ -28,6 +28,7 @@ from .errors import (
 BATCH_KEYS = 100
 #: Times unprocessed keys are asked for again, and an item re-read whose image went away.
 ATTEMPTS = 8
+_BATCH_PARAMS = {"RequestItems", "ReturnConsumedCapacity"}
 
 
 class Isolation(enum.Enum):
@@ -203,10 +204,7 @@ class Reads:
         self, params: Mapping[str, Any], level: Level
     ) -> Step[tuple[dict[str, ReadPlan], dict[str, list[Item]]]]:
         """One plan per table of a BatchGetItem, and each table's keys in canonical form."""
-        if not isinstance(params, Mapping) or set(params) - {
-            "RequestItems",
-            "ReturnConsumedCapacity",
-        }:
+        if not isinstance(params, Mapping) or set(params) - _BATCH_PARAMS:
             raise InvalidRequestError(
                 "batch_get_item takes RequestItems (and ReturnConsumedCapacity)"
             )
