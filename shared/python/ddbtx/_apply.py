@@ -53,12 +53,9 @@ class Applies(UnderLock):
         req = local.request
         if check_condition and req.condition and local.transient:
             yield from self.writes.check_on_absent(local)
-        names = dict(req.params.get("ExpressionAttributeNames") or {})
-        values = dict(req.params.get("ExpressionAttributeValues") or {})
-        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
-        values.update(
-            {":ddbtxl": {"S": new_lock_value(self.tx.id, local.nonce)}, ":ddbtxt": {"BOOL": True}}
-        )
+        names, values = self.writes.lock_names(local)
+        names["#ddbtxp"] = s.ATTR_APPLIED
+        values[":ddbtxt"] = {"BOOL": True}
         condition = APPLY
         if check_condition and not local.transient:
             condition = with_user_condition(req, condition)

@@ -4,7 +4,7 @@ filter or project; it must agree with DynamoDB (``tests/test_conditions.py``).""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -138,13 +138,7 @@ class _Parser:
             inner = self.condition()
             self.expect("punct", ")")
             return inner
-        token, following = self.peek(), self.peek(1)
-        if (
-            token is not None
-            and token.kind == "word"
-            and token.text in _FUNCTIONS
-            and following == _Token("punct", "(")
-        ):
+        if self.at_call(_FUNCTIONS):
             return self.function()
         left = self.operand()
         if self.at("cmp"):
@@ -172,17 +166,16 @@ class _Parser:
         self.expect("punct", ")")
         return ("fn", name, tuple(args))
 
-    def operand(self) -> tuple[Any, ...]:
+    def at_call(self, names: Collection[str]) -> bool:
+        """At a call of a function in ``names``: its name, then an opening parenthesis."""
         token = self.peek()
-        if token is not None and token.kind == "value":
-            self.take()
-            return ("value", token.text)
-        if (
-            token is not None
-            and token.kind == "word"
-            and token.text == "size"
-            and self.peek(1) == _Token("punct", "(")
-        ):
+        opens = self.peek(1) == _Token("punct", "(")
+        return token is not None and token.kind == "word" and token.text in names and opens
+
+    def operand(self) -> tuple[Any, ...]:
+        if self.at("value"):
+            return ("value", self.take().text)
+        if self.at_call(("size",)):
             self.take()
             self.take()
             inner = self.path()

@@ -65,7 +65,6 @@ class Protocol:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
-        self.tx_table = transactions_table
         self.images_table = images_table
         self.clock = clock
         self.sleep = sleep

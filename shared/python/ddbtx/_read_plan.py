@@ -3,7 +3,7 @@ whether it is locked) and how its items are judged."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -114,9 +114,8 @@ class IndexInfo:
     @classmethod
     def from_description(cls, description: Mapping[str, Any], local: bool) -> IndexInfo:
         projection = description.get("Projection") or {}
-        kind = projection.get("ProjectionType", "ALL")
         attributes = None
-        if kind != "ALL":
+        if projection.get("ProjectionType", "ALL") != "ALL":
             attributes = frozenset(projection.get("NonKeyAttributes") or ())
         keys = tuple(k["AttributeName"] for k in description["KeySchema"])
         return cls(description["IndexName"], local, keys, attributes)
@@ -173,6 +172,11 @@ class ReadPlan:
             return None
         return project(returned, self.projection) if self.projection is not None else returned
 
+    def returned(self, values: Iterable[Item | None]) -> list[Item]:
+        """The items returned of full ``values`` (None: absent), in order."""
+        judged = (self.judge(value) for value in values if value is not None)
+        return [item for item in judged if item is not None]
+
     @property
     def fetches(self) -> bool:
         """Whether DynamoDB reads the table's item for a local index's entry."""
@@ -196,7 +200,6 @@ def plan(
     user = dict(params)
     names = dict(user.get("ExpressionAttributeNames") or {})
     values = dict(user.get("ExpressionAttributeValues") or {})
-    projection_text = user.get("ProjectionExpression")
     read = ReadPlan(
         op=op,
         table=user["TableName"],
@@ -213,8 +216,8 @@ def plan(
             read.filter = Condition(user["FilterExpression"], names)
         if index is not None and user.get("KeyConditionExpression"):
             read.key_condition = Condition(user["KeyConditionExpression"], names)
-        if projection_text:
-            read.projection = parse_projection(projection_text, names)
+        if user.get("ProjectionExpression"):
+            read.projection = parse_projection(user["ProjectionExpression"], names)
     except ExpressionError as exc:
         raise _fail(f"an expression cannot be parsed: {exc}", read.table) from exc
     read.base_fetch = index is not None and not index.shows_locks

@@ -94,7 +94,6 @@ class Rewrites(UnderLock):
         return names, values, REWRITE.format(prior=SAME_MARKER)
 
     def _image(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
-        assert local.prior is not None
         if local.transient:
             return {}
         if local.external_image:

@@ -142,16 +142,14 @@ class Reads:
         responses: dict[str, list[Item]] = {}
         for table, items in response.get("Responses", {}).items():
             responses[table] = yield from self.judge_all(reads[table], items)
-        out: dict[str, Any] = {
+        return {
             "Responses": responses,
             "UnprocessedKeys": {
                 table: {**_without(params["RequestItems"][table], "Keys"), "Keys": left["Keys"]}
                 for table, left in (response.get("UnprocessedKeys") or {}).items()
             },
+            **{k: v for k, v in response.items() if k == "ConsumedCapacity"},
         }
-        if "ConsumedCapacity" in response:
-            out["ConsumedCapacity"] = response["ConsumedCapacity"]
-        return out
 
     def pages(
         self, run: Callable[..., dict[str, Any]], params: Mapping[str, Any]
@@ -267,9 +265,7 @@ class Reads:
             if kind == "trusted":
                 out.append(read.trusted(item))
             elif kind == "view":
-                judged = read.judge(view)
-                if judged is not None:
-                    out.append(judged)
+                out.extend(read.returned([view]))
         return out
 
     def _base_items(self, read: ReadPlan, items: list[Item]) -> Step[list[Item]]:
@@ -277,14 +273,11 @@ class Reads:
         keys = [key_of(item, read.key_names) for item in items]
         base = yield from self.batch_get(read.table, keys)
         found = [b for b in (base.get(request_id(read.table, k)) for k in keys) if b is not None]
-        out: list[Item] = []
         seen = yield from self.resolve(read, found)
-        for item, (kind, view) in zip(found, seen, strict=True):
-            value = strip(item) if kind == "trusted" else view
-            judged = read.judge(value) if value is not None else None
-            if judged is not None:
-                out.append(judged)
-        return out
+        return read.returned(
+            strip(item) if kind == "trusted" else view
+            for item, (kind, view) in zip(found, seen, strict=True)
+        )
 
     def resolve(self, read: ReadPlan, items: list[Item]) -> Step[list[_Seen]]:
         """How each item is seen (:data:`_Seen`), every external image fetched in one go."""
@@ -306,8 +299,7 @@ class Reads:
         """An item read again (its external image went with a completion)."""
         key_names = tuple(key)
         for _ in range(ATTEMPTS):
-            item = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
-            stored = item.get("Item")
+            stored = yield from self.tm.protocol.read_item(table, key)
             if stored is None:
                 return None
             kind, x = classify(stored, level, table, key_names)
@@ -396,17 +388,15 @@ def locked_read(
     reads = tx.manager.reads
     read = yield from reads.plan(op, params, "locking")
     if op == "get":
-        (value,) = yield from tx.read_many(read.table, [read.params["Key"]])
-        one = read.judge(value) if value is not None else None
-        return {"Item": one} if one is not None else {}
+        found = read.returned((yield from tx.read_many(read.table, [read.params["Key"]])))
+        return {"Item": found[0]} if found else {}
     if snapshot:
         response, values = yield from _settled_page(tx, read)
     else:
         response = yield from reads.send(read)
         keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
         values = yield from tx.read_many(read.table, keys)
-    judged = (read.judge(value) for value in values if value is not None)
-    return page(read, response, [item for item in judged if item is not None])
+    return page(read, response, read.returned(values))
 
 
 def _settled_page(
@@ -442,7 +432,5 @@ def locked_batch_get(tx: InTransaction, params: Mapping[str, Any]) -> Step[dict[
     read_plans, keys = yield from tx.manager.reads.batch_plans(params, "locking")
     responses: dict[str, list[Item]] = {}
     for table, read in read_plans.items():
-        values = yield from tx.read_many(table, keys[table])
-        judged_items = (read.judge(value) for value in values if value is not None)
-        responses[table] = [item for item in judged_items if item is not None]
+        responses[table] = read.returned((yield from tx.read_many(table, keys[table])))
     return {"Responses": responses, "UnprocessedKeys": {}}

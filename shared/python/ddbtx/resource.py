@@ -219,14 +219,12 @@ def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dic
         except ValidationFailed as exc:
             raise InvalidRequestError(f"DynamoDB rejected the request: {exc}", table=table) from exc
         # Held by a transaction, or the request's own condition is false: the item says which.
-        read = yield from request("get_item", TableName=table, Key=wanted.key, ConsistentRead=True)
-        found = read.get("Item")
+        found = yield from manager.protocol.read_item(table, wanted.key)
         if found is not None and s.ATTR_LOCK in found:
             return (yield from own_transaction(manager.new_transaction, op, params))  # type: ignore[arg-type]
-        condition = wanted.condition
         names = params.get("ExpressionAttributeNames")
         values = params.get("ExpressionAttributeValues")
-        if condition and not Condition(condition, names).matches(found or {}, values):
+        if wanted.condition and not Condition(wanted.condition, names).matches(found or {}, values):
             raise ConditionalCheckFailedError(
                 "the request's condition is false", table=table, key=wanted.key
             )
