@@ -8,7 +8,6 @@ from . import schema as s
 from ._effects import Step
 from ._item_writes import UnderLock
 from ._items import flag, strip
-from ._record import new_lock_value
 from ._requests import with_user_condition
 from ._responses import attributes, return_values
 from ._view import Local
@@ -40,8 +39,7 @@ class Applies(UnderLock):
             raise self.writes.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
             item = yield from self.p.read_item(req.table, req.key)
-            lock = (item or {}).get(s.ATTR_LOCK, {}).get("S")
-            if lock != new_lock_value(self.tx.id, local.nonce):
+            if (item or {}).get(s.ATTR_LOCK, {}).get("S") != values[":ddbtxl"]["S"]:
                 return (yield from self.steps.lost_lock(local))
             if not flag(item, s.ATTR_DELETED):
                 raise self.writes.condition_false(req) from exc

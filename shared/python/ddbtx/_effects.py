@@ -78,7 +78,6 @@ def was_resent(exc: BaseException) -> bool:
 
 
 def pause(seconds: float) -> Step[None]:
-    """The step of one pause."""
     yield Sleep(seconds)
 
 

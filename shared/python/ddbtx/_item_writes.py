@@ -150,7 +150,6 @@ class ItemWrites:
         names: dict[str, str],
         values: dict[str, Any],
     ) -> Step[None]:
-        """Put a whole item under ``condition``."""
         yield from request(
             "put_item",
             TableName=req.table,
@@ -185,7 +184,6 @@ class ItemWrites:
         values: dict[str, Any],
         **extra: Any,
     ) -> Step[dict[str, Any]]:
-        """One conditional UpdateItem."""
         response: dict[str, Any] = yield from request(
             "update_item",
             TableName=req.table,
