@@ -67,8 +67,7 @@ class Adding:
         except ConditionFailed as exc:
             header = yield from self.store.read_header(self.tx_id)
             if header is not None and header.state != s.STATE_PENDING:
-                # A retry with the same transaction_id fenced this id before its record
-                # existed (a rolled-back tombstone): this coordinator must not go on.
+                # A retry with our transaction_id fenced this id before the record existed.
                 raise Decided(header) from exc
             # Our own create, its response lost, if it names our nonces; else an id collision.
             if header is None or any(
@@ -76,8 +75,7 @@ class Adding:
                 for loc in locals_
             ):
                 if header is not None:
-                    # Our create, taken over since: the view must know the record exists,
-                    # or a rollback would return without deciding it.
+                    # Taken over since: a rollback must know the record exists to decide it.
                     yield from self.view.follow(header)
                 raise TransactionError(
                     "our create's answer was lost and the record has changed since",
@@ -92,12 +90,7 @@ class Adding:
     def _add_chunk(
         self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
     ) -> Step[ChunkOutcome]:
-        """One conditional add of ``chunk``."""
-        upgrades = {
-            loc.request.rid: (loc.nonce, loc.seq - 1 if loc.seq > 1 else 0)
-            for loc in chunk
-            if loc.upgrade
-        }
+        upgrades = {loc.request.rid: (loc.nonce, loc.seq - 1) for loc in chunk if loc.upgrade}
         try:
             header = yield from self.store.add(
                 self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
@@ -139,9 +132,7 @@ class Adding:
         earlier: dict[str, Entry] = {}
         for entry in entries:
             read = self.view.requests.get(entry.rid)
-            if read is None:
-                continue
-            if read.nonce == entry.nonce and entry.rid in planned.spilled:  # the read's row
+            if read is not None and read.nonce == entry.nonce and entry.rid in planned.spilled:
                 old = read.request
                 earlier[entry.rid] = Entry(
                     old.rid, old.op, old.table, old.key, read.nonce, old.params

@@ -1,6 +1,4 @@
-"""Alias rows: the caller's exactly-once id and the transaction that carries it. Created
-before that transaction's record, moved only away from a rolled-back one, deleted just
-before the record it names; its TTL is a backstop for the rest."""
+"""Alias rows: the caller's exactly-once id and the transaction that carries it."""
 
 from __future__ import annotations
 
@@ -27,8 +25,6 @@ FORGET = "#tx = :tx"
 
 
 class AliasStore:
-    """Every read and write of alias rows; stateless apart from its table."""
-
     def __init__(self, table: str, *, clock: Callable[[], float], ttl_seconds: int) -> None:
         self.table = table
         self.clock = clock

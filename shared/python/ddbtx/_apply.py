@@ -6,9 +6,8 @@ from typing import Any
 
 from . import schema as s
 from ._effects import Step
-from ._item_writes import Holder
+from ._item_writes import UnderLock
 from ._items import flag, strip
-from ._record import new_lock_value
 from ._requests import with_user_condition
 from ._responses import attributes, return_values
 from ._view import Local
@@ -20,18 +19,11 @@ APPLY = "#ddbtxl = :ddbtxl AND attribute_not_exists(#ddbtxp)"
 HELD_BY_REQUEST = "#ddbtxl = :ddbtxl"
 
 
-class Applies:
+class Applies(UnderLock):
     """apply and mark deleted for first writes to items of one transaction."""
 
-    def __init__(self, steps: Holder) -> None:
-        self.steps = steps
-        self.tx = steps.tx
-        self.p = steps.p
-        self.writes = steps.writes
-
     def mark_deleted(self, local: Local) -> Step[dict[str, Any]]:
-        """apply (delete): mark the item for deletion at commit. Its condition is checked
-        here (a read's lock checked none): in the same write, or on an absent item."""
+        """apply (delete): mark the item for deletion at commit, checking its condition."""
         req = local.request
         if req.condition and local.transient:
             yield from self.writes.check_on_absent(local)
@@ -47,8 +39,7 @@ class Applies:
             raise self.writes.rejected_write(req, exc) from exc
         except ConditionFailed as exc:
             item = yield from self.p.read_item(req.table, req.key)
-            lock = (item or {}).get(s.ATTR_LOCK, {}).get("S")
-            if lock != new_lock_value(self.tx.id, local.nonce):
+            if (item or {}).get(s.ATTR_LOCK, {}).get("S") != values[":ddbtxl"]["S"]:
                 return (yield from self.steps.lost_lock(local))
             if not flag(item, s.ATTR_DELETED):
                 raise self.writes.condition_false(req) from exc
@@ -60,12 +51,9 @@ class Applies:
         req = local.request
         if check_condition and req.condition and local.transient:
             yield from self.writes.check_on_absent(local)
-        names = dict(req.params.get("ExpressionAttributeNames") or {})
-        values = dict(req.params.get("ExpressionAttributeValues") or {})
-        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxp": s.ATTR_APPLIED})
-        values.update(
-            {":ddbtxl": {"S": new_lock_value(self.tx.id, local.nonce)}, ":ddbtxt": {"BOOL": True}}
-        )
+        names, values = self.writes.lock_names(local)
+        names["#ddbtxp"] = s.ATTR_APPLIED
+        values[":ddbtxt"] = {"BOOL": True}
         condition = APPLY
         if check_condition and not local.transient:
             condition = with_user_condition(req, condition)

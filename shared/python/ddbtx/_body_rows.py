@@ -1,6 +1,5 @@
-"""Which request bodies of a coordinator's transaction have rows of their own (a large one,
-or any once the header has grown), and the steps that write and delete those rows.
-Its lock is taken inside the view's, never the other way round, and never across a request."""
+"""The request bodies with rows of their own, as one coordinator knows them. Its lock is taken
+inside the view's, never the other way round, and never across a request."""
 
 from __future__ import annotations
 
@@ -115,12 +114,9 @@ class BodyRows:
         rows: list[dict[str, Any]] = []
         for entry in entries:
             restored = (earlier or {}).get(entry.rid)
-            if restored is not None:
-                puts = self.store.body_rows(self.tx_id, restored)
-                rows.extend({"PutRequest": {"Item": row}} for row in puts)
-                surplus = self.store.body_keys(self.tx_id, entry)[len(puts) :]
-            else:
-                surplus = self.store.body_keys(self.tx_id, entry)
+            puts = [] if restored is None else self.store.body_rows(self.tx_id, restored)
+            rows.extend({"PutRequest": {"Item": row}} for row in puts)
+            surplus = self.store.body_keys(self.tx_id, entry)[len(puts) :]
             rows.extend({"DeleteRequest": {"Key": key}} for key in surplus)
         try:
             yield from self._write_batches(self.store.table, rows)

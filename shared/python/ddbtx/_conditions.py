@@ -4,7 +4,7 @@ filter or project; it must agree with DynamoDB (``tests/test_conditions.py``).""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -82,6 +82,13 @@ class _Parser:
         token = self.peek()
         return token is not None and token.kind == kind and (text is None or token.text == text)
 
+    def accept(self, kind: str, text: str | None = None) -> bool:
+        """Take the next token if it is ``kind`` (and ``text``)."""
+        if self.at(kind, text):
+            self.pos += 1
+            return True
+        return False
+
     def expect(self, kind: str, text: str | None = None) -> _Token:
         if not self.at(kind, text):
             raise ExpressionError(f"expected {text or kind}, found {self.peek()}")
@@ -104,64 +111,46 @@ class _Parser:
     def path(self) -> Path:
         steps: list[str | int] = [self.name()]
         while True:
-            if self.at("punct", "."):
-                self.take()
+            if self.accept("punct", "."):
                 steps.append(self.name())
-            elif self.at("punct", "["):
-                self.take()
+            elif self.accept("punct", "["):
                 steps.append(int(self.expect("int").text))
                 self.expect("punct", "]")
             else:
                 return tuple(steps)
 
     def condition(self) -> tuple[Any, ...]:
-        left = self.conjunction()
-        while self.at("keyword", "OR"):
-            self.take()
-            left = ("or", left, self.conjunction())
-        return left
+        return self.chain("OR", lambda: self.chain("AND", self.negation))
 
-    def conjunction(self) -> tuple[Any, ...]:
-        left = self.negation()
-        while self.at("keyword", "AND"):
-            self.take()
-            left = ("and", left, self.negation())
+    def chain(self, keyword: str, operand: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+        left = operand()
+        while self.accept("keyword", keyword):
+            left = (keyword.lower(), left, operand())
         return left
 
     def negation(self) -> tuple[Any, ...]:
-        if self.at("keyword", "NOT"):
-            self.take()
+        if self.accept("keyword", "NOT"):
             return ("not", self.negation())
         return self.primary()
 
     def primary(self) -> tuple[Any, ...]:
-        if self.at("punct", "("):
-            self.take()
+        if self.accept("punct", "("):
             inner = self.condition()
             self.expect("punct", ")")
             return inner
-        token, following = self.peek(), self.peek(1)
-        if (
-            token is not None
-            and token.kind == "word"
-            and token.text in _FUNCTIONS
-            and following == _Token("punct", "(")
-        ):
+        if self.at_call(_FUNCTIONS):
             return self.function()
         left = self.operand()
         if self.at("cmp"):
             return ("cmp", self.take().text, left, self.operand())
-        if self.at("keyword", "BETWEEN"):
-            self.take()
+        if self.accept("keyword", "BETWEEN"):
             low = self.operand()
             self.expect("keyword", "AND")
             return ("between", left, low, self.operand())
-        if self.at("keyword", "IN"):
-            self.take()
+        if self.accept("keyword", "IN"):
             self.expect("punct", "(")
             options = [self.operand()]
-            while self.at("punct", ","):
-                self.take()
+            while self.accept("punct", ","):
                 options.append(self.operand())
             self.expect("punct", ")")
             return ("in", left, tuple(options))
@@ -177,17 +166,16 @@ class _Parser:
         self.expect("punct", ")")
         return ("fn", name, tuple(args))
 
-    def operand(self) -> tuple[Any, ...]:
+    def at_call(self, names: Collection[str]) -> bool:
+        """At a call of a function in ``names``: its name, then an opening parenthesis."""
         token = self.peek()
-        if token is not None and token.kind == "value":
-            self.take()
-            return ("value", token.text)
-        if (
-            token is not None
-            and token.kind == "word"
-            and token.text == "size"
-            and self.peek(1) == _Token("punct", "(")
-        ):
+        opens = self.peek(1) == _Token("punct", "(")
+        return token is not None and token.kind == "word" and token.text in names and opens
+
+    def operand(self) -> tuple[Any, ...]:
+        if self.at("value"):
+            return ("value", self.take().text)
+        if self.at_call(("size",)):
             self.take()
             self.take()
             inner = self.path()
@@ -363,8 +351,7 @@ def parse_projection(text: str, names: Mapping[str, str] | None = None) -> list[
     """The document paths of a ``ProjectionExpression``, names resolved."""
     parser = _Parser(text, names or {})
     paths = [parser.path()]
-    while parser.at("punct", ","):
-        parser.take()
+    while parser.accept("punct", ","):
         paths.append(parser.path())
     parser.done()
     return paths
@@ -382,13 +369,8 @@ def project(item: Item, paths: list[Path]) -> Item:
                 break
         else:
             node[path[-1]] = _WHOLE
-    out: Item = {}
-    for name, sub in tree.items():
-        if isinstance(name, str) and name in item:
-            picked = _pick(item[name], sub)
-            if picked is not None:
-                out[name] = picked
-    return out
+    picked = _pick_map(item, tree)
+    return picked["M"] if picked is not None else {}
 
 
 _WHOLE: Any = object()
@@ -405,9 +387,7 @@ def _pick(value: Item, tree: Any) -> Item | None:
 
 
 def _pick_map(members: Item, tree: Any) -> Item | None:
-    picked = {
-        k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub)) is not None
-    }
+    picked = {k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub))}
     return {"M": picked} if picked else None
 
 

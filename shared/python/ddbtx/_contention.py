@@ -57,15 +57,28 @@ class Contending(typing.Protocol):
     def manager(self) -> Patience: ...
 
 
-class Waiter:
-    """Backoff and staleness judgement for one contended lock, on the monotonic clock."""
+class Contender:
+    """Contention decisions of one transaction; one :class:`ItemContention` per locked item."""
+
+    def __init__(self, tx: Contending) -> None:
+        self.tx = tx
+
+    def for_item(self, req: Request) -> ItemContention:
+        return ItemContention(self.tx, req)
+
+
+class ItemContention:
+    """One request's wait for an item another transaction holds (on the monotonic clock)."""
 
     #: Seconds a decided holder gets to release its items before a waiter completes it.
     DECIDED_GRACE = 0.25
 
-    def __init__(self, manager: Patience) -> None:
-        self.m = manager
-        self.start = manager.monotonic()
+    def __init__(self, tx: Contending, req: Request) -> None:
+        self.tx = tx
+        self.req = req
+        self.p = tx.p
+        self.m = tx.manager
+        self.start = self.m.monotonic()
         self.delay = 0.01
         self.seen: tuple[str, int] | None = None
         self.seen_at = self.start
@@ -108,36 +121,15 @@ class Waiter:
         yield from pause(self.delay * (0.5 + self.m.rng.random()))
         self.delay = min(self.delay * 2, 0.5)
 
-
-class Contender:
-    """Contention decisions of one transaction; one :class:`ItemContention` per locked item."""
-
-    def __init__(self, tx: Contending) -> None:
-        self.tx = tx
-
-    def for_item(self, req: Request) -> ItemContention:
-        return ItemContention(self.tx, req)
-
-
-class ItemContention:
-    """One request's wait for an item another transaction holds."""
-
-    def __init__(self, tx: Contending, req: Request) -> None:
-        self.tx = tx
-        self.req = req
-        self.p = tx.p
-        self.waiter = Waiter(tx.manager)
-
     def contend(self, owner: str) -> Step[bool]:
         """The item is locked by ``owner``: wound it, wait, or help it complete. True after
         a wait: the caller reads the item next instead of retrying its lock."""
-        waiter = self.waiter
-        if waiter.watching(owner):
+        if self.watching(owner):
             # Its record is read again only once it may be stale or the wait is over.
-            if not waiter.expired():
-                yield from waiter.pause()
+            if not self.expired():
+                yield from self.pause()
                 return True
-            if not waiter.decided:
+            if not self.decided:
                 raise self._waited_too_long(owner)
         header = yield from self.p.records.read_header(owner)
         if header is None or header.completed:
@@ -161,39 +153,35 @@ class ItemContention:
 
     def _wait_for_decided(self, owner: str, header: Header) -> Step[bool]:
         """A decided holder is likely releasing its items: completed here only after a wait."""
-        waiter = self.waiter
-        stale = waiter.holder_is_stale(owner, header.version, decided=True)
-        if stale or waiter.expired() or waiter.grace_over():
+        stale = self.holder_is_stale(owner, header.version, decided=True)
+        if stale or self.expired() or self.grace_over():
             yield from self.p.complete(header)
             return False
-        yield from waiter.pause()
+        yield from self.pause()
         return True
 
     def _wait_for_older(self, owner: str, header: Header) -> Step[bool]:
         """Wound-wait: a younger transaction waits for an older, pending holder."""
-        waiter = self.waiter
-        if waiter.holder_is_stale(owner, header.version):
+        if self.holder_is_stale(owner, header.version):
             yield from self.p.settle(owner, expect_version=header.version, by=self.tx.id)
             return False
-        if waiter.expired():
+        if self.expired():
             raise self._waited_too_long(owner)
         if not self.tx.record.marked:
-            # Blocked on an older transaction for up to lock_wait: older contenders
-            # must roll this one back rather than wait for it (they could deadlock).
+            # Blocked on an older holder: older contenders must wound it (they could deadlock).
             yield from self.tx.record.mark_waiting(owner)
-        yield from waiter.pause()
+        yield from self.pause()
         return True
 
     def _outwait_younger(self, owner: str, header: Header) -> Step[bool]:
         """Wound-wait, patiently: a running younger holder will likely commit soon."""
         current: Header | None = header
         while current is not None and current.state == s.STATE_PENDING and not current.completed:
-            # wound: a younger holder that is blocked (waiting could deadlock), or that
-            # kept it waiting past its patience.
-            if current.waiting or self.waiter.impatient():
+            # wound: a younger holder that is blocked (could deadlock), or past its patience.
+            if current.waiting or self.impatient():
                 yield from self.p.settle(owner, by=self.tx.id)
                 return False
-            yield from self.waiter.pause()
+            yield from self.pause()
             current = yield from self.p.records.read_header(owner)
         return True
 

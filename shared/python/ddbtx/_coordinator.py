@@ -82,10 +82,6 @@ class CoordinatorSteps:
         """The caller's exactly-once id (``transaction_id=``), or None."""
         return self.record.caller_id
 
-    @transaction_id.setter
-    def transaction_id(self, value: str | None) -> None:
-        self.record.caller_id = value
-
     @property
     def state(self) -> str:
         """``"P"`` pending, ``"C"`` committed, ``"R"`` rolled back (see :mod:`ddbtx.schema`)."""
@@ -152,8 +148,7 @@ class CoordinatorSteps:
         if fresh:
             # Another attempt with the same transaction_id may have added them.
             fresh = yield from self.add(fresh)
-            locking = gather(self.steps.lock_and_apply(loc) for loc in fresh)
-            results = yield from self.guarded(locking)
+            results = yield from self.guarded(gather(self.steps.lock_and_apply(c) for c in fresh))
             for local, result in zip(fresh, results, strict=True):
                 values[local.request.rid] = result.get("Item")
         return [values[req.rid] for req in requests]
@@ -300,7 +295,6 @@ class CoordinatorSteps:
         header = yield from self.p.records.read_header(self.id)
         if header is None or header.state != s.STATE_PENDING:
             raise (yield from self.decided(header))
-        assert header is not None
         return header
 
     def decided(self, header: Header | None) -> Step[TransactionError]:

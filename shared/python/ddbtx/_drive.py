@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from ._effects import Call, Gather, Run, Sleep, Step, first_failure
@@ -40,16 +41,10 @@ def drive(
     """Run ``step`` to its end on ``client`` (boto3); gathers through ``parallel``."""
     for effect in (run := Run(step)):
         with run.outcome() as out:
-            out.value = (
-                gathered(effect, lambda sub: drive(sub, client, sleep, parallel), parallel)
-                if isinstance(effect, Gather)
-                else perform(client, sleep, effect)
-            )
+            if isinstance(effect, Gather):
+                run_one = partial(drive, client=client, sleep=sleep, parallel=parallel)
+                out.value = parallel(run_one, list(effect.steps))
+                first_failure(out.value)
+            else:
+                out.value = perform(client, sleep, effect)
     return run.result
-
-
-def gathered(effect: Gather, run_one: Callable[[Step[Any]], Any], parallel: Parallel) -> Any:
-    """A gather's results in order, or its first failure raised."""
-    outcomes = parallel(run_one, list(effect.steps))
-    first_failure(outcomes)
-    return outcomes

@@ -1,9 +1,5 @@
-"""Requests as values: the protocol core says what to send, a driver sends it.
-
-A step (:data:`Step`) is a generator that yields an :data:`Effect` (a call, a pause) and is
-resumed with the answer or has the failure thrown in at that ``yield``, so one step runs
-unchanged on either driver and the explorer. :class:`Run` advances a step and translates
-what a driver got back; a driver only performs effects."""
+"""Requests as values: a step (:data:`Step`) yields effects and is resumed with their answers,
+so one step runs unchanged on either driver and the explorer; a driver only performs effects."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ class Call:
     params: Mapping[str, Any]
 
     def tables(self) -> tuple[str, ...]:
-        """The tables the request names: ``TableName``, or a batch's ``RequestItems``."""
+        """``TableName``, or a batch's ``RequestItems``."""
         if isinstance(self.params.get("TableName"), str):
             return (self.params["TableName"],)
         items = self.params.get("RequestItems")
@@ -82,13 +78,12 @@ def was_resent(exc: BaseException) -> bool:
 
 
 def pause(seconds: float) -> Step[None]:
-    """The step of one pause."""
     yield Sleep(seconds)
 
 
 def gather(steps: Iterable[Step[T]]) -> Step[list[T]]:
-    """The step of running ``steps`` at once: their results, in order. A result must not
-    be an exception (drivers take one for a failure), so a step returning one boxes it."""
+    """The step of running ``steps`` at once: their results, in order (never an exception:
+    drivers take one for a failure, so a step returning one boxes it)."""
     results: list[T] = yield Gather(tuple(steps))
     return results
 
@@ -126,19 +121,12 @@ def failure(exc: ClientError, call: Call) -> DynamoDBError:
     return error
 
 
-def reply_to(response: dict[str, Any]) -> Reply:
-    """A raw SDK response as the :class:`Reply` a step is sent."""
-    meta = response.pop("ResponseMetadata", None) or {}
-    return Reply(response, int(meta.get("RetryAttempts", 0)) > 0)
-
-
 class _Outcome:
     value: Any = None
 
 
 class Run(Generic[T]):
-    """One step being driven: a driver performs each effect inside ``with run.outcome() as
-    out``, setting ``out.value``; what it raises instead is thrown into the step."""
+    """One step being driven: a driver performs each effect in ``with run.outcome() as out``."""
 
     def __init__(self, step: Step[T]) -> None:
         self._step = step
@@ -173,7 +161,8 @@ class Run(Generic[T]):
             thrown = error
             self._advance(lambda: self._step.throw(thrown))
         elif isinstance(self.effect, Call):
-            reply = reply_to(out.value)
+            meta = out.value.pop("ResponseMetadata", None) or {}
+            reply = Reply(out.value, int(meta.get("RetryAttempts", 0)) > 0)
             self._advance(lambda: self._step.send(reply))
         else:  # a pause (None) or a gather's results
             value = out.value

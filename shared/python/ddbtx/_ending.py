@@ -110,9 +110,8 @@ class Ending:
             header = Header(tx.id, record.state, record.version, 0, False)
         header.entries = header.entries or record.entries()
         locals_ = list(record.requests.values())
-        external = any(loc.external_image for loc in locals_)
-        all_known = all(loc.confirmed for loc in locals_)
-        yield from tx.p.complete(header, tx.known(), external_images=external or not all_known)
+        external = any(loc.external_image or not loc.confirmed for loc in locals_)
+        yield from tx.p.complete(header, tx.known(), external_images=external)
         record.completed = True
 
     def rollback(self) -> Step[None]:
@@ -154,8 +153,8 @@ class Ending:
         if record.state == s.STATE_PENDING:
             raise TransactionError("commit or roll back before deleting", tx_id=tx.id)
         if record.completed:
-            header = Header(tx.id, record.state, record.version, 0, True)
-            header.entries = record.entries()
+            entries = record.entries()
+            header = Header(tx.id, record.state, record.version, 0, True, entries)
             header.caller_id = tx.transaction_id
             yield from tx.p.delete_record(header)
             return

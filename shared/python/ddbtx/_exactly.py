@@ -1,6 +1,5 @@
-"""Exactly-once transactions keyed by the caller's id (``transaction_id=``): checking the
-id, replaying a pending transaction's requests, joining a concurrent attempt (what a
-second attempt does in each state: docs/transactions.md, "Exactly-once ids")."""
+"""Exactly-once transactions keyed by the caller's id (docs/transactions.md, "Exactly-once
+ids"): checking the id, replaying a pending transaction's requests, joining an attempt."""
 
 from __future__ import annotations
 
@@ -158,8 +157,7 @@ class Replay:
         return return_values(local, {})
 
     def _read_before_write(self, local: Local) -> Step[dict[str, Any]]:
-        """A read of an item the earlier attempt then wrote: the item before the transaction
-        (the write is caught up first, which saves it)."""
+        """A read of an item the earlier attempt then wrote: the item before the transaction."""
         tx = self.tx
         for _ in range(COMMIT_ROUNDS):
             if local.confirmed:

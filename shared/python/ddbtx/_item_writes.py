@@ -1,12 +1,8 @@
-"""The requests item steps send to an item (lock, apply, mark deleted, rewrite, a saved
-image, the condition probes), and what a refusal means. The one place they are sent
-(``request`` below), so a harness that rewrites them patches it here; a release is
-:class:`ddbtx._protocol.Protocol`'s.
-"""
+"""The requests item steps send to an item, and what a refusal means; sent only through
+``request`` here, so a harness that rewrites them patches it here."""
 
 from __future__ import annotations
 
-import re
 import typing
 import uuid
 from typing import Any
@@ -16,7 +12,7 @@ from ._effects import Step, request
 from ._items import MAX_ITEM_BYTES, Item, item_size
 from ._protocol import Protocol
 from ._record import new_lock_value
-from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large
+from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large, used_placeholders
 from ._view import Local, rejected
 from .errors import (
     ConditionalCheckFailedError,
@@ -50,6 +46,16 @@ class Holder(typing.Protocol):
     def lost_lock(self, local: Local) -> Step[dict[str, Any]]: ...
 
 
+class UnderLock:
+    """A group of item steps sent under the lock (apply, rewrite)."""
+
+    def __init__(self, steps: Holder) -> None:
+        self.steps = steps
+        self.tx = steps.tx
+        self.p = steps.p
+        self.writes = steps.writes
+
+
 class ItemWrites:
     """The requests of one transaction's item steps to its items."""
 
@@ -67,10 +73,10 @@ class ItemWrites:
 
     def check_condition_now(self, local: Local, *, absent: bool) -> Step[None]:
         """verdict: raise if the request's condition is false on the free item now."""
-        req = local.request
         if absent:
             yield from self.check_on_absent(local)
             return
+        req = local.request
         names, values = self.lock_names(local)
         names["#ddbtxv"] = s.ATTR_VERDICT
         condition = VERDICT.format(condition=req.condition)
@@ -91,7 +97,11 @@ class ItemWrites:
                 TableName=req.table,
                 Key=probe,
                 ConditionExpression=req.condition,
-                **_expr_params(req.params),
+                **used_placeholders(
+                    req.params.get("ExpressionAttributeNames") or {},
+                    req.params.get("ExpressionAttributeValues") or {},
+                    str(req.condition),
+                ),
             )
         except ConditionFailed as exc:
             raise self.condition_false(req) from exc
@@ -140,16 +150,12 @@ class ItemWrites:
         names: dict[str, str],
         values: dict[str, Any],
     ) -> Step[None]:
-        """Put a whole item under ``condition``, passing only the placeholders it uses."""
-        used_values = _used(values, condition)
-        passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
         yield from request(
             "put_item",
             TableName=req.table,
             Item=item,
             ConditionExpression=condition,
-            ExpressionAttributeNames=_used(names, condition),
-            **passed,
+            **used_placeholders(names, values, condition),
         )
 
     def user_update(
@@ -178,39 +184,16 @@ class ItemWrites:
         values: dict[str, Any],
         **extra: Any,
     ) -> Step[dict[str, Any]]:
-        """One conditional UpdateItem, passing only the placeholders its expressions use."""
-        used_values = _used(values, update, condition)
-        passed: dict[str, Any] = {"ExpressionAttributeValues": used_values} if used_values else {}
         response: dict[str, Any] = yield from request(
             "update_item",
             TableName=req.table,
             Key=req.key,
             UpdateExpression=update,
             ConditionExpression=condition,
-            ExpressionAttributeNames=_used(names, update, condition),
-            **passed,
+            **used_placeholders(names, values, update, condition),
             **extra,
         )
         return response
-
-
-def _used(mapping: dict[str, Any], *expressions: str) -> dict[str, Any]:
-    """Only the placeholders an expression uses (DynamoDB rejects unused ones)."""
-    text = " ".join(expressions)
-    tokens = set(re.findall(r"[#:][A-Za-z0-9_]+", text))
-    return {k: v for k, v in mapping.items() if k in tokens}
-
-
-def _expr_params(params: dict[str, Any]) -> dict[str, Any]:
-    cond = str(params.get("ConditionExpression") or "")
-    out: dict[str, Any] = {}
-    names = _used(params.get("ExpressionAttributeNames") or {}, cond)
-    values = _used(params.get("ExpressionAttributeValues") or {}, cond)
-    if names:
-        out["ExpressionAttributeNames"] = names
-    if values:
-        out["ExpressionAttributeValues"] = values
-    return out
 
 
 def _probe_value(value: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,6 @@ Item = dict[str, Any]
 #: DynamoDB's item size limit, in bytes.
 MAX_ITEM_BYTES = 400 * 1024
 
-
 #: Each type's stored size, from its raw value, after DynamoDB's sizing rules.
 _SIZES: dict[str, Callable[[Any], int]] = {
     "S": lambda raw: len(raw.encode()),
@@ -73,8 +72,6 @@ def key_of(item: Item, key_names: tuple[str, ...]) -> Item:
 
 #: DynamoDB's number syntax (as Java's BigDecimal reads it, without NaN or infinities).
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-#: DynamoDB numbers: up to 38 significant digits, magnitude 1E-130 to 9.99...E+125.
-MAX_NUMBER_DIGITS, MIN_NUMBER_EXPONENT, MAX_NUMBER_EXPONENT = 38, -130, 125
 
 
 def canonical_number(text: Any) -> str:
@@ -89,12 +86,12 @@ def canonical_number(text: Any) -> str:
         return "0"
     stripped = significant.rstrip("0")
     exponent += len(significant) - len(stripped)
-    if len(stripped) > MAX_NUMBER_DIGITS:
+    if len(stripped) > 38:
         raise ValueError("attempting to store more than 38 significant digits in a Number")
     magnitude = exponent + len(stripped) - 1  # the power of ten of the leading digit
-    if magnitude > MAX_NUMBER_EXPONENT:
+    if magnitude > 125:
         raise ValueError("number overflow: magnitude larger than supported range")
-    if magnitude < MIN_NUMBER_EXPONENT:
+    if magnitude < -130:
         raise ValueError("number underflow: magnitude smaller than supported range")
     return format(Decimal((sign, tuple(map(int, stripped)), exponent)), "f")
 
@@ -112,11 +109,6 @@ def canonical_key_value(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def canonical_key(key: Item) -> Item:
-    """``key`` with every value in its canonical form (see :func:`canonical_key_value`)."""
-    return {name: canonical_key_value(value) for name, value in key.items()}
-
-
 def _canonical(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return {"__b64": base64.b64encode(value).decode()}
@@ -129,7 +121,8 @@ def _canonical(value: Any) -> Any:
 
 def request_id(table: str, key: Item) -> str:
     """A stable id for "this item in this table", one for every spelling of its key."""
-    text = json.dumps([table, _canonical(canonical_key(key))], separators=(",", ":"))
+    canonical = {name: canonical_key_value(value) for name, value in key.items()}
+    text = json.dumps([table, _canonical(canonical)], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -151,15 +144,13 @@ def flag(item: Item | None, name: str) -> bool:
 
 
 def applied(item: Item | None) -> bool:
-    """Whether a write of the holding transaction has changed the item (its saved image,
-    or its absence if inserted, is what a roll back restores)."""
+    """Whether a write of the holding transaction has changed the item."""
     return schema.ATTR_APPLIED in (item or {})
 
 
 def write_marker(seq: int, op: str) -> dict[str, Any] | None:
-    """The ``_tx:ap`` value an item carries once its ``seq``-th write in a transaction
-    is applied: ``true`` after a first put or update, none after a first delete (its
-    ``_tx:del`` says it), the number itself from the second write on."""
+    """The ``_tx:ap`` an item carries once its ``seq``-th write is applied: ``true`` after a
+    first put or update, none after a first delete, the number itself from the second on."""
     if seq >= 2:
         return {"N": str(seq)}
     return {"BOOL": True} if op in ("put", "update") else None

@@ -48,8 +48,7 @@ class AlreadyCommitted:
 
 
 class Settings(TypedDict, total=False):
-    """The keyword settings of a manager besides its ``sleep`` (whose type the driver
-    decides): :class:`ManagerCore`'s parameters of the same names."""
+    """:class:`ManagerCore`'s keyword parameters but ``sleep`` (whose type is the driver's)."""
 
     clock: Callable[[], float]
     monotonic: Callable[[], float]
@@ -68,8 +67,7 @@ class ManagerCore(Generic[Tx]):
 
     protocol: Protocol
     reads: Reads
-    #: Whether ``max_workers`` threads share the client's connection pool (a smaller pool
-    #: is worth a warning); aiohttp's queues for a connection instead.
+    #: Whether ``max_workers`` threads share the client's pool (aiohttp's queue instead).
     sized_pool = True
 
     def __init__(
@@ -199,8 +197,7 @@ class Attempts:
         return None
 
     def failed(self, exc: Exception) -> AlreadyCommitted | None:
-        """The attempt failed with ``exc``: ``run``'s result (another attempt with the id
-        committed), None to try again, or ``exc`` raised."""
+        """``run``'s result (another attempt with the id committed), None to retry, or raise."""
         tx = self.tx
         if isinstance(exc, TransactionCommittedError):
             if tx is None or self.transaction_id is None or exc.tx_id != tx.id:
@@ -224,16 +221,12 @@ def own_transaction(
         tx = new(tries.options()["priority"])
         tries.began(tx)
         try:
-            result = yield from tx.request(op, params)
-        except Exception as exc:
-            yield from closing(tx, exc, True)
-            if not isinstance(exc, RETRIED):
+            try:
+                result = yield from tx.request(op, params)
+            except Exception as exc:
+                yield from closing(tx, exc, True)
                 raise
-            tries.failed(exc)  # raises it after the last attempt
-            continue
-        try:
             yield from closing(tx, None, True)
+            return result
         except RETRIED as exc:
-            tries.failed(exc)
-            continue
-        return result
+            tries.failed(exc)  # raises it after the last attempt

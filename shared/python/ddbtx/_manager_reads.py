@@ -28,8 +28,6 @@ class ManagerReads:
     ) -> dict[str, Any]:
         """Read one item at the given isolation level; returns ``{"Item": ...}`` or ``{}``.
 
-        ``ProjectionExpression`` and ``ExpressionAttributeNames`` work as in boto3.
-
         Examples
         --------
         >>> tm.get_item(TableName="Accounts", Key={"id": {"S": "a"}})  # doctest: +SKIP
@@ -39,11 +37,7 @@ class ManagerReads:
         return self.protocol.run(self.reads.read("get", params, Isolation(isolation).value))
 
     def query(self, *, isolation: Isolation = Isolation.COMMITTED, **params: Any) -> dict[str, Any]:
-        """One page of a Query at the given isolation level, in boto3's response shape.
-
-        Takes ``Query``'s parameters (expressions, ``IndexName``, ``Limit``,
-        ``ExclusiveStartKey``, ``Select``, ...); the levels are :class:`Isolation`'s
-        (docs/transactions.md: "Reads of many items").
+        """One page of a Query (``Query``'s parameters) at an :class:`Isolation` level.
 
         Examples
         --------

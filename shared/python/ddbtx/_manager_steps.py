@@ -56,8 +56,7 @@ class Opener(Generic[Tx]):
                 return self.make(fresh, caller_id)
             header = yield from records.read_header(named)
             if header is None:
-                # Never created (its coordinator died, or is about to create it) or removed
-                # by TTL: a rolled-back record in its place settles which, for everyone.
+                # Never created (yet) or removed by TTL: a rolled-back record settles which.
                 yield from records.create_completed(named, caller_id, s.STATE_ROLLED_BACK)
                 header = yield from records.read_header(named)
                 if header is None:

@@ -38,22 +38,19 @@ def native_write(requests: list[Request]) -> Step[bool]:
     """One TransactWriteItems call; False when the protocol must take over."""
     items = []
     for r in requests:
-        names = dict(r.params.get("ExpressionAttributeNames") or {})
-        names["#ddbtxl"] = s.ATTR_LOCK
+        names = {**(r.params.get("ExpressionAttributeNames") or {}), "#ddbtxl": s.ATTR_LOCK}
         # fast path: the item takes part in no protocol transaction, and the
         # request's own condition holds; DynamoDB checks both atomically.
         condition = "attribute_not_exists(#ddbtxl)"
         if r.condition:
             condition = f"({r.condition}) AND {condition}"
-        params = {k: v for k, v in r.params.items() if k != "ExpressionAttributeNames"}
-        params.update(ConditionExpression=condition, ExpressionAttributeNames=names)
+        params = {**r.params, "ConditionExpression": condition, "ExpressionAttributeNames": names}
         if r.op == "update" and not r.params.get("UpdateExpression"):
             # UpdateItem with no expression only makes sure the item exists, but an
             # Update here needs one: removing an attribute never written is the same.
             params["UpdateExpression"] = "REMOVE #ddbtxv"
             names["#ddbtxv"] = s.ATTR_VERDICT
-        kind = {"put": "Put", "update": "Update", "delete": "Delete"}[r.op]
-        items.append({kind: params})
+        items.append({r.op.capitalize(): params})
     try:
         # A retry after a lost answer is deduplicated by botocore's ClientRequestToken
         # (no emulator honours it: the one step no emulator test can check).

@@ -1,8 +1,5 @@
-"""Values too large for one row (saved images and request bodies of items near 400 KB):
-compressed and cut into parts. The first row keeps the usual key and the count; part
-``k`` has ``#k`` appended to its sort key. Writers put every part before anything names
-the value, deleters remove the first row first: who finds it finds them all.
-"""
+"""Values too large for one row, compressed and cut into parts (``<sort key>#k``). Writers put
+every part before anything names the value, deleters remove the first row first."""
 
 from __future__ import annotations
 
@@ -25,19 +22,13 @@ def fits(row: Item) -> bool:
     return item_size(row) <= ROW_LIMIT
 
 
-def part_sort_key(sort_key: str, k: int) -> str:
-    """Sort key of part ``k`` (1, 2, ...) of the value whose first row is ``sort_key``."""
-    return f"{sort_key}#{k}"
-
-
 def split(value: dict[str, Any]) -> list[bytes]:
     data = zlib.compress(json.dumps(as_json(value), separators=(",", ":")).encode(), 6)
     return [data[i : i + PART_BYTES] for i in range(0, max(len(data), 1), PART_BYTES)]
 
 
 def join(parts: list[bytes]) -> dict[str, Any]:
-    value: dict[str, Any] = _from_json(json.loads(zlib.decompress(b"".join(parts))))
-    return value
+    return _from_json(json.loads(zlib.decompress(b"".join(parts))))
 
 
 def rows(first: Item, key: Item, sort_name: str, value: dict[str, Any]) -> list[Item]:
@@ -45,21 +36,18 @@ def rows(first: Item, key: Item, sort_name: str, value: dict[str, Any]) -> list[
     parts = split(value)
     out = [{**first, s.ROW_PART: {"B": parts[0]}, s.ROW_PARTS: {"N": str(len(parts))}}]
     extra = {name: av for name, av in first.items() if name not in key}
-    for k, part in enumerate(parts[1:], start=1):
-        part_key = {**key, sort_name: {"S": part_sort_key(key[sort_name]["S"], k)}}
+    for part_key, part in zip(part_keys(key, sort_name, len(parts)), parts[1:], strict=True):
         out.append({**part_key, **extra, s.ROW_PART: {"B": part}})
     return out
 
 
 def count(first_row: Item) -> int:
-    """How many rows the value whose first row this is spans (1: a plain row)."""
     return int(first_row[s.ROW_PARTS]["N"]) if s.ROW_PARTS in first_row else 1
 
 
 def part_keys(key: Item, sort_name: str, parts: int) -> list[Item]:
-    """Keys of the further parts (beyond the first row) of a value spanning ``parts`` rows."""
-    base = key[sort_name]["S"]
-    return [{**key, sort_name: {"S": part_sort_key(base, k)}} for k in range(1, parts)]
+    """Keys of the parts beyond the first row of a value spanning ``parts`` rows."""
+    return [{**key, sort_name: {"S": f"{key[sort_name]['S']}#{k}"}} for k in range(1, parts)]
 
 
 def _from_json(value: dict[str, Any]) -> dict[str, Any]:

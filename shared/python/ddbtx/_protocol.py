@@ -1,6 +1,5 @@
-"""Protocol steps shared by every coordinator and janitor: complete, undo, settle, delete.
-A lock whose nonce the record does not name is a *stray*, always undone (docs/protocol.md
-has the step table)."""
+"""Protocol steps shared by every coordinator and janitor: complete, undo, settle, delete
+(docs/protocol.md). A lock whose nonce the record does not name is a *stray*, always undone."""
 
 from __future__ import annotations
 
@@ -19,41 +18,13 @@ from ._alias import AliasStore
 from ._drive import drive
 from ._effects import Step, gather, pause, request
 from ._items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
-from ._record import (
-    Entry,
-    Header,
-    RecordStore,
-    entry_from_av,
-    entry_to_av,
-    header_from_item,
-    new_lock_value,
-    new_nonce,
-    new_tx_id,
-    params_from_av,
-    params_to_av,
-    shard_of,
-)
+from ._record import Entry, Header, RecordStore, new_lock_value, new_tx_id, params_from_av, shard_of
 from .errors import ConditionFailed, TableNotFound, Throttled, ValidationFailed
 
 #: Saved images outlive any transaction that needs them; TTL only collects orphans.
 IMAGE_TTL = timedelta(days=7)
 
-__all__ = [
-    "Entry",
-    "Header",
-    "Protocol",
-    "SweepOutcome",
-    "entry_from_av",
-    "entry_to_av",
-    "header_from_item",
-    "new_lock_value",
-    "new_nonce",
-    "new_tx_id",
-    "params_from_av",
-    "params_to_av",
-    "shard_of",
-    "user_view",
-]
+__all__ = ["Entry", "Header", "Protocol", "SweepOutcome", "new_tx_id", "params_from_av", "shard_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +65,6 @@ class Protocol:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
-        self.tx_table = transactions_table
         self.images_table = images_table
         self.clock = clock
         self.sleep = sleep
@@ -128,12 +98,10 @@ class Protocol:
         return [future.result() for future in futures]
 
     def run(self, step: Step[T]) -> T:
-        """Run a step on this client, clock and pool (the sync driver)."""
         return drive(step, self.client, self.sleep, self.parallel)
 
     def write_batches(self, table: str, rows: list[dict[str, Any]]) -> Step[None]:
-        """Put or delete ``rows`` in batches sent together: only for rows no one else writes
-        (a batch has no conditions, and resending one is harmless)."""
+        """Put or delete rows no one else writes, in batches sent together (no conditions)."""
         chunks = [rows[i : i + BATCH_ROWS] for i in range(0, len(rows), BATCH_ROWS)]
         yield from gather(self._batch_chunk(table, chunk) for chunk in chunks)
 
@@ -144,7 +112,6 @@ class Protocol:
             pending = resp.get("UnprocessedItems") or {}
             if not pending:
                 return
-            # DynamoDB left rows out (throughput): back off before resending only those.
             yield from pause(min(0.05 * 2**attempt, 2.0))
         raise Throttled(
             f"{len(pending.get(table, []))} rows stayed unprocessed after {BATCH_ATTEMPTS} batches",
@@ -165,7 +132,7 @@ class Protocol:
     def release(
         self, table: str, key: Item, lock_value: str, *, delete: bool, applied: bool | None
     ) -> Step[None]:
-        """Unlock an item whose write stands (commit), or delete it (transient/delete request)."""
+        """Unlock an item whose write stands (commit), or delete it (transient or delete)."""
         names = {"#l": s.ATTR_LOCK}
         values = {":l": {"S": lock_value}}
         if delete:
@@ -251,9 +218,7 @@ class Protocol:
     def undo(
         self, tx_id: str, table: str, key: Item, item: Item | None, *, only: str | None = None
     ) -> Step[None]:
-        """Roll one item back (restore its image, or delete it if inserted) and unlock it;
-        ``only`` (a lock value): just that stray, never the recorded lock that may replace it.
-        A failed condition re-reads and decides again, so concurrent undo is safe."""
+        """Roll one item back and unlock it (``only``: just that stray lock); safe concurrently."""
         for _ in range(8):
             if item is None:
                 item = yield from self.read_item(table, key)
@@ -280,8 +245,7 @@ class Protocol:
         raise RuntimeError(f"undo of tx {tx_id} in {table} did not settle")
 
     def complete_item(self, header: Header, entry: Entry, known: Item | None = None) -> Step[None]:
-        """complete: one recorded request of a decided transaction. ``known``: the
-        coordinator's view of the item (saves a read), trusted only with the recorded lock."""
+        """complete: one recorded request; ``known`` (saves a read) only with the recorded lock."""
         tx_id = header.tx_id
         lock_value = new_lock_value(tx_id, entry.nonce)
         if header.state == s.STATE_ROLLED_BACK:
@@ -296,8 +260,9 @@ class Protocol:
             assert item is not None
             if item[s.ATTR_LOCK]["S"] != lock_value:
                 # A stray lock from a paused or superseded coordinator: never kept.
-                stray = item[s.ATTR_LOCK]["S"]
-                yield from self.undo(tx_id, entry.table, entry.key, item, only=stray)
+                yield from self.undo(
+                    tx_id, entry.table, entry.key, item, only=item[s.ATTR_LOCK]["S"]
+                )
                 item = None
                 continue
             deleting = entry.op == "delete" or (flag(item, s.ATTR_TRANSIENT) and entry.op == "get")
@@ -328,8 +293,7 @@ class Protocol:
         raise RuntimeError(f"completion of tx {tx_id} in {entry.table} did not settle")
 
     def _complete_or_skip(self, header: Header, entry: Entry, known: Item | None) -> Step[bool]:
-        """:meth:`complete_item`, or False for an item DynamoDB rejects (a wrong key type,
-        a deleted table): it holds no lock, so it is skipped and the record can complete."""
+        """:meth:`complete_item`, or False for an item DynamoDB rejects (it holds no lock)."""
         try:
             yield from self.complete_item(header, entry, known)
             return True
@@ -363,8 +327,7 @@ class Protocol:
             if "LastEvaluatedKey" not in resp:
                 break
             start = {"ExclusiveStartKey": resp["LastEvaluatedKey"]}
-        # First rows before further parts (``rid#k``): whoever finds a first row finds
-        # every part of its image.
+        # First rows before further parts (``rid#k``): a first row found has all its parts.
         for part in (False, True):
             for key in keys:
                 if ("#" in key[s.IMAGE_SK]["S"]) == part:
@@ -377,8 +340,7 @@ class Protocol:
         *,
         external_images: bool | None = None,
     ) -> Step[int]:
-        """complete: every item of a decided transaction, then the record; how many were
-        skipped (``external_images`` False: no images query)."""
+        """complete: every item, then the record; how many were skipped."""
         if header.completed:
             return 0
         known = known or {}
@@ -399,8 +361,9 @@ class Protocol:
         expect_updated_ms: int | None = None,
         by: str | None = None,
     ) -> Step[SweepOutcome]:
-        """Roll back a pending record (only as the caller saw it, with ``expect_*``: else
+        """Roll back a pending record (``expect_*``: only as the caller saw it, else
         ``ACTIVE``), then complete it; complete a decided one."""
+        rolled_back_here = False
         if header is None or header.state == s.STATE_PENDING:
             header = yield from self.records.decide(
                 tx_id,
@@ -414,18 +377,13 @@ class Protocol:
             if header.state == s.STATE_PENDING:
                 return SweepOutcome.ACTIVE
             rolled_back_here = header.state == s.STATE_ROLLED_BACK and not header.completed
-            yield from self.complete(header)
-            if header.state == s.STATE_COMMITTED:
-                return SweepOutcome.ROLLED_FORWARD
-            return SweepOutcome.ROLLED_BACK if rolled_back_here else SweepOutcome.FINALISED
         yield from self.complete(header)
         if header.state == s.STATE_COMMITTED:
             return SweepOutcome.ROLLED_FORWARD
-        return SweepOutcome.FINALISED
+        return SweepOutcome.ROLLED_BACK if rolled_back_here else SweepOutcome.FINALISED
 
     def delete_record(self, header: Header) -> Step[None]:
-        """delete: a completed TX record and its body rows. The alias goes first: a crash in
-        between leaves the record for the sweeper, never an alias naming nothing."""
+        """delete: a completed TX record and its body rows, its alias first (never orphaned)."""
         if header.caller_id is not None:
             yield from self.aliases.forget(header.caller_id, header.tx_id)
         yield from self.records.delete(header, self.write_batches)
@@ -439,10 +397,6 @@ BATCH_ATTEMPTS = 8
 
 def user_view(item: Item | None) -> Item:
     """What an UNCOMMITTED reader sees: pending deletes and bare lock holders read as absent."""
-    if not item:
+    if not item or flag(item, s.ATTR_DELETED):
         return {}
-    if flag(item, s.ATTR_DELETED):
-        return {}
-    if flag(item, s.ATTR_TRANSIENT) and not applied(item):
-        return {}
-    return strip(item)
+    return {} if flag(item, s.ATTR_TRANSIENT) and not applied(item) else strip(item)

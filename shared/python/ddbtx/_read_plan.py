@@ -1,19 +1,22 @@
-"""How an isolated Query, Scan, GetItem or BatchGetItem is sent, and how its items are judged:
-the user's request, changed only so that each item says whether it is locked (protocol
-attributes and the key added to a projection; a committed read's filter widened to let
-uncommitted values through, judged on the client against their image)."""
+"""How an isolated read is sent (the user's request, changed only so that each item says
+whether it is locked) and how its items are judged."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import schema as s
 from ._conditions import Condition, ExpressionError, Path, parse_projection, project
 from ._items import Item, strip
-from ._requests import check_expressions, check_names, check_table, check_values, grouped
+from ._requests import (
+    check_expressions,
+    check_placeholders,
+    check_table,
+    grouped,
+    used_placeholders,
+)
 from .errors import InvalidRequestError
 
 ReadOp = Literal["query", "scan", "get"]
@@ -68,7 +71,6 @@ _ALLOWED: dict[str, set[str]] = {
 }
 _LEGACY = {"AttributesToGet", "KeyConditions", "QueryFilter", "ScanFilter", "ConditionalOperator"}
 _EXPRESSIONS = ("KeyConditionExpression", "FilterExpression", "ProjectionExpression")
-_PLACEHOLDER = re.compile(r"[#:][0-9A-Za-z_]+")
 
 
 def _fail(message: str, table: str | None) -> InvalidRequestError:
@@ -90,8 +92,7 @@ def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> st
     unknown = sorted(set(params) - _ALLOWED[op])
     if unknown:
         raise _fail(f"{op} does not support {unknown}", table)
-    check_names(params.get("ExpressionAttributeNames"), table)
-    check_values(params.get("ExpressionAttributeValues"), table)
+    check_placeholders(params, table)
     check_expressions(params, table, _EXPRESSIONS)
     if params.get("Select") == "COUNT" and params.get("ProjectionExpression"):
         raise _fail("ProjectionExpression cannot be given with Select=COUNT", table)
@@ -113,9 +114,8 @@ class IndexInfo:
     @classmethod
     def from_description(cls, description: Mapping[str, Any], local: bool) -> IndexInfo:
         projection = description.get("Projection") or {}
-        kind = projection.get("ProjectionType", "ALL")
         attributes = None
-        if kind != "ALL":
+        if projection.get("ProjectionType", "ALL") != "ALL":
             attributes = frozenset(projection.get("NonKeyAttributes") or ())
         keys = tuple(k["AttributeName"] for k in description["KeySchema"])
         return cls(description["IndexName"], local, keys, attributes)
@@ -172,6 +172,11 @@ class ReadPlan:
             return None
         return project(returned, self.projection) if self.projection is not None else returned
 
+    def returned(self, values: Iterable[Item | None]) -> list[Item]:
+        """The items returned of full ``values`` (None: absent), in order."""
+        judged = (self.judge(value) for value in values if value is not None)
+        return [item for item in judged if item is not None]
+
     @property
     def fetches(self) -> bool:
         """Whether DynamoDB reads the table's item for a local index's entry."""
@@ -195,7 +200,6 @@ def plan(
     user = dict(params)
     names = dict(user.get("ExpressionAttributeNames") or {})
     values = dict(user.get("ExpressionAttributeValues") or {})
-    projection_text = user.get("ProjectionExpression")
     read = ReadPlan(
         op=op,
         table=user["TableName"],
@@ -212,8 +216,8 @@ def plan(
             read.filter = Condition(user["FilterExpression"], names)
         if index is not None and user.get("KeyConditionExpression"):
             read.key_condition = Condition(user["KeyConditionExpression"], names)
-        if projection_text:
-            read.projection = parse_projection(projection_text, names)
+        if user.get("ProjectionExpression"):
+            read.projection = parse_projection(user["ProjectionExpression"], names)
     except ExpressionError as exc:
         raise _fail(f"an expression cannot be parsed: {exc}", read.table) from exc
     read.base_fetch = index is not None and not index.shows_locks
@@ -256,7 +260,10 @@ def _plan_base_fetch(read: ReadPlan, names: dict[str, str]) -> None:
         names.update(keys)
         sent["ProjectionExpression"] = ", ".join([sent["ProjectionExpression"], *keys])
     # Placeholders only the filter used would now be unused, which DynamoDB refuses.
-    _keep_used(sent, names, dict(read.values))
+    sent.pop("ExpressionAttributeNames", None)
+    sent.pop("ExpressionAttributeValues", None)
+    expressions = (sent.get(e) or "" for e in _EXPRESSIONS)
+    sent.update(used_placeholders(names, read.values, *expressions))
 
 
 def _unprojected_keys(read: ReadPlan) -> dict[str, str]:
@@ -264,16 +271,3 @@ def _unprojected_keys(read: ReadPlan) -> dict[str, str]:
     requested = {path[0] for path in read.projection or ()}
     missing = [k for k in read.key_names if k not in requested]
     return {f"#ddbtxk{i}": k for i, k in enumerate(missing)}
-
-
-def _keep_used(sent: dict[str, Any], names: dict[str, str], values: dict[str, Any]) -> None:
-    used = set(_PLACEHOLDER.findall(" ".join(sent.get(e) or "" for e in _EXPRESSIONS)))
-    for param, mapping in (
-        ("ExpressionAttributeNames", names),
-        ("ExpressionAttributeValues", values),
-    ):
-        kept = {p: v for p, v in mapping.items() if p in used}
-        if kept:
-            sent[param] = kept
-        else:
-            sent.pop(param, None)

@@ -1,5 +1,4 @@
-"""The TX record (a header row, plus body rows for large request bodies): its format, and
-:class:`RecordStore`, the only code that writes it."""
+"""The TX record (a header row, plus body rows for large bodies) and :class:`RecordStore`."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ _last_ns = 0
 
 
 def new_tx_id(clock_ns: Callable[[], int] = time.time_ns, *, priority: str | None = None) -> str:
-    """A transaction id that sorts by start time (wound-wait: smaller is older), strictly
-    increasing within a process; with ``priority`` (an earlier id) as old as that one."""
+    """An id sorting by start time (wound-wait); with ``priority``, as old as that id."""
     global _last_ns
     if priority is not None:
         if not re.fullmatch(r"[0-9a-f]{16}(-[0-9a-f]+)?", priority):
@@ -45,7 +43,6 @@ def new_nonce() -> str:
 
 
 def new_lock_value(tx_id: str, nonce: str) -> str:
-    """An item lock: the transaction and the nonce its record gives the request."""
     return f"{tx_id}/{nonce}"
 
 
@@ -145,16 +142,14 @@ def entry_from_av(rid: str, value: dict[str, Any]) -> Entry:
 
 
 def header_from_item(item: Item) -> Header:
-    entries = {
-        rid: entry_from_av(rid, av) for rid, av in item.get(s.TX_REQUESTS, {"M": {}})["M"].items()
-    }
+    requests = item.get(s.TX_REQUESTS, {"M": {}})["M"]
     return Header(
         tx_id=item[s.TX_PK]["S"],
         state=item[s.TX_STATE]["S"],
         version=int(item[s.TX_VERSION]["N"]),
         updated_ms=int(item[s.TX_UPDATED]["N"]),
         completed=flag(item, s.TX_FINISHED),
-        entries=entries,
+        entries={rid: entry_from_av(rid, av) for rid, av in requests.items()},
         raw_size=item_size(item),
         waiting=s.TX_WAITING in item,
         decided_by=item[s.TX_DECIDED_BY]["S"] if s.TX_DECIDED_BY in item else None,
@@ -205,8 +200,7 @@ class RecordStore:
         return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}}
 
     def body_key(self, tx_id: str, entry: Entry) -> Item:
-        """Key of a request body's own row; with the nonce, so that of two coordinators adding
-        one item the loser cannot overwrite the body the record names."""
+        """With the nonce: of two coordinators adding one item, the loser cannot overwrite it."""
         return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": f"r#{entry.rid}#{entry.nonce}"}}
 
     def read_header(self, tx_id: str) -> Step[Header | None]:
@@ -214,7 +208,6 @@ class RecordStore:
         return header_from_item(item) if item is not None else None
 
     def load_params(self, tx_id: str, entry: Entry) -> Step[dict[str, Any]]:
-        """The full request of an entry, reading its body row(s) when it has them."""
         if entry.params is not None:
             return entry.params
         gone = TransactionError(
@@ -253,22 +246,24 @@ class RecordStore:
         return rows
 
     def body_keys(self, tx_id: str, entry: Entry) -> list[Item]:
-        """Keys of every row of a body kept apart, the first row first."""
         key = self.body_key(tx_id, entry)
         return [key, *_parts.part_keys(key, s.TX_SK, entry.parts)]
+
+    def _new_header(self, tx_id: str, state: str, tag: str, bodies: dict[str, Any]) -> Item:
+        return {
+            **self.header_key(tx_id),
+            s.TX_STATE: {"S": state},
+            s.TX_VERSION: {"N": "1"},
+            s.TX_UPDATED: {"N": str(self.now_ms())},
+            s.TX_SWEEP_KEY: {"S": f"{tag}#{shard_of(tx_id)}"},
+            s.TX_REQUESTS: {"M": bodies},
+        }
 
     def create(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], *, caller_id: str | None = None
     ) -> Step[None]:
         """create + add: write the header with its first requests (raises ConditionFailed)."""
-        item = {
-            **self.header_key(tx_id),
-            s.TX_STATE: {"S": s.STATE_PENDING},
-            s.TX_VERSION: {"N": "1"},
-            s.TX_UPDATED: {"N": str(self.now_ms())},
-            s.TX_SWEEP_KEY: {"S": f"{s.STATE_PENDING}#{shard_of(tx_id)}"},
-            s.TX_REQUESTS: {"M": bodies},
-        }
+        item = self._new_header(tx_id, s.STATE_PENDING, s.STATE_PENDING, bodies)
         if caller_id is not None:
             item[s.TX_CALLER_ID] = {"S": caller_id}
         yield from request(
@@ -285,12 +280,7 @@ class RecordStore:
         """create, decided and completed, with no requests (False: it exists): fences an
         alias's id that has no record, or records an empty exactly-once transaction."""
         item = {
-            **self.header_key(tx_id),
-            s.TX_STATE: {"S": state},
-            s.TX_VERSION: {"N": "1"},
-            s.TX_UPDATED: {"N": str(self.now_ms())},
-            s.TX_SWEEP_KEY: {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(tx_id)}"},
-            s.TX_REQUESTS: {"M": {}},
+            **self._new_header(tx_id, state, s.STATE_FINISHED_TAG, {}),
             s.TX_FINISHED: {"BOOL": True},
             s.TX_TTL: {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             s.TX_CALLER_ID: {"S": caller_id},
@@ -319,54 +309,61 @@ class RecordStore:
             names[f"#r{i}"] = rid
             values[f":e{i}"] = body
             sets.append(f"#rq.#r{i} = :e{i}")
-            if rid in upgrades:
-                nonce, writes = upgrades[rid]
-                names["#n"] = "n"
-                values[f":n{i}"] = {"S": nonce}
-                if writes == 0:
-                    names["#o"], values[":get"] = "o", {"S": "get"}
-                    conditions.append(ADD_UPGRADE.format(i=i))
-                elif writes == 1:
-                    names["#o"], names["#w"], values[":get"] = "o", "w", {"S": "get"}
-                    conditions.append(ADD_REWRITE_FIRST.format(i=i))
-                else:
-                    names["#w"], values[f":w{i}"] = "w", {"N": str(writes)}
-                    conditions.append(ADD_REWRITE.format(i=i))
-            else:
+            if rid not in upgrades:
                 conditions.append(ADD_NEW.format(i=i))
-        resp = yield from request(
-            "update_item",
-            TableName=self.table,
-            Key=self.header_key(tx_id),
-            UpdateExpression="SET " + ", ".join(sets) + " REMOVE #wt",
-            ConditionExpression=" AND ".join(conditions),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW",
-        )
-        return header_from_item(resp["Attributes"])
+                continue
+            nonce, writes = upgrades[rid]
+            names["#n"] = "n"
+            values[f":n{i}"] = {"S": nonce}
+            if writes == 0:
+                names["#o"], values[":get"] = "o", {"S": "get"}
+                conditions.append(ADD_UPGRADE.format(i=i))
+            elif writes == 1:
+                names["#o"], names["#w"], values[":get"] = "o", "w", {"S": "get"}
+                conditions.append(ADD_REWRITE_FIRST.format(i=i))
+            else:
+                names["#w"], values[f":w{i}"] = "w", {"N": str(writes)}
+                conditions.append(ADD_REWRITE.format(i=i))
+        update = "SET " + ", ".join(sets) + " REMOVE #wt"
+        return (yield from self._update(tx_id, update, " AND ".join(conditions), names, values))
 
     def take_over(self, tx_id: str, rid: str, old: str, new: str) -> Step[Header]:
         """take over: give a recorded request a fresh nonce (raises ConditionFailed)."""
+        names = {
+            "#rq": s.TX_REQUESTS,
+            "#rid": rid,
+            "#n": "n",
+            "#v": s.TX_VERSION,
+            "#st": s.TX_STATE,
+        }
+        values = {
+            ":new": {"S": new},
+            ":old": {"S": old},
+            ":one": {"N": "1"},
+            ":p": {"S": s.STATE_PENDING},
+        }
+        update = "SET #rq.#rid.#n = :new, #v = #v + :one"
+        return (yield from self._update(tx_id, update, TAKE_OVER, names, values))
+
+    def _update(
+        self,
+        tx_id: str,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        resent: list[bool] | None = None,
+    ) -> Step[Header]:
+        """A conditional update of the header; the header after."""
         resp = yield from request(
             "update_item",
+            resent=resent,
             TableName=self.table,
             Key=self.header_key(tx_id),
-            UpdateExpression="SET #rq.#rid.#n = :new, #v = #v + :one",
-            ConditionExpression=TAKE_OVER,
-            ExpressionAttributeNames={
-                "#rq": s.TX_REQUESTS,
-                "#rid": rid,
-                "#n": "n",
-                "#v": s.TX_VERSION,
-                "#st": s.TX_STATE,
-            },
-            ExpressionAttributeValues={
-                ":new": {"S": new},
-                ":old": {"S": old},
-                ":one": {"N": "1"},
-                ":p": {"S": s.STATE_PENDING},
-            },
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
         )
         return header_from_item(resp["Attributes"])
@@ -393,9 +390,8 @@ class RecordStore:
         by: str | None = None,
         resent: list[bool] | None = None,
     ) -> Step[Header | None]:
-        """decide: a pending transaction committed or rolled back; the header after (as read
-        when the condition fails; None when gone). ``expect_updated_ms``: only while ``ts``
-        is the one seen (a sweeper finds stale records by ``ts``, without the version)."""
+        """decide: the header after (as read if the condition fails; None: gone).
+        ``expect_updated_ms``: a sweeper's, which finds stale records by ``ts``."""
         names = {"#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED, "#sw": s.TX_SWEEP_KEY}
         values: dict[str, Any] = {
             ":p": {"S": s.STATE_PENDING},
@@ -417,18 +413,7 @@ class RecordStore:
             condition = DECIDE_IF_UNCHANGED
             values[":seen"] = {"N": str(expect_updated_ms)}
         try:
-            resp = yield from request(
-                "update_item",
-                resent=resent,
-                TableName=self.table,
-                Key=self.header_key(tx_id),
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnValues="ALL_NEW",
-            )
-            return header_from_item(resp["Attributes"])
+            return (yield from self._update(tx_id, update, condition, names, values, resent))
         except ConditionFailed:
             return (yield from self.read_header(tx_id))
 
@@ -469,8 +454,7 @@ class RecordStore:
         """delete: remove a completed record and its body rows."""
         tx_id = header.tx_id
         spilled = [entry for entry in header.entries.values() if entry.spilled]
-        # First rows go in an earlier batch than further parts: a reader that finds a
-        # first row finds all of its parts.
+        # First rows in an earlier batch: a reader that finds one finds all its parts.
         firsts = [self.body_key(tx_id, e) for e in spilled]
         further = [k for e in spilled for k in self.body_keys(tx_id, e)[1:]]
         for keys in (firsts, further):

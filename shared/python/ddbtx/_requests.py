@@ -51,10 +51,7 @@ class KeySchemas:
     """Each data table's key attributes and types, read once and kept (or given: ``known``)."""
 
     def __init__(self, known: Mapping[str, Sequence[str] | KeyTypes] | None = None) -> None:
-        self._known: dict[str, KeyTypes] = {
-            table: keys if isinstance(keys, Mapping) else dict.fromkeys(keys)
-            for table, keys in (known or {}).items()
-        }
+        self._known = {table: _key_types(keys) for table, keys in (known or {}).items()}
 
     def types(self, table: str) -> Step[KeyTypes]:
         """The step of ``table``'s key types (no request once known)."""
@@ -109,8 +106,9 @@ def _check_av(name: str, value: Any, table: str) -> None:
         raise _fail(f"attribute {name!r} is not a low-level AttributeValue: {value!r:.80}", table)
 
 
-def check_names(names: Any, table: str) -> None:
-    """``ExpressionAttributeNames`` well formed, none reserved by ddbtx."""
+def check_placeholders(params: Mapping[str, Any], table: str) -> None:
+    """``ExpressionAttributeNames`` and ``...Values`` well formed, none reserved by ddbtx."""
+    names = params.get("ExpressionAttributeNames")
     for placeholder, real in _entries(names, "ExpressionAttributeNames", "#", table):
         if not isinstance(real, str) or real.startswith(schema.RESERVED_PREFIX):
             raise _fail(
@@ -118,10 +116,7 @@ def check_names(names: Any, table: str) -> None:
                 f"{schema.RESERVED_PREFIX!r}",
                 table,
             )
-
-
-def check_values(values: Any, table: str) -> None:
-    """``ExpressionAttributeValues`` well formed low-level values, none reserved by ddbtx."""
+    values = params.get("ExpressionAttributeValues")
     for placeholder, value in _entries(values, "ExpressionAttributeValues", ":", table):
         _check_av(placeholder, value, table)
 
@@ -153,8 +148,7 @@ def check_expressions(
     params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
     """Each expression a non-empty string (or absent); every placeholder defined is used
-    and every one used is defined. DynamoDB demands it, but the protocol adds placeholders
-    of its own, so without this check such a request could be applied."""
+    and every one used is defined (the protocol's own placeholders would hide a lapse)."""
     for name in expression_params:
         value = params.get(name)
         if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -188,9 +182,7 @@ def _check_defined(
 
 
 def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
-    if isinstance(key_names, Mapping):
-        return key_names
-    return dict.fromkeys(key_names)
+    return key_names if isinstance(key_names, Mapping) else dict.fromkeys(key_names)
 
 
 def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
@@ -226,8 +218,7 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
     if unknown:
         raise _fail(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
     key_types = _key_types(key_names)
-    check_names(params.get("ExpressionAttributeNames"), table)
-    check_values(params.get("ExpressionAttributeValues"), table)
+    check_placeholders(params, table)
     if op in _RETURN_VALUES:
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:
@@ -289,10 +280,25 @@ def merge_set(update_expression: str, assignments: str) -> str:
     return f"{update_expression[:start]}{clause}, {assignments} {update_expression[end:]}".strip()
 
 
+def used_placeholders(
+    names: dict[str, str], values: dict[str, Any], *expressions: str
+) -> dict[str, Any]:
+    """The placeholder maps, only what ``expressions`` use (DynamoDB rejects unused ones)."""
+    tokens = set(_PLACEHOLDER.findall(" ".join(expressions)))
+    out: dict[str, Any] = {}
+    for param, given in (
+        ("ExpressionAttributeNames", names),
+        ("ExpressionAttributeValues", values),
+    ):
+        used = {k: v for k, v in given.items() if k in tokens}
+        if used:
+            out[param] = used
+    return out
+
+
 def grouped(expression: str) -> str:
-    """``expression`` in parentheses, unless one pair already encloses it all: DynamoDB
-    refuses redundant parentheses ("The expression has redundant parentheses"; boto3's
-    condition builder adds a pair of its own)."""
+    """``expression`` in parentheses, unless one pair already encloses it all (DynamoDB
+    refuses redundant parentheses, and boto3's condition builder adds a pair of its own)."""
     text = expression.strip()
     depth = 0
     for position, char in enumerate(text):

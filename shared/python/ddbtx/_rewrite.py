@@ -1,7 +1,5 @@
-"""apply, for a transaction's second and later writes to one item, under the same lock.
-The item carries the write's number (``seq``) in ``_tx:ap`` once applied, so a resumed
-coordinator applies exactly the write it lacks. After a delete, an update first clears
-the item to its key (``_tx:ap`` = ``"<seq>-"``, where a crash resumes from)."""
+"""apply, for a transaction's second and later writes to one item, under the same lock
+(docs/protocol.md: the write's number in ``_tx:ap``, an update after a delete clears first)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ from typing import Any
 
 from . import schema as s
 from ._effects import Step
-from ._item_writes import Holder
+from ._item_writes import UnderLock
 from ._items import Item, flag, strip, write_marker
 from ._record import new_lock_value
 from ._requests import with_user_condition
@@ -31,14 +29,8 @@ def _cleared(seq: int) -> dict[str, Any]:
     return {"S": f"{seq}-"}
 
 
-class Rewrites:
+class Rewrites(UnderLock):
     """apply for writes 2, 3, ... to one item of one transaction."""
-
-    def __init__(self, steps: Holder) -> None:
-        self.steps = steps
-        self.tx = steps.tx
-        self.p = steps.p
-        self.writes = steps.writes
 
     def apply(self, local: Local, item: Item | None = None) -> Step[dict[str, Any]]:
         """Apply ``local`` (seq >= 2); ``item``: as just read (else our own knowledge)."""
@@ -102,7 +94,6 @@ class Rewrites:
         return names, values, REWRITE.format(prior=SAME_MARKER)
 
     def _image(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
-        assert local.prior is not None
         if local.transient:
             return {}
         if local.external_image:

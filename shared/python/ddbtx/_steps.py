@@ -79,9 +79,8 @@ class ItemSteps:
             owner = lock_owner(item)
             if item is None or owner is None:
                 observed = "insert" if item is None else "existing"
-                # The write failed on a free item: either the request's own condition
-                # is false, or a holder released the item between the write and the
-                # read. Only a verdict on the item as it is now tells them apart.
+                # Failed on a free item: the request's condition is false, or a holder released
+                # the item in between. Only a verdict on the item as it is now tells which.
                 if observed == path and req.condition and not polling:
                     yield from self.writes.check_condition_now(local, absent=item is None)
                 path, polling = observed, False
@@ -95,8 +94,7 @@ class ItemSteps:
             polling = yield from contender.contend(owner)
 
     def _settle_own_lock(self, local: Local, item: Item) -> Step[Local | None]:
-        """Our transaction's lock is on the item: the request to adopt it for (maybe a
-        take-over's), or None after undoing it as a stray (the caller tries again)."""
+        """Our lock is on the item: the request to adopt it for, or None after undoing a stray."""
         lock = item[s.ATTR_LOCK]["S"]
         if lock == new_lock_value(self.tx.id, local.nonce):
             return local
@@ -127,9 +125,8 @@ class ItemSteps:
         local.transient = False
         local.locked = True
         if any(resent) or local.maybe_landed:
-            # An earlier attempt may have landed and been adopted, decided and completed
-            # elsewhere: this lock is then late, and applying would write twice. Only a
-            # pending record proves it is not; a decided one settles the lock.
+            # An earlier attempt may have landed and been completed elsewhere: applying this
+            # late lock would write twice. Only a pending record proves it is not.
             yield from self.tx.pending_header()
         if req.op in ("put", "update"):
             return (yield from self.applies.apply(local, check_condition=False))

@@ -1,10 +1,10 @@
-"""The sweep's scan pass: images, stray item locks and lock rows that outlived their owner.
-Each task records where it is after every row, so a stopped run continues from that row."""
+"""The sweep's scan pass: orphaned images, stray item locks, expired lock rows."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from . import _parts
@@ -22,42 +22,25 @@ TASK_IMAGES: Final = "images"
 TASK_LOCKS: Final = "locks"
 DATA_PREFIX: Final = "data:"
 
-#: Records where the task is (the key of the last row done, or after a page).
 Here = Callable[[Key | None], None]
-#: What a task does with one scan page: its rows and the key after it.
-Visit = Callable[[list[Item], Key | None], Step[None]]
+Headers = Callable[[str], Step[Header | None]]
+Visit = Callable[[Item, Headers], Step[None]]
 
 
+@dataclass
 class ScanPass:
-    """Pages through the images table, the data tables' lock indexes and the locks table
-    (parameters: the :class:`~ddbtx.sweeper.Sweeper`'s; ``on_progress`` is its ``progress``)."""
+    """Pages through the images table, the data tables' lock indexes and the locks table."""
 
-    def __init__(
-        self,
-        manager: TransactionManager,
-        *,
-        data_tables: Sequence[str],
-        locks_table: str | None,
-        lock_grace: float,
-        page_size: int,
-        on_progress: Progress | None,
-    ) -> None:
-        self.tm = manager
-        self.data_tables = tuple(data_tables)
-        self.locks_table = locks_table
-        self.lock_grace = lock_grace
-        self.page_size = page_size
-        self.on_progress = on_progress
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        """The scan pass's tasks, in order."""
-        data = tuple(DATA_PREFIX + t for t in self.data_tables)
-        return (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))
+    tm: TransactionManager
+    data_tables: tuple[str, ...]
+    locks_table: str | None
+    lock_grace: float
+    page_size: int
+    on_progress: Progress | None
 
     def run(self, run: Run, cursor: Cursor) -> Step[Cursor]:
-        """Run the scan tasks from the cursor's; returns the start cursor when all finished."""
-        tasks = self.tasks
+        data = tuple(DATA_PREFIX + t for t in self.data_tables)
+        tasks = (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))
         first = tasks.index(cursor.task) if cursor.task in tasks else 0
         for number in range(first, len(tasks)):
             task = tasks[number]
@@ -83,12 +66,13 @@ class ScanPass:
         key: Key | None,
         visit: Visit,
         *,
+        here: Here | None = None,
         budgeted: bool = True,
         consistent: bool = True,
         **params: Any,
     ) -> Step[None]:
-        """Scan ``table`` from ``key`` page by page, ``visit``-ing each page's rows and the key
-        after it (``consistent=False`` for a global secondary index, which offers no other)."""
+        """Scan from ``key``, ``visit``-ing each row with a per-page cache of headers (several
+        rows often share a transaction); ``consistent=False`` for a GSI, which offers no other."""
         while True:
             if budgeted:
                 run.check_page()
@@ -107,13 +91,17 @@ class ScanPass:
                 run.count("pages")
             run.count("scanned", page.get("ScannedCount", 0))
             key = page.get("LastEvaluatedKey")
-            yield from visit(page.get("Items", []), key)
+            header = self._headers()
+            for row in page.get("Items", []):
+                run.check_time()
+                yield from visit(row, header)
+            if here is not None:
+                here(key)
             self.progress(table, page.get("ScannedCount", 0))
             if not key:
                 return
 
-    def _headers(self) -> Callable[[str], Step[Header | None]]:
-        """A per-page cache of TX record headers (several rows often share a transaction)."""
+    def _headers(self) -> Headers:
         seen: dict[str, Header | None] = {}
 
         def header(tx_id: str) -> Step[Header | None]:
@@ -123,41 +111,31 @@ class ScanPass:
 
         return header
 
-    def _key_names(self, table: str) -> Step[tuple[str, ...]]:
-        """``tm.key_names(table)`` as a step: a ``DescribeTable`` the first time only."""
-        return tuple((yield from self.tm.schemas.types(table)))
-
     def _sweep_images(self, run: Run, key: Key | None, here: Here) -> Step[None]:
-        names = {"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK}
-
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for row in page:
-                run.check_time()
-                tx_id, rid = row[s.IMAGE_PK]["S"], row[s.IMAGE_SK]["S"]
-                found = yield from header(tx_id)
-                if found is None or found.completed:
-                    try:
-                        yield from self._delete_orphan_image(run, tx_id, rid)
-                    except Exception:
-                        run.count("errors")
-                        logger.exception("removing image %s/%s failed", tx_id, rid)
-                here({s.IMAGE_PK: row[s.IMAGE_PK], s.IMAGE_SK: row[s.IMAGE_SK]})
-            here(after)
+        def visit(row: Item, header: Headers) -> Step[None]:
+            tx_id, rid = row[s.IMAGE_PK]["S"], row[s.IMAGE_SK]["S"]
+            found = yield from header(tx_id)
+            if found is None or found.completed:
+                try:
+                    yield from self._delete_orphan_image(run, tx_id, rid)
+                except Exception:
+                    run.count("errors")
+                    logger.exception("removing image %s/%s failed", tx_id, rid)
+            here({s.IMAGE_PK: row[s.IMAGE_PK], s.IMAGE_SK: row[s.IMAGE_SK]})
 
         yield from self.each_page(
             run,
             self.tm.images_table,
             key,
             visit,
+            here=here,
             ProjectionExpression="#id, #rid",
-            ExpressionAttributeNames=names,
+            ExpressionAttributeNames={"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK},
         )
 
     def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> Step[None]:
-        """Delete an image whose transaction is gone or completed, after undoing any lock that
-        still depends on it (it is the only copy of the item it saved). Its first row goes
-        first, then its parts (``rid#1``, ...); a part whose first row exists is left to it."""
+        """Undo any lock still depending on the image (its only copy of the item), then delete
+        its first row, then its parts; a part whose first row exists is left to that row."""
         protocol = self.tm.protocol
         key = protocol.image_key(tx_id, rid)
         base, _, part = rid.partition("#")
@@ -176,16 +154,14 @@ class ScanPass:
                 yield from self._undo_image_owner(run, tx_id, rid, saved)
         resp = yield from request("delete_item", TableName=self.tm.images_table, Key=key,
                                   ReturnValues="ALL_OLD")  # fmt: skip
-        parts = _parts.count(resp.get("Attributes", {}))
-        for part_key in _parts.part_keys(key, s.IMAGE_SK, parts):
+        for part_key in _parts.part_keys(key, s.IMAGE_SK, _parts.count(resp.get("Attributes", {}))):
             yield from request("delete_item", TableName=self.tm.images_table, Key=part_key)
         run.count("orphan_images_deleted")
 
     def _undo_image_owner(self, run: Run, tx_id: str, rid: str, saved: Item) -> Step[None]:
-        """Undo the lock of the item this image saved, if in a known data table (the request
-        id, a hash of table and key, says which)."""
+        """Undo the lock of the item this image saved, if in a data table (its rid says which)."""
         for table in self.data_tables:
-            names = yield from self._key_names(table)
+            names = tuple((yield from self.tm.schemas.types(table)))
             if not all(n in saved for n in names):
                 continue
             item_key = key_of(saved, names)
@@ -198,49 +174,39 @@ class ScanPass:
             return
 
     def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Release the locks in ``table`` whose TX record is gone or completed: from its sparse
-        lock index (eventually consistent, keys only: an entry is a lead, so the item is read
-        consistently first), or without one by a scan of the whole table."""
+        """Release locks whose TX record is gone or completed, from the sparse lock index (keys
+        only, eventually consistent: the item is read first) or else a whole-table scan."""
         indexed = yield from self._lock_index_active(table)
         if key is not None and (s.ATTR_LOCK in key) != indexed:
             key = None  # a cursor of the other kind: the index came or went since
-        names = yield from self._key_names(table)
+        names = tuple((yield from self.tm.schemas.types(table)))
 
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            header = self._headers()
-            for row in page:
-                run.check_time()
-                owner = lock_owner(row) or ""
-                item_key = key_of(row, names)
-                found = yield from header(owner)
-                # A lock outlives its record only when stray (records are deleted after
-                # every recorded item completed); a completed record's lock is stray too.
-                if found is None or found.completed:
-                    if not indexed:
-                        yield from self._release(run, owner, table, item_key, row)
-                    else:
-                        item = yield from self.tm.protocol.read_item(table, item_key)
-                        if item is not None and is_locked_by(item, owner):
-                            yield from self._release(run, owner, table, item_key, item)
-                here({**item_key, s.ATTR_LOCK: row[s.ATTR_LOCK]} if indexed else item_key)
-            here(after)
+        def visit(row: Item, header: Headers) -> Step[None]:
+            owner = lock_owner(row) or ""
+            item_key = key_of(row, names)
+            found = yield from header(owner)
+            # A lock outlives its record only when stray (records are deleted after
+            # every recorded item completed); a completed record's lock is stray too.
+            if found is None or found.completed:
+                if not indexed:
+                    yield from self._release(run, owner, table, item_key, row)
+                else:
+                    item = yield from self.tm.protocol.read_item(table, item_key)
+                    if item is not None and is_locked_by(item, owner):
+                        yield from self._release(run, owner, table, item_key, item)
+            here({**item_key, s.ATTR_LOCK: row[s.ATTR_LOCK]} if indexed else item_key)
 
-        if indexed:
-            yield from self.each_page(
-                run, table, key, visit, consistent=False, IndexName=s.LOCK_INDEX
-            )
-        else:
-            yield from self.each_page(
-                run,
-                table,
-                key,
-                visit,
-                FilterExpression="attribute_exists(#l)",
-                ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-            )
+        params: dict[str, Any] = (
+            {"consistent": False, "IndexName": s.LOCK_INDEX}
+            if indexed
+            else {
+                "FilterExpression": "attribute_exists(#l)",
+                "ExpressionAttributeNames": {"#l": s.ATTR_LOCK},
+            }
+        )
+        yield from self.each_page(run, table, key, visit, here=here, **params)
 
     def _lock_index_active(self, table: str) -> Step[bool]:
-        """Whether ``table``'s sparse lock index is there and built; logs the fallback."""
         described = yield from request("describe_table", TableName=table)
         status = lock_index_status(described["Table"])
         if status == "ACTIVE":
@@ -255,7 +221,6 @@ class ScanPass:
         return False
 
     def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> Step[None]:
-        """Undo a stray lock of ``owner`` on ``item``; a failure is counted and logged."""
         try:
             yield from self.tm.protocol.undo(owner, table, item_key, item)
             run.count("locks_released")

@@ -1,5 +1,4 @@
-"""The state of one sweep: where it continues (the cursor and its row), what it did (the
-report), and its budget. The cursor row has one owner, :class:`CursorStore`."""
+"""The state of one sweep: its cursor (and the cursor row), its report and its budget."""
 
 from __future__ import annotations
 
@@ -87,7 +86,7 @@ class Cursor:
 
 
 class CursorStore:
-    """The cursor row: the one place that reads and writes it (as steps, for any driver)."""
+    """Every read and write of the cursor row."""
 
     def __init__(self, table: str) -> None:
         self.table = table
@@ -100,7 +99,6 @@ class CursorStore:
         return row
 
     def load(self) -> Step[tuple[int, Cursor]]:
-        """The stored cursor and its generation (0 and the start when there is none)."""
         row = yield from self._row()
         if not row:
             return 0, Cursor()
@@ -112,7 +110,6 @@ class CursorStore:
         return int(row.get(_CURSOR_GEN, {"N": "0"})["N"]), cursor
 
     def save(self, generation: int, cursor: Cursor) -> Step[bool]:
-        """Store ``cursor`` if the row is still at ``generation``; True when stored."""
         token = uuid.uuid4().hex
         try:
             yield from request(
@@ -165,8 +162,7 @@ class SweepReport:
     errors
         Records or rows whose step failed (logged with their ids); retried next run.
     skipped_requests
-        Recorded requests no call can ever read or apply (say, their table was
-        deleted): skipped so their records could complete; each is logged.
+        Recorded requests no call can apply (say, their table is gone): skipped and logged.
     stuck
         Pending records found older than the rollback age (the first
         :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).
@@ -210,8 +206,6 @@ class Stop(Exception):
 
 
 class Run:
-    """Mutable state of one sweep: report, budget and deadline checks."""
-
     def __init__(self, deadline: Deadline | None, margin: float, page_budget: int | None) -> None:
         self.report = SweepReport()
         self.deadline = deadline

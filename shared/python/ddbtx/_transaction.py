@@ -1,5 +1,4 @@
-"""One transaction driven with blocking calls: each method runs one coordinator step
-(:class:`~ddbtx._coordinator.CoordinatorSteps`) on the sync driver."""
+"""One transaction driven with blocking calls: each method runs one coordinator step."""
 
 from __future__ import annotations
 
@@ -15,14 +14,11 @@ from .resource import Table
 class Transaction(CoordinatorSteps):
     """One multi-item transaction. Use :meth:`TransactionManager.begin` to make one.
 
-    Each request returns only after its item is locked and its write applied,
-    so its errors surface from that call, as with boto3. Any number of
-    coordinators may work on one transaction (:meth:`TransactionManager.resume`):
-    the TX record, not this object's memory, says what it holds.
-
-    Begun with a ``transaction_id`` (exactly-once), ``transaction_id`` is the
-    caller's id and ``already_committed`` tells that an earlier attempt with it
-    committed (the transaction then takes no requests).
+    Each request returns once its item is locked and its write applied, so its
+    errors surface from that call. Any number of coordinators may work on one
+    transaction (:meth:`TransactionManager.resume`). Begun with a
+    ``transaction_id``, ``already_committed`` tells that an earlier attempt with
+    it committed (the transaction then takes no requests).
     """
 
     def put_item(self, **params: Any) -> dict[str, Any]:
@@ -44,9 +40,8 @@ class Transaction(CoordinatorSteps):
     def query(self, **params: Any) -> dict[str, Any]:
         """One page of a Query that read-locks every item it returns (repeatable read).
 
-        Each item is judged again on the value read under its lock, and this
-        transaction's own writes are seen. Items that would match but are not
-        returned (phantoms) are not locked. docs/transactions.md: "Reads of many items".
+        Each item is judged again on its value under the lock; own writes are
+        seen; phantoms are not locked (docs/transactions.md).
 
         Examples
         --------
@@ -73,9 +68,8 @@ class Transaction(CoordinatorSteps):
         return self.p.run(locked_batch_get(self, params))
 
     def lock_for_read(self, table: str, keys: list[Item]) -> list[Item | None]:
-        """Read-lock every key of ``table`` (one add, then every lock at once); each item's
-        value under the lock, None where there is no item, held items as this transaction
-        sees them. :meth:`query`, :meth:`scan` and :meth:`batch_get_item` are made of it."""
+        """Read-lock every key of ``table`` at once; each item's value under the lock (as
+        this transaction sees it), or None where there is none."""
         return self.p.run(self.read_many(table, keys))
 
     def table(self, name: str) -> Table:
@@ -92,10 +86,8 @@ class Transaction(CoordinatorSteps):
     def write_all(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several writes at once: one add for all, then every lock and write concurrently.
 
-        ``requests`` has ``TransactWriteItems``' shape (``{"Put": {...}}``,
-        ``{"Update": {...}}``, ``{"Delete": {...}}``); the results come back in
-        order. The round trips on the critical path do not grow with the number
-        of items (the pool is bounded by ``max_workers``).
+        ``requests`` has ``TransactItems``' shape (``{"Put": {...}}``, ...); the
+        results come back in order.
 
         Examples
         --------
@@ -108,9 +100,7 @@ class Transaction(CoordinatorSteps):
     def commit(self) -> None:
         """commit + complete: decide the transaction committed, then unlock every item.
 
-        Every request the record names is caught up (locked and applied under
-        the recorded nonce) before the decision, which is made only at the
-        version this coordinator has seen in full.
+        Every request the record names is caught up first (locked and applied).
 
         Raises
         ------

@@ -1,9 +1,4 @@
-"""One coordinator's view of its TX record, and the only way that view changes.
-
-Moving to a newer version merges its requests in; one not seen applied under the recorded
-nonce is *unconfirmed*, and a commit is decided only at the view's version with nothing
-unconfirmed. Its lock is never held across a request (threads share the view; asyncio
-tasks interleave at requests)."""
+"""One coordinator's view of its TX record; its lock is never held across a request."""
 
 from __future__ import annotations
 
@@ -83,7 +78,7 @@ class RecordView:
         """:meth:`adopt` ``header``, reading the body rows it needs outside the lock."""
         ours = list(own)
         bodies: dict[str, dict[str, Any]] = {}
-        while lacking := self.adopt(header, own=ours, bodies=bodies):
+        while lacking := self.adopt(header, ours, bodies):
             for entry in lacking:
                 bodies[entry.rid] = yield from self.store.load_params(self.tx_id, entry)
 
@@ -93,9 +88,8 @@ class RecordView:
         own: Iterable[Local] = (),
         bodies: dict[str, dict[str, Any]] | None = None,
     ) -> list[Entry]:
-        """Move to ``header`` if newer, merging its requests (``own``: ours, just written;
-        one added elsewhere replaces ours, unconfirmed). The entries still lacking a body
-        in ``bodies`` are returned, with nothing changed."""
+        """Move to ``header`` if newer, merging its requests (``own``: ours, just written);
+        or, changing nothing, the entries still lacking a body in ``bodies``."""
         ours = list(own)
         bodies = bodies or {}
         with self._lock:
@@ -126,8 +120,10 @@ class RecordView:
                 if entry.rid in strangers:
                     params = bodies.get(entry.rid, entry.params)
                     assert params is not None
+                    # Validated when another coordinator added it.
+                    req = Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
                     self.requests[entry.rid] = Local(
-                        self._request_of(entry, params), entry.nonce, seq=entry.seq, elsewhere=True
+                        req, entry.nonce, seq=entry.seq, elsewhere=True
                     )
                 elif matches(lost, entry):
                     assert lost is not None
@@ -150,11 +146,6 @@ class RecordView:
                 strangers[rid] = entry
         return strangers
 
-    @staticmethod
-    def _request_of(entry: Entry, params: dict[str, Any]) -> Request:
-        """A request recorded by another coordinator (validated when it was added)."""
-        return Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
-
     def current(self, local: Local) -> Local:
         """The view's ``local`` now (another object after a merge)."""
         with self._lock:
@@ -163,13 +154,6 @@ class RecordView:
     def unconfirmed(self) -> list[Local]:
         with self._lock:
             return [loc for loc in self.requests.values() if not loc.confirmed]
-
-    def commit_version(self) -> int | None:
-        """The version to decide a commit at, or None while a request is unconfirmed."""
-        with self._lock:
-            if any(not loc.confirmed for loc in self.requests.values()):
-                return None
-            return self.version
 
     def entries(self) -> dict[str, Entry]:
         """The requests as this coordinator knows them, in the record's shape."""
@@ -210,7 +194,6 @@ class RecordView:
                     self._planned.pop(local.request.rid, None)
 
     def record_created(self, locals_: list[Local]) -> None:
-        """Our create with ``locals_`` was answered."""
         with self._lock:
             for local in locals_:
                 self._planned.pop(local.request.rid, None)
@@ -219,7 +202,7 @@ class RecordView:
             self.version = max(self.version, 1)  # a resume elsewhere may have seen more already
 
     def recorded(self, locals_: list[Local], header: Header) -> Step[None]:
-        """Our add of ``locals_`` is in ``header`` (its answer, or a read)."""
+        """Our add of ``locals_`` is in ``header``."""
         with self._lock:
             self.marked = False  # an add takes the wait mark off in the same write
         yield from self.follow(header, own=locals_)
@@ -277,25 +260,22 @@ class RecordView:
 
     def decide(self, to_state: str) -> Step[Header | None]:
         """decide: commit at the view's version (all caught up), or roll back at any."""
-        version = None
-        if to_state == s.STATE_COMMITTED:
-            version = self.commit_version()
-            if version is None:
-                raise RuntimeError("commit decided with unconfirmed requests")
-        resent: list[bool] = []
         deciding_commit = to_state == s.STATE_COMMITTED
+        with self._lock:
+            if deciding_commit and self.unconfirmed():
+                raise RuntimeError("commit decided with unconfirmed requests")
+            version = self.version if deciding_commit else None
+        resent: list[bool] = []
         try:
             header = yield from self.store.decide(
                 self.tx_id, to_state, expect_version=version, resent=resent
             )
         except BaseException:
-            # Failed in flight (throttled, timed out, the task cancelled): the decision may
-            # have been applied.
+            # Failed in flight (throttled, timed out, cancelled): it may have been applied.
             self.commit_unanswered |= deciding_commit
             raise
         if header is None:
-            # Gone: an attempt refused after another was sent may be our own commit,
-            # applied, then completed and deleted by a janitor before the retry.
+            # Gone: refused after a resend, it may be our commit, applied and since deleted.
             self.commit_unanswered |= deciding_commit and any(resent)
             return None
         self.commit_unanswered = False  # the record as it is now tells the outcome

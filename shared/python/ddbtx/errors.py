@@ -1,8 +1,5 @@
-"""Exceptions raised by ddbtx.
-
-``ClientError`` from botocore is translated into these classes in exactly one
-place, :func:`translate`; every translated error keeps the original as
-``__cause__`` (``raise ... from exc``).
+"""Exceptions raised by ddbtx; botocore's ``ClientError`` becomes one in :func:`translate`
+only, kept as ``__cause__``.
 
 Hierarchy::
 
@@ -63,14 +60,15 @@ class Throttled(DynamoDBError):
     """DynamoDB kept throttling after the SDK's retries were exhausted."""
 
 
-_THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "LimitExceededException",
-    }
-)
+_CLASSES: dict[str, type[DynamoDBError]] = {
+    "ConditionalCheckFailedException": ConditionFailed,
+    "ValidationException": ValidationFailed,
+    "ResourceNotFoundException": TableNotFound,
+    "ProvisionedThroughputExceededException": Throttled,
+    "ThrottlingException": Throttled,
+    "RequestLimitExceeded": Throttled,
+    "LimitExceededException": Throttled,
+}
 
 
 def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
@@ -81,25 +79,14 @@ def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
     exc : ClientError
         The error botocore raised.
     tables : tuple of str
-        The tables the failed request named. A ``ResourceNotFoundException`` names
-        them (emulators and older endpoints say only "Requested resource not found",
-        and the usual cause is a table nobody created yet).
+        The tables the failed request named, for a ``ResourceNotFoundException``'s
+        message (emulators say only "Requested resource not found").
     """
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "Unknown"))
     message = str(error.get("Message", "")) or code
     operation = str(getattr(exc, "operation_name", "") or "")
-    cls: type[DynamoDBError]
-    if code == "ConditionalCheckFailedException":
-        cls = ConditionFailed
-    elif code == "ValidationException":
-        cls = ValidationFailed
-    elif code == "ResourceNotFoundException":
-        cls = TableNotFound
-    elif code in _THROTTLE_CODES:
-        cls = Throttled
-    else:
-        cls = DynamoDBError
+    cls = _CLASSES.get(code, DynamoDBError)
     text = f"{operation}: {code}: {message}"
     if cls is TableNotFound and tables:
         named = ", ".join(repr(t) for t in tables)
@@ -116,8 +103,7 @@ def describe_key(key: dict[str, Any] | None) -> str:
     if not key:
         return "-"
     parts = []
-    for name in sorted(key):
-        value = key[name]
+    for name, value in sorted(key.items()):
         ((kind, raw),) = (
             value.items() if isinstance(value, dict) and len(value) == 1 else (("?", value),)
         )
@@ -141,11 +127,8 @@ class TransactionError(DdbtxError):
         key: dict[str, Any] | None = None,
         other_tx_id: str | None = None,
     ) -> None:
-        where = f" [tx={tx_id}"
-        if table is not None:
-            where += f" table={table} key={describe_key(key)}"
-        where += "]"
-        super().__init__(message + (where if tx_id is not None else ""))
+        where = f" table={table} key={describe_key(key)}" if table is not None else ""
+        super().__init__(message + (f" [tx={tx_id}{where}]" if tx_id is not None else ""))
         #: What is wrong, without the transaction and item suffix: re-raising with
         #: another transaction's id starts from it (the text itself may hold " [").
         self.detail = message
@@ -166,13 +149,9 @@ class TransactionCommittedError(TransactionError):
 
 
 class TransactionOutcomeUnknownError(TransactionError):
-    """Whether the transaction committed cannot be known any more.
-
-    The commit decision's answer was lost, and a janitor completed and deleted the TX
-    record before the coordinator looked. The items are consistent either way (all of
-    the writes or none); read them to learn which. Not retried by
-    :meth:`TransactionManager.run`.
-    """
+    """Whether the transaction committed cannot be known any more: the commit decision's
+    answer was lost and a janitor deleted the record since. The items are consistent
+    either way; read them to learn which. Not retried by :meth:`TransactionManager.run`."""
 
 
 class TransactionNotFoundError(TransactionError):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from . import schema as s
@@ -29,6 +28,7 @@ from .errors import (
 BATCH_KEYS = 100
 #: Times unprocessed keys are asked for again, and an item re-read whose image went away.
 ATTEMPTS = 8
+_BATCH_PARAMS = {"RequestItems", "ReturnConsumedCapacity"}
 
 
 class Isolation(enum.Enum):
@@ -83,12 +83,8 @@ class Reader(typing.Protocol):
     def new_transaction(self, priority: str | None = None) -> InTransaction: ...
 
 
-@dataclass(frozen=True)
-class _External:
-    tx_id: str
-    rid: str
-
-
+#: An image in the images table: its transaction id and request id.
+_External = tuple[str, str]
 #: How one stored item is seen: returned as DynamoDB filtered and projected it ("trusted"),
 #: not at all ("hidden"), or judged on the client from a full value ("view") that may
 #: still have to be fetched ("external").
@@ -108,7 +104,7 @@ def classify(item: Item, level: str, table: str, key_names: Sequence[str]) -> _S
     if s.ATTR_IMAGE in item:
         return ("view", strip(item[s.ATTR_IMAGE]["M"]))
     owner = lock_owner(item) or ""
-    return ("external", _External(owner, request_id(table, key_of(item, tuple(key_names)))))
+    return ("external", (owner, request_id(table, key_of(item, tuple(key_names)))))
 
 
 class Reads:
@@ -121,8 +117,9 @@ class Reads:
     def read(self, op: ReadOp, params: Mapping[str, Any], level: str) -> Step[dict[str, Any]]:
         """One Query, Scan or GetItem page at ``level`` (or ``serializable``)."""
         if level == "serializable":
-            locked = lambda tx: locked_read(tx, op, params, snapshot=True)  # noqa: E731
-            return (yield from self.serializable(locked))
+            return (
+                yield from self.serializable(lambda tx: locked_read(tx, op, params, snapshot=True))
+            )
         read = yield from self.plan(op, params, level)  # type: ignore[arg-type]
         if op == "get":
             return (yield from self._get(read))
@@ -145,16 +142,14 @@ class Reads:
         responses: dict[str, list[Item]] = {}
         for table, items in response.get("Responses", {}).items():
             responses[table] = yield from self.judge_all(reads[table], items)
-        out: dict[str, Any] = {
+        return {
             "Responses": responses,
             "UnprocessedKeys": {
                 table: {**_without(params["RequestItems"][table], "Keys"), "Keys": left["Keys"]}
                 for table, left in (response.get("UnprocessedKeys") or {}).items()
             },
+            **{k: v for k, v in response.items() if k == "ConsumedCapacity"},
         }
-        if "ConsumedCapacity" in response:
-            out["ConsumedCapacity"] = response["ConsumedCapacity"]
-        return out
 
     def pages(
         self, run: Callable[..., dict[str, Any]], params: Mapping[str, Any]
@@ -207,10 +202,7 @@ class Reads:
         self, params: Mapping[str, Any], level: Level
     ) -> Step[tuple[dict[str, ReadPlan], dict[str, list[Item]]]]:
         """One plan per table of a BatchGetItem, and each table's keys in canonical form."""
-        if not isinstance(params, Mapping) or set(params) - {
-            "RequestItems",
-            "ReturnConsumedCapacity",
-        }:
+        if not isinstance(params, Mapping) or set(params) - _BATCH_PARAMS:
             raise InvalidRequestError(
                 "batch_get_item takes RequestItems (and ReturnConsumedCapacity)"
             )
@@ -273,9 +265,7 @@ class Reads:
             if kind == "trusted":
                 out.append(read.trusted(item))
             elif kind == "view":
-                judged = read.judge(view)
-                if judged is not None:
-                    out.append(judged)
+                out.extend(read.returned([view]))
         return out
 
     def _base_items(self, read: ReadPlan, items: list[Item]) -> Step[list[Item]]:
@@ -283,14 +273,11 @@ class Reads:
         keys = [key_of(item, read.key_names) for item in items]
         base = yield from self.batch_get(read.table, keys)
         found = [b for b in (base.get(request_id(read.table, k)) for k in keys) if b is not None]
-        out: list[Item] = []
         seen = yield from self.resolve(read, found)
-        for item, (kind, view) in zip(found, seen, strict=True):
-            value = strip(item) if kind == "trusted" else view
-            judged = read.judge(value) if value is not None else None
-            if judged is not None:
-                out.append(judged)
-        return out
+        return read.returned(
+            strip(item) if kind == "trusted" else view
+            for item, (kind, view) in zip(found, seen, strict=True)
+        )
 
     def resolve(self, read: ReadPlan, items: list[Item]) -> Step[list[_Seen]]:
         """How each item is seen (:data:`_Seen`), every external image fetched in one go."""
@@ -312,8 +299,7 @@ class Reads:
         """An item read again (its external image went with a completion)."""
         key_names = tuple(key)
         for _ in range(ATTEMPTS):
-            item = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
-            stored = item.get("Item")
+            stored = yield from self.tm.protocol.read_item(table, key)
             if stored is None:
                 return None
             kind, x = classify(stored, level, table, key_names)
@@ -328,15 +314,13 @@ class Reads:
 
     def images(self, refs: list[_External]) -> Step[dict[_External, Item]]:
         """External images by reference (absent: removed by a completion)."""
-        keys = [{s.IMAGE_PK: {"S": r.tx_id}, s.IMAGE_SK: {"S": r.rid}} for r in refs]
+        keys = [{s.IMAGE_PK: {"S": tx_id}, s.IMAGE_SK: {"S": rid}} for tx_id, rid in refs]
         rows = yield from self.batch_get(self.tm.images_table, keys)
         out: dict[_External, Item] = {}
         for ref, key in zip(refs, keys, strict=True):
             row = rows.get(request_id(self.tm.images_table, key))
             # An image near 400 KB spans several rows: the first says how many.
-            image = (
-                (yield from self.tm.protocol.read_image(ref.tx_id, ref.rid, row)) if row else None
-            )
+            image = (yield from self.tm.protocol.read_image(*ref, row)) if row else None
             if image is not None:
                 out[ref] = strip(image)
         return out
@@ -404,17 +388,15 @@ def locked_read(
     reads = tx.manager.reads
     read = yield from reads.plan(op, params, "locking")
     if op == "get":
-        (value,) = yield from tx.read_many(read.table, [read.params["Key"]])
-        one = read.judge(value) if value is not None else None
-        return {"Item": one} if one is not None else {}
+        found = read.returned((yield from tx.read_many(read.table, [read.params["Key"]])))
+        return {"Item": found[0]} if found else {}
     if snapshot:
         response, values = yield from _settled_page(tx, read)
     else:
         response = yield from reads.send(read)
         keys = [key_of(item, read.key_names) for item in response.get("Items", [])]
         values = yield from tx.read_many(read.table, keys)
-    judged = (read.judge(value) for value in values if value is not None)
-    return page(read, response, [item for item in judged if item is not None])
+    return page(read, response, read.returned(values))
 
 
 def _settled_page(
@@ -450,7 +432,5 @@ def locked_batch_get(tx: InTransaction, params: Mapping[str, Any]) -> Step[dict[
     read_plans, keys = yield from tx.manager.reads.batch_plans(params, "locking")
     responses: dict[str, list[Item]] = {}
     for table, read in read_plans.items():
-        values = yield from tx.read_many(table, keys[table])
-        judged_items = (read.judge(value) for value in values if value is not None)
-        responses[table] = [item for item in judged_items if item is not None]
+        responses[table] = read.returned((yield from tx.read_many(table, keys[table])))
     return {"Responses": responses, "UnprocessedKeys": {}}

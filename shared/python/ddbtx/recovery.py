@@ -1,8 +1,7 @@
 """Operator actions on one transaction or one item: inspect, recover, break a lock.
 
-Shared by the recovery Lambda and the ``ddbtx`` CLI. A transaction is named by its internal
-id or by the caller's id (``transaction_id=``). Every action is safe to repeat. Results are
-plain JSON data; keys are ``AttributeValue`` maps with binary values as base64 text.
+Shared by the recovery Lambda and the ``ddbtx`` CLI; every action is safe to repeat and
+returns JSON data.
 """
 
 from __future__ import annotations
@@ -29,25 +28,22 @@ STATE_NAMES: Final = {
 
 def key_to_json(key: Item) -> dict[str, Any]:
     """A DynamoDB key as JSON: binary values become base64 text."""
-    out: dict[str, Any] = {}
-    for name, value in key.items():
-        ((kind, raw),) = value.items()
-        out[name] = {kind: base64.b64encode(raw).decode() if kind == "B" else raw}
-    return out
+    return {
+        n: {k: base64.b64encode(r).decode() if k == "B" else r for k, r in v.items()}
+        for n, v in key.items()
+    }
 
 
 def key_from_json(key: dict[str, Any]) -> Item:
     """The inverse of :func:`key_to_json`."""
-    out: Item = {}
-    for name, value in key.items():
-        ((kind, raw),) = value.items()
-        out[name] = {kind: base64.b64decode(raw) if kind == "B" else raw}
-    return out
+    return {
+        n: {k: base64.b64decode(r) if k == "B" else r for k, r in v.items()} for n, v in key.items()
+    }
 
 
 def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]:
-    """The internal id and header of the record ``tx_id`` names, as an internal id or else
-    a caller's id (header ``None``: neither names one); the alias row is read only then."""
+    """The internal id and header (None: none) of the record ``tx_id`` names, as an internal id
+    or else, read only then, as a caller's id."""
     check_transaction_id(tx_id)
     records = tm.protocol.records
     header = yield from records.read_header(tx_id)
@@ -57,20 +53,6 @@ def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]
     if named is None:
         return tx_id, None
     return named, (yield from records.read_header(named))
-
-
-def _describe(header: Header, now_ms: int) -> dict[str, Any]:
-    return {
-        "caller_id": header.caller_id,
-        "state": STATE_NAMES.get(header.state, header.state),
-        "finished": header.completed,
-        "version": header.version,
-        "updated_ms": header.updated_ms,
-        "age_seconds": round((now_ms - header.updated_ms) / 1000, 3),
-        # Wound-wait: blocked on an older transaction's lock / the one that rolled it back.
-        "waiting": header.waiting,
-        "decided_by": header.decided_by,
-    }
 
 
 def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
@@ -117,19 +99,25 @@ def inspect_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
     return {
         "transaction_id": tx_id,
         "found": True,
-        **_describe(header, tm.protocol.now_ms()),
+        "caller_id": header.caller_id,
+        "state": STATE_NAMES.get(header.state, header.state),
+        "finished": header.completed,
+        "version": header.version,
+        "updated_ms": header.updated_ms,
+        "age_seconds": round((tm.protocol.now_ms() - header.updated_ms) / 1000, 3),
+        # Wound-wait: blocked on an older transaction's lock / the one that rolled it back.
+        "waiting": header.waiting,
+        "decided_by": header.decided_by,
         "items": items,
         "locks_held": sum(1 for i in items if i["locked"]),
     }
 
 
 def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
-    """Drive one transaction to completion: forward if committed, back if pending.
+    """Drive one transaction to completion: forward if committed, back if pending (any age).
 
-    A pending transaction is rolled back whatever its age: the operator asked.
-    The record is kept (completed), so a repeat reports ``already_finished``.
-    ``tx_id`` is the internal id or the caller's id (else
-    :class:`InvalidTransactionIdError`, as for :func:`inspect`).
+    The record is kept (completed), so a repeat reports ``already_finished``. ``tx_id`` is
+    as for :func:`inspect`.
 
     Examples
     --------
@@ -155,8 +143,8 @@ def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
 
 
 def _settle(tm: TransactionManager, header: Header) -> Step[str]:
-    """Roll a pending transaction back (whatever its age), then complete it; only the
-    version read, so a record a live coordinator changed meanwhile is looked at again."""
+    """Roll back (whatever its age) and complete, conditioned on the version read: a record
+    a live coordinator changed meanwhile is read again."""
     for _ in range(5):
         outcome = yield from tm.protocol.settle(header.tx_id, header, expect_version=header.version)
         if outcome is not SweepOutcome.ACTIVE:

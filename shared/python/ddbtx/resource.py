@@ -112,10 +112,7 @@ class Table:
         """How a write is sent (in the transaction, or outside any), and its parameters."""
         params = self._low(kwargs)
         tx = self._tx
-        if tx is not None:
-            send: Callable[..., Any] = getattr(tx, f"{op}_item")
-            return send, params
-        return partial(self._outside, op), params
+        return getattr(tx, f"{op}_item") if tx is not None else partial(self._outside, op), params
 
     def _outside(self, op: str, **params: Any) -> Any:
         manager: Outside = self._owner  # type: ignore[assignment]
@@ -134,17 +131,15 @@ class Table:
         params = self._low(kwargs)
         tx = self._tx
         if tx is None:
-            manager_read: Callable[..., Any] = getattr(self._owner, op)
             extra = {"isolation": isolation} if isolation is not None else {}
-            return manager_read, {**params, **extra}
+            return getattr(self._owner, op), {**params, **extra}
         if isolation is not None:
             raise InvalidRequestError(
                 "isolation is for reads outside a transaction", table=self.name
             )
         if op == "get_item" and not set(params) <= {"TableName", "Key", "ConsistentRead"}:
             return partial(self._locked_get, tx), params
-        in_tx: Callable[..., Any] = getattr(tx, op)
-        return in_tx, params
+        return getattr(tx, op), params
 
     def _locked_get(self, tx: Inside, **params: Any) -> Any:
         return tx.p.run(locked_read(tx, "get", params))
@@ -224,14 +219,12 @@ def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dic
         except ValidationFailed as exc:
             raise InvalidRequestError(f"DynamoDB rejected the request: {exc}", table=table) from exc
         # Held by a transaction, or the request's own condition is false: the item says which.
-        read = yield from request("get_item", TableName=table, Key=wanted.key, ConsistentRead=True)
-        found = read.get("Item")
+        found = yield from manager.protocol.read_item(table, wanted.key)
         if found is not None and s.ATTR_LOCK in found:
             return (yield from own_transaction(manager.new_transaction, op, params))  # type: ignore[arg-type]
-        condition = wanted.condition
         names = params.get("ExpressionAttributeNames")
         values = params.get("ExpressionAttributeValues")
-        if condition and not Condition(condition, names).matches(found or {}, values):
+        if wanted.condition and not Condition(wanted.condition, names).matches(found or {}, values):
             raise ConditionalCheckFailedError(
                 "the request's condition is false", table=table, key=wanted.key
             )

@@ -1,8 +1,4 @@
-"""Names of every table key, index and protocol attribute ddbtx writes.
-
-The CDK app imports these constants, so the deployed tables, TTL attributes
-and indexes always match what the core reads and writes.
-"""
+"""Names of every table key, index and protocol attribute ddbtx writes (the CDK app's too)."""
 
 from __future__ import annotations
 

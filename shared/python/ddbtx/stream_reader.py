@@ -1,7 +1,6 @@
 """A table's DynamoDB stream read with GetRecords, in the shape a Lambda event delivers it.
 
-For tests and local runs on moto: shards are read in DescribeStream's order, not Lambda's
-(parent shards first), so in production let Lambda read the stream.
+For tests and local runs on moto (shards are read in DescribeStream's order, not Lambda's).
 
 Examples
 --------
@@ -28,8 +27,7 @@ class StreamReader:
     table
         A table with a stream (``create_data_table(..., stream=True)``).
     streams
-        A boto3 ``dynamodbstreams`` client; by default one on ``client``'s endpoint, region
-        and credentials.
+        A boto3 ``dynamodbstreams`` client; by default one like ``client``.
 
     Raises
     ------
@@ -38,7 +36,20 @@ class StreamReader:
     """
 
     def __init__(self, client: Any, table: str, *, streams: Any = None) -> None:
-        self.streams = streams if streams is not None else _streams_client(client)
+        if streams is None:
+            import boto3
+
+            # botocore has no public accessor for a client's credentials; its signer holds them.
+            credentials = client._request_signer._credentials.get_frozen_credentials()
+            streams = boto3.client(
+                "dynamodbstreams",
+                endpoint_url=client.meta.endpoint_url,
+                region_name=client.meta.region_name,
+                aws_access_key_id=credentials.access_key,
+                aws_secret_access_key=credentials.secret_key,
+                aws_session_token=credentials.token,
+            )
+        self.streams = streams
         arn = client.describe_table(TableName=table)["Table"].get("LatestStreamArn")
         if not arn:
             raise ValueError(f"table {table!r} has no stream")
@@ -50,8 +61,6 @@ class StreamReader:
             )["ShardIterator"]
             for shard in shards
         ]
-        #: Every record read so far, in order.
-        self.records: list[dict[str, Any]] = []
 
     def read(self) -> list[dict[str, Any]]:
         """The records written since the last read, as ``event["Records"]`` elements."""
@@ -64,23 +73,7 @@ class StreamReader:
                 fresh.extend(lambda_record(r, self.arn) for r in page["Records"])
                 if not page["Records"]:
                     break
-        self.records.extend(fresh)
         return fresh
-
-
-def _streams_client(client: Any) -> Any:
-    import boto3
-
-    # botocore has no public accessor for a client's credentials; its signer holds them.
-    credentials = client._request_signer._credentials.get_frozen_credentials()
-    return boto3.client(
-        "dynamodbstreams",
-        endpoint_url=client.meta.endpoint_url,
-        region_name=client.meta.region_name,
-        aws_access_key_id=credentials.access_key,
-        aws_secret_access_key=credentials.secret_key,
-        aws_session_token=credentials.token,
-    )
 
 
 def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:

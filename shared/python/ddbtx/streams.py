@@ -52,7 +52,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ChangeKind = Literal["INSERT", "MODIFY", "REMOVE"]
-_EVENT_NAMES: Final = ("INSERT", "MODIFY", "REMOVE")
 _VIEW_TYPE: Final = "NEW_AND_OLD_IMAGES"
 #: The images each event carries in a NEW_AND_OLD_IMAGES stream.
 _IMAGES_OF: Final = {
@@ -65,8 +64,7 @@ _IMAGES_OF: Final = {
 class StreamRecordError(DdbtxError, ValueError):
     """A stream record this adapter cannot judge: malformed, or without the images it needs.
 
-    ``problem`` says what is wrong, ``sequence_number`` which record (None if it
-    has none).
+    ``problem`` says what is wrong, ``sequence_number`` which record (None if none).
     """
 
     def __init__(self, problem: str, *, sequence_number: str | None = None) -> None:
@@ -87,21 +85,18 @@ class Change:
     key
         The item's key (low-level AttributeValue map).
     kind
-        ``"INSERT"`` (the item did not exist before), ``"MODIFY"`` or ``"REMOVE"``.
-        A transaction's insert is an INSERT even though the stream says MODIFY (the
-        item first existed as a locked placeholder).
+        ``"INSERT"`` (the item did not exist before, even where the stream says MODIFY
+        of a locked placeholder), ``"MODIFY"`` or ``"REMOVE"``.
     old, new
         The committed item before and after (low-level maps, no protocol attribute);
-        None where there is none (``old`` of an INSERT, ``new`` of a REMOVE) and for
-        an ``old`` that is not known (see ``old_known``).
+        None where there is none or (``old``) where it is not known (see ``old_known``).
     tx_id
         The transaction that made the change; None for a plain write (including
         ``transact_write``'s native fast path, which takes no lock).
     sequence_number
         The stream record's ``SequenceNumber`` (for checkpoints and partial batch failures).
     old_known
-        False when the item before the transaction is not in the record: its image is
-        kept in the images table (items over 64 KB). ``old`` is then None.
+        False when the item before the transaction is kept in the images table (over 64 KB).
     """
 
     table: str
@@ -141,12 +136,7 @@ def committed_changes(records: Iterable[Mapping[str, Any]]) -> list[Change]:
     ...     for change in committed_changes(event["Records"]):
     ...         index(change.table, change.key, change.new)
     """
-    changes = []
-    for record in records:
-        change = committed_change(record)
-        if change is not None:
-            changes.append(change)
-    return changes
+    return [change for record in records if (change := committed_change(record)) is not None]
 
 
 def committed_change(record: Mapping[str, Any]) -> Change | None:
@@ -275,9 +265,9 @@ class _Parsed:
                 sequence_number=seq,
             )
         name = record.get("eventName")
-        if name not in _EVENT_NAMES:
+        if name not in _IMAGES_OF:
             raise StreamRecordError(
-                f"eventName {name!r} is not one of {', '.join(_EVENT_NAMES)}", sequence_number=seq
+                f"eventName {name!r} is not one of {', '.join(_IMAGES_OF)}", sequence_number=seq
             )
         key = body.get("Keys")
         if not isinstance(key, Mapping) or not key:
@@ -294,37 +284,21 @@ class _Parsed:
         tx_id: str | None,
         old_known: bool = True,
     ) -> Change:
-        return Change(
-            table=self.table,
-            key=self.key,
-            kind=kind,
-            old=old,
-            new=new,
-            tx_id=tx_id,
-            sequence_number=self.sequence_number,
-            old_known=old_known,
-        )
+        return Change(self.table, self.key, kind, old, new, tx_id, self.sequence_number, old_known)
 
 
 def _images(body: Mapping[str, Any], name: str, seq: str) -> tuple[Item | None, Item | None]:
     """The old and new images of a ``name`` record, which must carry those of its event."""
-    old = _image(body, "OldImage", seq)
-    new = _image(body, "NewImage", seq)
+    for image_name in ("OldImage", "NewImage"):
+        if body.get(image_name) is not None and not isinstance(body[image_name], Mapping):
+            raise StreamRecordError(f"dynamodb.{image_name} is not a mapping", sequence_number=seq)
     for missing in (n for n in _IMAGES_OF[name] if body.get(n) is None):
         raise StreamRecordError(
             f"a {name} record without its {missing} (is the stream {_VIEW_TYPE}?)",
             sequence_number=seq,
         )
-    return old, new
-
-
-def _image(body: Mapping[str, Any], name: str, seq: str) -> Item | None:
-    image = body.get(name)
-    if image is None:
-        return None
-    if not isinstance(image, Mapping):
-        raise StreamRecordError(f"dynamodb.{name} is not a mapping", sequence_number=seq)
-    return dict(image)
+    old, new = body.get("OldImage"), body.get("NewImage")
+    return (None if old is None else dict(old)), (None if new is None else dict(new))
 
 
 def _table_of(record: Mapping[str, Any], seq: str) -> str:
@@ -349,7 +323,7 @@ def _same(a: Item, b: Item) -> bool:
 
 
 def _number(raw: Any) -> Any:
-    """A number's one spelling ("1E+1" and "10" are one value); a malformed one as it is."""
+    """A number's one spelling; a malformed one as it is."""
     try:
         return canonical_number(raw)
     except ValueError:
@@ -382,9 +356,8 @@ def record_handler(on_change: Callable[[Change], None]) -> Callable[..., None]:
     """A record handler for Powertools' ``BatchProcessor`` that passes committed changes only.
 
     The returned function takes one record (Powertools' ``DynamoDBRecord``, or the raw
-    mapping). It raises what ``on_change`` raises (and :class:`StreamRecordError` for a
-    bad record), so the batch processor fails that record and Lambda retries from it:
-    ``on_change`` must be idempotent. Powertools is not imported here.
+    mapping) and raises what ``on_change`` raises (or :class:`StreamRecordError`), so the
+    batch processor fails that record and Lambda retries from it: be idempotent.
 
     Parameters
     ----------

@@ -1,9 +1,7 @@
 """A ready Lambda handler that gives a user's function the committed changes of a data table.
 
-The CDK option ``changeConsumerCode`` deploys it; ``DDBTX_ON_CHANGE`` names the user's
-function as ``module:function``, called once per committed change through Powertools' batch
-processor (a raise fails the record and Lambda retries from it: be idempotent). Powertools
-is imported only when the handler runs, and nothing else in ddbtx imports this module.
+The CDK option ``changeConsumerCode`` deploys it; ``DDBTX_ON_CHANGE`` names the function,
+called once per committed change (a raise fails the record and Lambda retries from it).
 
 Examples
 --------
@@ -74,11 +72,10 @@ def handler(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     spec = os.environ.get(ON_CHANGE_ENV, "")
     if spec not in _loaded:
         _loaded[spec] = load_on_change(spec)
-    processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
     response = process_partial_response(
         event=dict(event),
         record_handler=record_handler(_loaded[spec]),
-        processor=processor,
+        processor=BatchProcessor(event_type=EventType.DynamoDBStreams),
         context=context,
     )
     return dict(response)

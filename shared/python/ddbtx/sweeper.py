@@ -1,11 +1,7 @@
 """The janitor's sweep: complete or roll back abandoned transactions and clear what they left.
 
-One :meth:`Sweeper.run` is an *index pass* (the sparse ``schema.SWEEP_INDEX`` lists exactly
-the records due for work, so its cost follows the stuck work, not the table) and a *scan
-pass* (:mod:`ddbtx._sweep_scan`: orphaned images, stray item locks, expired lock rows; only
-it spends the page budget). Both stop before the deadline and keep where they stopped in a
-cursor row, advanced by a conditional write so a concurrent sweeper never moves it back.
-Every step is a conditional write safe to repeat, so duplicate or concurrent sweeps are harmless.
+An index pass over the sparse ``schema.SWEEP_INDEX``, then a scan pass (images, stray item
+locks, expired lock rows); both keep where they stopped in a cursor row (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from ._drive import Parallel, drive
 from ._effects import Step, gather, request
 from ._items import Item, flag
 from ._manager_steps import sweep
-from ._sweep_scan import TASK_IMAGES, TASK_LOCKS, ScanPass
+from ._sweep_scan import TASK_IMAGES, TASK_LOCKS, Headers, ScanPass
 from ._sweep_state import (
     CURSOR_ID,
     CURSOR_SK,
@@ -62,12 +58,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: What each :class:`SweepOutcome` adds to in the report.
-_OUTCOME_COUNTER: Final = {
-    SweepOutcome.ROLLED_BACK: "rolled_back",
-    SweepOutcome.ROLLED_FORWARD: "rolled_forward",
-    SweepOutcome.FINALISED: "finalised",
-    SweepOutcome.DELETED: "deleted",
+#: The outcomes the report counts, each under its value's name.
+_COUNTED: Final = {
+    SweepOutcome.ROLLED_BACK,
+    SweepOutcome.ROLLED_FORWARD,
+    SweepOutcome.FINALISED,
+    SweepOutcome.DELETED,
 }
 
 
@@ -123,18 +119,16 @@ class JanitorSettings:
             Naming the variable that is missing or malformed.
         """
         env = os.environ if environ is None else environ
-        required = {}
         for name in ("TRANSACTIONS_TABLE", "IMAGES_TABLE"):
-            value = env.get(name, "").strip()
-            if not value:
+            if not env.get(name, "").strip():
                 raise ConfigError(f"environment variable {name} is required (a table name)")
-            required[name] = value
-        data_tables = tuple(t.strip() for t in env.get("DATA_TABLES", "").split(",") if t.strip())
         return cls(
-            transactions_table=required["TRANSACTIONS_TABLE"],
-            images_table=required["IMAGES_TABLE"],
+            transactions_table=env["TRANSACTIONS_TABLE"].strip(),
+            images_table=env["IMAGES_TABLE"].strip(),
             locks_table=env.get("LOCKS_TABLE", "").strip() or None,
-            data_tables=data_tables,
+            data_tables=tuple(
+                t.strip() for t in env.get("DATA_TABLES", "").split(",") if t.strip()
+            ),
             rollback_after=timedelta(seconds=_env_int(env, "ROLLBACK_AFTER_SECONDS", 60, 0)),
             delete_after=timedelta(seconds=_env_int(env, "DELETE_AFTER_SECONDS", 86_400, 0)),
             page_budget=_env_int(env, "SWEEP_PAGE_BUDGET", 50, 1),
@@ -156,11 +150,7 @@ class JanitorSettings:
             "page_size": self.page_size,
             "safety_margin": self.safety_margin,
         }
-        settings.update(options)
-        return Sweeper(manager, **settings)
-
-
-# --- the sweeper ------------------------------------------------------------------
+        return Sweeper(manager, **{**settings, **options})
 
 
 def _check_age(name: str, value: Any) -> timedelta:
@@ -169,19 +159,16 @@ def _check_age(name: str, value: Any) -> timedelta:
     return value
 
 
-def _check_positive(name: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
+def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, not {value!r}")
 
 
-def _check_lock_grace(value: Any) -> float:
+def _check_lock_grace(value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"lock_grace must be a number of seconds, not {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"lock_grace must be finite and >= 0, not {value!r}")
-    return float(value)
 
 
 class Sweeper:
@@ -196,8 +183,8 @@ class Sweeper:
     delete_after
         A completed record is deleted this long after it completed.
     decided_grace
-        A decided record not completed this long after its decision is completed by the
-        sweeper (capped at ``rollback_after``).
+        A decided record not completed this long after its decision is completed (at most
+        ``rollback_after``).
     locks_table
         The :mod:`ddbtx.locks` table whose expired rows are removed (None: skip).
     data_tables
@@ -244,7 +231,7 @@ class Sweeper:
         self.decided_grace = min(_check_age("decided_grace", decided_grace), rollback_after)
         if isinstance(data_tables, str) or not all(isinstance(t, str) and t for t in data_tables):
             raise ValueError(f"data_tables must be a sequence of table names, not {data_tables!r}")
-        lock_grace = _check_lock_grace(lock_grace)
+        _check_lock_grace(lock_grace)
         _check_positive("page_size", page_size)
         if not isinstance(safety_margin, int | float) or safety_margin < 0:
             raise ValueError(f"safety_margin must be a number >= 0, not {safety_margin!r}")
@@ -252,27 +239,12 @@ class Sweeper:
         self.persist_cursor = persist_cursor
         self.cursors = CursorStore(manager.transactions_table)
         self.scans = ScanPass(
-            manager,
-            data_tables=data_tables,
-            locks_table=locks_table,
-            lock_grace=lock_grace,
-            page_size=page_size,
-            on_progress=progress,
+            manager, tuple(data_tables), locks_table, float(lock_grace), page_size, progress
         )
 
     @property
     def client(self) -> Any:
         return self.tm.client
-
-    @property
-    def page_size(self) -> int:
-        """``Limit`` of each query and scan page (the index pass's too)."""
-        return self.scans.page_size
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        """The scan pass's tasks, in order."""
-        return self.scans.tasks
 
     def run(
         self,
@@ -306,18 +278,18 @@ class Sweeper:
         *,
         resume: bool = True,
     ) -> Step[SweepReport]:
-        """The step of :meth:`run` (same parameters), for any driver; a bad
-        ``page_budget`` raises ``ValueError`` at once, before the step runs."""
-        _check_positive("page_budget", page_budget, allow_none=True)
+        """The step of :meth:`run`, for any driver (a bad ``page_budget`` raises at once)."""
+        if page_budget is not None:
+            _check_positive("page_budget", page_budget)
         return self._pass(Run(deadline, self.safety_margin, page_budget), resume)
 
     def _pass(self, run: Run, resume: bool) -> Step[SweepReport]:
         skipped_before = self.tm.protocol.skipped_requests
-        if self.persist_cursor:
-            generation, start = yield from self.cursors.load()
-        else:
-            generation, start = 0, Cursor()
-        cursor = start if resume else Cursor()
+        generation, cursor = (
+            (yield from self.cursors.load()) if self.persist_cursor else (0, Cursor())
+        )
+        if not resume:
+            cursor = Cursor()
         try:
             cursor = yield from self._index_pass(run, cursor)
             cursor = yield from self.scans.run(run, cursor)
@@ -339,9 +311,7 @@ class Sweeper:
     def run_full(self, deadline: Deadline | None = None, *, segments: int = 4) -> SweepReport:
         """Sweep every TX record by a parallel scan of the transactions table, then every scan task.
 
-        For recovery and ``ddbtx sweep --full``: reads the whole table, ignores and keeps
-        the stored cursor, has no page budget. Records the scan shows need no work are
-        not read again.
+        For recovery and ``ddbtx sweep --full``: no page budget; the stored cursor is kept.
         """
         step = self.full_step(deadline, segments=segments)
         # The segments get a pool of their own, one thread each: on the manager's pool their
@@ -353,8 +323,7 @@ class Sweeper:
     def full_step(
         self, deadline: Deadline | None = None, *, segments: int = 4
     ) -> Step[SweepReport]:
-        """The step of :meth:`run_full` (same parameters), for any driver; a bad
-        ``segments`` raises ``ValueError`` at once, before the step runs."""
+        """The step of :meth:`run_full`, for any driver (bad ``segments`` raise at once)."""
         _check_positive("segments", segments)
         return self._full(Run(deadline, self.safety_margin, None), segments)
 
@@ -367,7 +336,6 @@ class Sweeper:
         except Stop:
             pass
         run.report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
-        run.report.cursor = Cursor().to_json()
         return run.report
 
     def load_cursor(self) -> tuple[int, Cursor]:
@@ -388,7 +356,6 @@ class Sweeper:
         return self.tm.protocol.now_ms() - int(age.total_seconds() * 1000)
 
     def _index_pass(self, run: Run, cursor: Cursor) -> Step[Cursor]:
-        """Query each sweep-index partition for due records; returns the cursor after it."""
         for number in range(cursor.partition, len(PARTITIONS)):
             tag, shard = PARTITIONS[number]
             key = cursor.index_key if number == cursor.partition else None
@@ -407,7 +374,7 @@ class Sweeper:
                         ":sw": {"S": f"{tag}#{shard}"},
                         ":cutoff": {"N": str(cutoff)},
                     },
-                    Limit=self.page_size,
+                    Limit=self.scans.page_size,
                     **params,
                 )
                 for hit in page.get("Items", []):
@@ -425,62 +392,46 @@ class Sweeper:
         return Cursor(task=cursor.task, scan_key=cursor.scan_key)
 
     def _sweep_record(self, run: Run, tx_id: str, *, stale_since: int | None) -> Step[None]:
-        """Move one record along; ``stale_since`` is the ``ts`` of a pending record seen stale."""
+        """``stale_since``: the ``ts`` of a pending record seen stale."""
         run.count("scanned")
-        stuck = stale_since is not None
-        if stuck:
+        if stale_since is not None:
             run.count("stuck")
             with run.lock:
                 # The count stays exact; the ids are for the log and are capped.
                 if len(run.report.stuck_ids) < MAX_STUCK_IDS:
                     run.report.stuck_ids.append(tx_id)
         try:
-            if stale_since is None:
-                outcome = yield from self._sweep_general(tx_id)
-            else:
-                outcome = yield from self._roll_back_stale(tx_id, stale_since)
+            outcome = SweepOutcome.ACTIVE
+            if stale_since is not None:
+                # Rolled back unread, conditioned on the ts seen: it returns the record to undo.
+                outcome = yield from self.tm.protocol.settle(tx_id, expect_updated_ms=stale_since)
+            if outcome is SweepOutcome.ACTIVE:  # not seen stale, or changed since: judge afresh
+                protocol = self.tm.protocol
+                outcome = yield from sweep(protocol, tx_id, self.rollback_after, self.delete_after)
         except Exception:
             # One bad record must not stop the sweep; it stays in the index for the next run.
             run.count("errors")
             logger.exception("sweeping transaction %s failed", tx_id)
             return
-        if stuck:
+        if stale_since is not None:
             logger.warning("stuck transaction %s: %s", tx_id, outcome.value)
-        counter = _OUTCOME_COUNTER.get(outcome)
-        if counter:
-            run.count(counter)
-
-    def _sweep_general(self, tx_id: str) -> Step[SweepOutcome]:
-        """The step of :meth:`TransactionManager.sweep` with this sweeper's ages."""
-        return sweep(self.tm.protocol, tx_id, self.rollback_after, self.delete_after)
-
-    def _roll_back_stale(self, tx_id: str, seen_ms: int) -> Step[SweepOutcome]:
-        """Roll back a pending record seen unchanged since ``seen_ms`` without reading it:
-        the decision is conditioned on that ``ts`` and returns the record to undo."""
-        outcome = yield from self.tm.protocol.settle(tx_id, expect_updated_ms=seen_ms)
-        if outcome is SweepOutcome.ACTIVE:  # it changed since it was seen: judge it afresh
-            return (yield from self._sweep_general(tx_id))
-        return outcome
+        if outcome in _COUNTED:
+            run.count(outcome.value)
 
     def _scan_segment(self, run: Run, segment: int, total: int) -> Step[None]:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
         delete_cutoff = self._cutoff_ms(s.STATE_FINISHED_TAG)
 
-        def visit(page: list[Item], after: Key | None) -> Step[None]:
-            for record in page:
-                run.check_time()
-                updated = int(record[s.TX_UPDATED]["N"])
-                if flag(record, s.TX_FINISHED):
-                    if updated >= delete_cutoff:
-                        continue  # kept: reading it again would change nothing
-                    yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
-                elif record[s.TX_STATE]["S"] == s.STATE_PENDING:
-                    if updated >= rollback_cutoff:
-                        continue  # active: reading it again would change nothing
-                    yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=updated)
-                else:
-                    # Decided but not completed: a full sweep completes it whatever its age.
-                    yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=None)
+        def visit(record: Item, header: Headers) -> Step[None]:
+            updated = int(record[s.TX_UPDATED]["N"])
+            finished = flag(record, s.TX_FINISHED)
+            pending = not finished and record[s.TX_STATE]["S"] == s.STATE_PENDING
+            # Kept or active records are skipped: reading them again would change nothing.
+            # Decided but not completed: a full sweep completes it whatever its age.
+            cutoff = delete_cutoff if finished else rollback_cutoff if pending else None
+            if cutoff is None or updated < cutoff:
+                stale = updated if pending else None
+                yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=stale)
 
         yield from self.scans.each_page(
             run,
@@ -504,8 +455,7 @@ class Sweeper:
 
 
 def _segments_on(pool: ThreadPoolExecutor, nested: Parallel) -> Parallel:
-    """How :meth:`Sweeper.run_full` runs gathers: the one its own thread yields (the
-    segments) on ``pool``; any a segment yields on its thread, by ``nested``."""
+    """The segments' gather on ``pool``; any gather a segment yields, by ``nested``."""
     driver = threading.get_ident()
 
     def parallel(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:

@@ -18,8 +18,7 @@ logger = logging.getLogger(__name__)
 def create_table_if_missing(client: Any, name: str, ttl_attribute: str | None, **spec: Any) -> None:
     """Create an on-demand table with ``spec`` unless it exists; wait until active; enable TTL.
 
-    Idempotent and safe to run concurrently; TTL (garbage collection only, never relied on)
-    is skipped where the emulator lacks the API. The blocking form of :func:`ensure_table`.
+    Idempotent and safe to run concurrently; the blocking form of :func:`ensure_table`.
     """
     drive(ensure_table(name, ttl_attribute, **spec), client)
 
@@ -57,7 +56,6 @@ def ensure_table(name: str, ttl_attribute: str | None, **spec: Any) -> Step[None
 
 
 def _wait_active(name: str) -> Step[None]:
-    """Poll until the table is ``ACTIVE``; :class:`DdbtxError` if it never becomes so."""
     for attempt in range(TABLE_POLLS):
         if attempt:
             yield from pause(TABLE_POLL_SECONDS)
@@ -117,8 +115,7 @@ def _string_keys(hash_key: str, range_key: str) -> dict[str, Any]:
 
 
 def _lock_index(throughput: dict[str, int] | None = None) -> dict[str, Any]:
-    """The sparse lock index: hash ``ATTR_LOCK`` only, keys only. Only locked items are in
-    it (a GSI omits items without its key), and the distinct lock values spread it out."""
+    """The sparse lock index: a GSI omits items without its key ``ATTR_LOCK``."""
     index: dict[str, Any] = {
         "IndexName": s.LOCK_INDEX,
         "KeySchema": [{"AttributeName": s.ATTR_LOCK, "KeyType": "HASH"}],
@@ -142,10 +139,8 @@ def create_data_table(
 ) -> None:
     """An application table with a string hash key, for local runs, tests and the demo.
 
-    ``lock_index`` (default) gives it the sparse index :data:`ddbtx.schema.LOCK_INDEX`
-    the sweeper reads stray locks from; without it the sweeper scans the whole table.
-    ``stream`` turns on a ``NEW_AND_OLD_IMAGES`` stream, the view :mod:`ddbtx.streams`
-    reads committed changes from (moto and DynamoDB have streams; dynalite has none).
+    ``lock_index`` adds the sparse :data:`ddbtx.schema.LOCK_INDEX` the sweeper reads stray
+    locks from; ``stream`` a ``NEW_AND_OLD_IMAGES`` stream for :mod:`ddbtx.streams`.
 
     Examples
     --------
@@ -161,13 +156,9 @@ def create_data_table(
             "StreamEnabled": True,
             "StreamViewType": "NEW_AND_OLD_IMAGES",
         }
+    key_schema = [{"AttributeName": partition_key, "KeyType": "HASH"}]
     create_table_if_missing(
-        client,
-        name,
-        None,
-        KeySchema=[{"AttributeName": partition_key, "KeyType": "HASH"}],
-        AttributeDefinitions=attributes,
-        **options,
+        client, name, None, KeySchema=key_schema, AttributeDefinitions=attributes, **options
     )
 
 
@@ -199,11 +190,8 @@ def add_lock_index(
 ) -> str:
     """Add the sparse lock index to an existing data table (e.g. one of ``dataTables``).
 
-    Idempotent: a table that has it already is left alone. On a provisioned
-    table the index gets the table's own capacity (every lock and unlock
-    writes to it, as many writes as the table sees from transactions).
-    DynamoDB builds the index online; the sweeper keeps scanning the table
-    until it is ``ACTIVE``.
+    Idempotent. On a provisioned table the index gets the table's capacity (every lock and
+    unlock writes to it). Until it is ``ACTIVE`` the sweeper keeps scanning the table.
 
     Parameters
     ----------

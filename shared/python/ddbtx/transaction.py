@@ -53,14 +53,12 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         rolls itself back and raises :class:`TransactionConflictError`.
     stale_after
         Seconds without any change to a pending holder's TX record after which
-        its lock is broken by rolling it back (judged on the monotonic clock).
+        its lock is broken by rolling it back (on the monotonic clock).
     wound_patience
         Seconds an older transaction waits for a younger, running lock holder
-        before it rolls the holder back (wound-wait). A holder that is itself
-        waiting for an older transaction's lock is rolled back at once, since
-        waiting for it could deadlock. 0 wounds every younger holder at once.
-        The default is a few round trips of a saturated table: a younger holder
-        that is running usually commits within it (0.2 s showed no gain).
+        before rolling it back (wound-wait); a holder itself waiting for an
+        older lock is rolled back at once (waiting could deadlock). The default
+        is a few round trips of a saturated table (0.2 s showed no gain).
     contention
         :class:`Contention` policy, wound-wait by default.
     max_workers
@@ -70,8 +68,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     key_schemas
         Key attributes per data table, hash first, to skip ``DescribeTable``:
         names (``("pk",)``), or names mapped to types (``{"pk": "S"}``) so that
-        key types are checked before anything is written, as they are for a
-        table whose schema is read.
+        key types are checked before anything is written.
 
     Examples
     --------
@@ -101,11 +98,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         self.protocol.close()
 
     def create_tables(self) -> None:
-        """Create the transactions and images tables if missing; wait until active.
-
-        Idempotent, on-demand billing, TTL enabled where the API exists. For
-        local and development use: in AWS the CDK app provisions the tables.
-        """
+        """Create the transactions and images tables if missing (idempotent); wait until active."""
         from .tables import create_images_table, create_transactions_table
 
         create_transactions_table(self.client, self.transactions_table)
@@ -124,20 +117,15 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     ) -> Transaction:
         """Start a transaction. Nothing is written until its first request.
 
-        ``priority``: the id of an earlier attempt of the same work. The new
-        transaction is then as old as that attempt under wound-wait, so a retry
-        after being wounded moves up instead of starting last again, and cannot
-        starve. Its id is new and unique.
+        ``priority``: the id of an earlier attempt of the same work, whose
+        wound-wait age the new transaction takes, so a retry cannot starve.
 
         ``transaction_id``: the caller's id for this work (at most 1,024 UTF-8
-        bytes), making it exactly-once: an attempt with an id already used gets
-        that id's transaction back instead of a new one. Pending, it is resumed
-        (make the same requests again: they are matched with the recorded ones,
-        not applied twice); committed, it comes back with ``already_committed``
-        set and takes no requests; rolled back, a new transaction starts. One
-        write (the alias) more than :meth:`begin` without an id, made at once.
-        The id is remembered as long as the transaction's record is kept
-        (docs/transactions.md: exactly-once ids). Wound-wait ages never come from it.
+        bytes), making it exactly-once (docs/transactions.md): an id already
+        used gets its transaction back. Pending, it is resumed (the same
+        requests again are matched, not applied twice); committed, it has
+        ``already_committed`` set and takes no requests; rolled back, a new
+        one starts. Costs one write (the alias), made at once.
 
         Raises
         ------
@@ -171,10 +159,8 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         """Commit on normal exit; roll back and re-raise on an exception.
 
         With ``delete`` (the default without a ``transaction_id``) the completed
-        TX record is deleted on exit, since the caller has seen the outcome.
-        With a ``transaction_id`` (see :meth:`begin`) the record is kept, since
-        it is what remembers the id; check ``tx.already_committed`` in the block.
-        ``priority`` is as for :meth:`begin`.
+        TX record is deleted on exit. With a ``transaction_id`` (see :meth:`begin`)
+        it is kept, since it remembers the id; check ``tx.already_committed``.
 
         Examples
         --------
@@ -208,19 +194,14 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     ) -> T | AlreadyCommitted:
         """Run ``work(tx)`` in a transaction and commit, retrying when contention aborts it.
 
-        A retry follows a :class:`TransactionRolledBackError` (another
-        transaction rolled this one back) or a :class:`TransactionConflictError`
-        (an older one kept the item locked), and begins with the first
-        attempt's priority, so under wound-wait it only gets older. ``work``
-        must be safe to run again. Any other error, or the last attempt's,
-        propagates. Returns what ``work`` returned.
+        A :class:`TransactionRolledBackError` or :class:`TransactionConflictError`
+        is retried with the first attempt's priority; ``work`` must be safe to
+        run again. Any other error, or the last attempt's, propagates. Returns
+        what ``work`` returned.
 
         With a ``transaction_id`` (see :meth:`begin`) the work is applied at
-        most once under that id, across processes and retries: if an earlier
-        attempt committed it, ``work`` is not called and an
-        :class:`AlreadyCommitted` is returned instead (also when another
-        attempt with the id commits while this one runs); a pending one is
-        resumed with ``work`` run again; a rolled-back one starts over.
+        most once under that id: if an attempt with it committed, ``work`` is
+        not called and an :class:`AlreadyCommitted` is returned instead.
 
         Examples
         --------
@@ -243,11 +224,8 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
                     return done
 
     def resume(self, tx_id: str) -> Transaction:
-        """Take over a transaction started elsewhere (any process may).
-
-        A pending transaction can then receive more requests, commit or roll
-        back; a decided one is driven to completion before this returns.
-        """
+        """Take over a transaction started elsewhere (any process may); a decided one is
+        completed before this returns."""
         return self.protocol.run(self.opener.resume(tx_id))
 
     def sweep(
@@ -255,23 +233,19 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     ) -> SweepOutcome:
         """Move one TX record along: roll back if stale, complete if decided, delete if old.
 
-        Ages are measured from the record's last change (``ts``) by this
-        manager's clock; a pending record is rolled back only if it has not
-        changed since it was read, so a live coordinator is never overtaken by
-        a sweeper that read an old version.
+        Ages run from the record's last change (``ts``); a pending record is rolled
+        back only if unchanged since it was read.
         """
         return self.protocol.run(sweep(self.protocol, tx_id, rollback_after, delete_after))
 
     def transact_write(self, requests: list[dict[str, Any]]) -> str:
         """Write several items atomically; returns ``"native"`` or ``"protocol"``.
 
-        ``requests`` has the shape of ``TransactWriteItems``' ``TransactItems``:
-        ``{"Put": {...}}``, ``{"Update": {...}}`` or ``{"Delete": {...}}``. Up to
-        100 uncontended writes totalling at most 4 MB commit in a single
-        ``TransactWriteItems`` call, each conditioned on carrying no protocol
-        lock so it stays isolated from protocol transactions. On contention,
-        past those limits, or where the API is missing (some emulators), the
-        general protocol runs with identical results.
+        ``requests`` has ``TransactItems``' shape (``{"Put": {...}}``,
+        ``{"Update": {...}}``, ``{"Delete": {...}}``). Up to 100 uncontended
+        writes (4 MB) commit in one ``TransactWriteItems`` call, each conditioned
+        on carrying no protocol lock; otherwise the protocol runs, with
+        identical results.
 
         Raises
         ------
@@ -292,7 +266,6 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         """
         if self.protocol.run(one_call(self.schemas, requests)):
             return "native"
-        # As a `with` block: a failure to clean up after an error never hides the error.
         with self.transaction() as tx:
             tx.write_all(requests)
         return "protocol"

@@ -1,12 +1,5 @@
-"""ddbtx for asyncio: the same protocol steps as the sync API, run on an aiobotocore client.
-
-Install with ``pip install '.[aio]'`` from a checkout. Every step is the one :mod:`ddbtx` runs
-(:mod:`ddbtx._effects`); only the driver differs, so a sync and an async process work
-on the same tables, locks and rows alike.
-
-:class:`~ddbtx.aio.TransactionManager` and :class:`~ddbtx.aio.Transaction` are
-:class:`ddbtx.TransactionManager` and :class:`ddbtx.Transaction` with coroutines;
-:mod:`ddbtx.aio.locks` has the locks.
+"""ddbtx for asyncio (``pip install '.[aio]'``): the sync API's steps and classes, with
+coroutines, on an aiobotocore client; :mod:`ddbtx.aio.locks` has the locks.
 
 Examples
 --------

@@ -18,7 +18,7 @@ async def drive(
     """Run ``step`` to its end on ``client`` (an aiobotocore DynamoDB client)."""
     for effect in (run := Run(step)):
         with run.outcome() as out:
-            if isinstance(effect, Gather):  # tasks; all end before the first failure is thrown
+            if isinstance(effect, Gather):  # all end before the first failure is thrown
                 out.value = await asyncio.gather(
                     *(drive(sub, client, sleep) for sub in effect.steps), return_exceptions=True
                 )

@@ -1,5 +1,4 @@
-"""boto3's ``Table`` shape for asyncio: :class:`ddbtx.resource.Table`'s methods as
-coroutines, with the same conversions (Python values, conditions objects)."""
+"""boto3's ``Table`` shape for asyncio: :class:`ddbtx.resource.Table`'s, as coroutines."""
 
 from __future__ import annotations
 
@@ -59,10 +58,8 @@ class Table(resource.Table):
         return as_python(await send(**params))
 
     def _outside(self, op: str, **params: Any) -> Any:
-        """A write outside any transaction: the awaitable of it on the manager's driver."""
         manager: Any = self._owner
         return manager.drive(write_outside(manager, op, params))
 
     def _locked_get(self, tx: Any, **params: Any) -> Any:
-        """A GetItem with a projection in ``tx``: the awaitable of it."""
         return tx.manager.drive(locked_read(tx, "get", params))

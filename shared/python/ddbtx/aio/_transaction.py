@@ -1,9 +1,7 @@
-"""One transaction for asyncio: each coroutine runs one step of the coordinator
-(:class:`~ddbtx._coordinator.CoordinatorSteps`) on the asyncio driver."""
+"""One transaction for asyncio: each coroutine runs one coordinator step."""
 
 from __future__ import annotations
 
-import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -14,10 +12,6 @@ from ..reads import locked_batch_get, locked_read, next_page
 from ._table import Table
 
 T = TypeVar("T")
-
-
-class Driving(typing.Protocol):
-    def drive(self, step: Step[T], /) -> Awaitable[T]: ...
 
 
 async def pages(
@@ -32,9 +26,8 @@ async def pages(
 
 
 class Transaction(CoordinatorSteps):
-    """One multi-item transaction, for asyncio: :class:`ddbtx.Transaction`'s methods as
-    coroutines, with the same parameters, results and errors. Make one with
-    :meth:`ddbtx.aio.TransactionManager.begin`.
+    """:class:`ddbtx.Transaction` for asyncio: the same methods as coroutines. Make one
+    with :meth:`ddbtx.aio.TransactionManager.begin`.
 
     Examples
     --------
@@ -48,8 +41,8 @@ class Transaction(CoordinatorSteps):
     manager: Any
 
     async def _run(self, step: Step[T]) -> T:
-        driving: Driving = self.manager
-        return await driving.drive(step)
+        result: T = await self.manager.drive(step)
+        return result
 
     async def put_item(self, **params: Any) -> dict[str, Any]:
         """Put an item inside the transaction (as :meth:`ddbtx.Transaction.put_item`)."""

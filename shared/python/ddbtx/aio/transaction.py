@@ -38,12 +38,10 @@ def _never_blocks(seconds: float) -> None:
 
 
 class TransactionManager(ManagerCore[Transaction]):
-    """Entry point for asyncio: begins, resumes and sweeps transactions, and reads with
-    isolation, on an aiobotocore DynamoDB client.
+    """:class:`ddbtx.TransactionManager` for asyncio, on an aiobotocore DynamoDB client.
 
-    Takes :class:`ddbtx.TransactionManager`'s parameters; ``sleep`` is a coroutine
-    function (``asyncio.sleep``). A sync and an asyncio coordinator may work on one
-    transaction: both run the same steps on the same rows.
+    Takes the same parameters; ``sleep`` is a coroutine function (``asyncio.sleep``).
+    Sync and asyncio coordinators may work on one transaction (the same steps run).
 
     Examples
     --------
