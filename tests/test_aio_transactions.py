@@ -562,3 +562,41 @@ def test_given_a_request_cancelled_in_flight_in_a_block_then_the_block_rolls_it_
     # no lock, image or record is left
     assert balances(w.ddb, w.tables, "a", "b") == ["100", "0"]
     assert_clean(w.ddb, w.tables)
+
+
+def test_given_a_write_outside_cancelled_in_flight_then_its_own_transaction_is_rolled_back(
+    w: Both,
+) -> None:
+    # Given an account held by a sync transaction that went quiet, and an asyncio write
+    # outside any transaction whose own transaction's write DynamoDB applies, the answer
+    # never coming
+    w.seed(b=0)
+    stalled = w.make_tm().begin()
+    stalled.update_item(**add(w.tables.data, "b", 1000))
+    w.clock.advance(10)
+
+    def applies(operation: str, params: dict[str, Any]) -> bool:
+        expression = str(params.get("UpdateExpression"))
+        return params.get("TableName") == w.tables.data and "ADD balance" in expression
+
+    aio_tm, client = unanswered(w, applies)
+
+    # When its task is cancelled while it waits for that answer
+    async def cancelled() -> None:
+        write = aio_tm.table(w.tables.data).update_item(
+            Key={"pk": "b"},
+            UpdateExpression="ADD balance :n",
+            ExpressionAttributeValues={":n": Decimal(10)},
+        )
+        task = asyncio.ensure_future(write)
+        await client.sent.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    w.run(cancelled)
+
+    # Then the write's own transaction was rolled back on the way out, as a block's is:
+    # the balance is back, and no pending record, lock or image is left
+    assert balances(w.ddb, w.tables, "b") == ["0"]
+    assert_clean(w.ddb, w.tables)

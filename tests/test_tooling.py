@@ -302,7 +302,7 @@ def test_given_the_core_as_it_is_then_no_module_reaches_into_private_names(
     [
         (
             ("from ._item_writes import _probe_value  # noqa: F401\n", ""),
-            "_transaction.py:5: imports the private name _probe_value from ddbtx._item_writes",
+            "_transaction.py:4: imports the private name _probe_value from ddbtx._item_writes",
         ),
         (
             ("", "\n\ndef _planted(tx: Any) -> Any:\n    return tx._check_pending\n"),

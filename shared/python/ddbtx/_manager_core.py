@@ -223,7 +223,7 @@ def own_transaction(
         try:
             try:
                 result = yield from tx.request(op, params)
-            except Exception as exc:
+            except BaseException as exc:  # a cancelled task's too, as a block's
                 yield from closing(tx, exc, True)
                 raise
             yield from closing(tx, None, True)
