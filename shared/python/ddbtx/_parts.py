@@ -1,5 +1,4 @@
-"""Values too large for one row, compressed and cut into parts (``<sort key>#k``). Writers put
-every part before anything names the value, deleters remove the first row first."""
+"""Values too large for one row, compressed and cut into parts (``<sort key>#k``)."""
 
 from __future__ import annotations
 

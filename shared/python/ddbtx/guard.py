@@ -131,8 +131,7 @@ def _guard_write(params: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _render(
     condition: Any, names: dict[str, str], values: dict[str, Any] | None
 ) -> tuple[str, dict[str, str], dict[str, Any] | None]:
-    """A conditions object as (expression, names, values), its placeholders renamed clear of
-    the request's (boto3 numbers them ``#n0``, ``:v0`` ..., which a request may use too)."""
+    """A conditions object as (expression, names, values), placeholders clear of the request's."""
     from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 
     if not isinstance(condition, ConditionBase):

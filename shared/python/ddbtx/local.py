@@ -68,9 +68,7 @@ def find_dynalite() -> Path:
 
 
 def _linearizable_moto_server(port: int) -> Any:
-    """moto's DynamoDB behind a werkzeug server that handles one request at a time: moto
-    checks a condition and writes without a lock, so two concurrent conditional writes
-    could both succeed, which DynamoDB's per-item atomicity never allows."""
+    """moto one request at a time: it checks a condition and writes without a lock."""
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,

@@ -42,8 +42,7 @@ def key_from_json(key: dict[str, Any]) -> Item:
 
 
 def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]:
-    """The internal id and header (None: none) of the record ``tx_id`` names, as an internal id
-    or else, read only then, as a caller's id."""
+    """The internal id and header of the record ``tx_id`` names (internal, else caller's id)."""
     check_transaction_id(tx_id)
     records = tm.protocol.records
     header = yield from records.read_header(tx_id)
@@ -143,8 +142,7 @@ def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
 
 
 def _settle(tm: TransactionManager, header: Header) -> Step[str]:
-    """Roll back (whatever its age) and complete, conditioned on the version read: a record
-    a live coordinator changed meanwhile is read again."""
+    """Roll back and complete, conditioned on the version read (changed since: read again)."""
     for _ in range(5):
         outcome = yield from tm.protocol.settle(header.tx_id, header, expect_version=header.version)
         if outcome is not SweepOutcome.ACTIVE:

@@ -61,8 +61,7 @@ class HeldLock(HeldLockSteps):
 
 
 class HeartbeatTask:
-    """One task per lock client, renewing its locks each period; it ends while nothing
-    is held."""
+    """One task per lock client, renewing its locks; it ends while nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
         self._period = period

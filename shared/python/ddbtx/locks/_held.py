@@ -1,5 +1,4 @@
-"""What the lease lock and the FIFO lock share: the held-lock handle, the heartbeat
-thread, and the waiter's clock-free view of the row it waits behind."""
+"""What the lease and FIFO locks share: the held-lock handle, heartbeats, the waiter's watch."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ T = TypeVar("T")
 
 
 class HeldLockSteps:
-    """A granted lease or FIFO lock as both drivers see it: its state, its answers without
-    a request, and the steps of its heartbeat and release (attributes: :class:`HeldLock`)."""
+    """A granted lease or FIFO lock's state and steps, for both drivers (see :class:`HeldLock`)."""
 
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
     _renew_write: ClassVar[tuple[str, str]]
@@ -85,8 +83,7 @@ class HeldLockSteps:
         names: dict[str, str] | None = None,
         **params: Any,
     ) -> Step[Item]:
-        """One conditional write of this grant's row (:class:`ConditionFailed` if not ours);
-        the row after it, if ``params`` ask for it."""
+        """One conditional write of this grant's row; the row after it, if ``params`` ask."""
         values = {":hold": self._hold, **self._extra_values, **values}
         names = {**self._extra_names, **(names or {})}
         return update_row(self._lc.table, self._key, *texts, values, names, **params)
@@ -110,8 +107,7 @@ class HeldLockSteps:
         return True
 
     def _confirm(self, heartbeat_period: float) -> Step[bool]:
-        """Renew a grant learned late (a handoff, a FIFO turn) if the first heartbeat could
-        come after its lease; ``False`` if it was taken over before we knew of it."""
+        """Renew a grant learned late if its lease could end first; ``False``: taken over."""
         if heartbeat_period < self.remaining() or (yield from self._renewed()):
             return True
         logger.info("%r was taken over before it was noticed", self)
@@ -182,8 +178,7 @@ class HeldLockSteps:
         return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def _raise_if_lost(self, exc: BaseException | None) -> None:
-        """On leaving a ``with`` block: a lock taken over raises :class:`LockLostError`, or
-        is noted on the exception under way."""
+        """On leaving ``with``: a lock taken over raises, or is noted on the exception."""
         if self._state != "lost":
             return
         message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"
@@ -219,8 +214,7 @@ class HeldLockSteps:
         raise NotImplementedError
 
     def _beat_failed(self) -> None:
-        """A heartbeat failed on a request error (the next period tries again): warn once,
-        while less than ``danger_fraction`` of the lease is left, so the holder can stop."""
+        """A heartbeat's request failed: warn, and call ``on_danger`` once while in danger."""
         logger.warning("heartbeat failed for %r", self, exc_info=True)
         if self._warned or not self.in_danger:
             return
@@ -306,8 +300,7 @@ class Keeper(Protocol):
 
 
 class Heartbeats:
-    """One daemon thread per lock client, renewing its locks each period; it ends while
-    nothing is held."""
+    """One daemon thread per lock client, renewing its locks; it ends while nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
         self._period = period
@@ -361,8 +354,7 @@ class Heartbeats:
 
 @dataclass(frozen=True)
 class Watch:
-    """A waiter's view of the row ahead: ``rvn`` first read at ``since`` (the waiter's clock);
-    still there a ``lease`` later, the writer missed a whole lease of heartbeats."""
+    """``rvn`` of the row ahead, first read at ``since``: unchanged a ``lease`` later, dead."""
 
     target: tuple[str, int]
     rvn: str

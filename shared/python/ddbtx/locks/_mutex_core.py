@@ -1,5 +1,4 @@
-"""The conditional-write mutex as protocol steps, for every driver (:class:`ddbtx.locks.Mutex`
-on boto3, :class:`ddbtx.aio.locks.Mutex` on aiobotocore; neither adds a decision)."""
+"""The conditional-write mutex as steps, for :class:`ddbtx.locks.Mutex` and its aio twin."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ _RELEASE = "REMOVE #owner, #rvn, #at, #exp"
 
 
 class MutexSteps:
-    """A mutex's settings, its view of the grants it holds and watches, and its steps
-    (parameters: :class:`ddbtx.locks.Mutex`'s; ``client`` is for the driver only)."""
+    """A mutex's settings, grants and steps (parameters: :class:`ddbtx.locks.Mutex`'s)."""
 
     #: Resources whose held record an object keeps watching (the oldest go first).
     _seen_limit = 10_000

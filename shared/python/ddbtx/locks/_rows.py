@@ -1,5 +1,4 @@
-"""Row layout of the locks table (sort key ``mutex``, ``lease`` or ``fifo#<namespace>#``),
-argument checks and the plumbing of reads and conditional writes."""
+"""Row layout of the locks table, argument checks, and reads and conditional writes."""
 
 from __future__ import annotations
 
@@ -242,8 +241,7 @@ def expressions(
     names: Mapping[str, str] | None = None,
     **texts: str,
 ) -> dict[str, Any]:
-    """``ConditionExpression=...`` etc. plus exactly the placeholders they use (DynamoDB
-    rejects unused ones): ``values`` may hold more; ``names`` adds to the shared names."""
+    """The expression ``texts`` plus exactly the placeholders they use (unused are rejected)."""
     params: dict[str, Any] = dict(texts)
     text = " ".join(texts.values())
     used = set(_NAME_TOKEN.findall(text))
@@ -281,16 +279,14 @@ def get_bytes(item: Item, name: str) -> bytes | None:
 
 
 def returned_row(exc: BaseException) -> Item | None:
-    """The row as a failed condition found it, where DynamoDB returns it with the failure
-    (``ReturnValuesOnConditionCheckFailure``: AWS and moto, not dynalite)."""
+    """The row a failed condition found, where DynamoDB returns it (AWS, moto; not dynalite)."""
     response = getattr(exc.__cause__, "response", None)
     row: Item | None = response.get("Item") if isinstance(response, dict) else None
     return row
 
 
 def was_retried(exc: BaseException) -> bool:
-    """Whether botocore sent the failed request more than once (only then can an earlier
-    attempt have been applied behind a lost response); an unknown count counts as retried."""
+    """Whether botocore sent the failed request more than once (unknown: yes)."""
     response = getattr(exc.__cause__, "response", None)
     meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
     return int(meta.get("RetryAttempts", 1)) > 0

@@ -146,8 +146,7 @@ class _Waiter(LineWaiter):
         )
 
     def _granted(self) -> Step[FifoHeldSteps | None]:
-        """Our entry is the lowest: the lock (``None`` if it was judged dead and removed
-        before we noticed our turn)."""
+        """Our entry is the lowest: the lock (``None``: removed as dead before we noticed)."""
         fifo = self.lc
         lock = self.lock_type(
             fifo,

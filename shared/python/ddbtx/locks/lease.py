@@ -178,8 +178,7 @@ class LeaseClientSteps(LockClientSteps):
         values: dict[str, object],
         entry: dict[str, str] | None = None,
     ) -> Step[LeaseLockSteps | Item | None]:
-        """The lock; on a failed condition the row as it was where DynamoDB returns it, else
-        ``None``. ``entry``: the placeholders of the caller's line entry, which it removes."""
+        """The lock, else the row a failed condition found (or ``None``); ``entry`` removed."""
         values = {
             ":owner": self.owner,
             ":hold": hold,
@@ -221,8 +220,7 @@ class LeaseClientSteps(LockClientSteps):
     def _held(
         self, resource: str, hold: str, item: Item, confirmed_at: float
     ) -> Step[LeaseLockSteps | None]:
-        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it;
-        ``None`` if the grant was taken over before we even knew of it."""
+        """The handle of our grant ``hold`` (``None``: taken over before we knew of it)."""
         line = entries(item, self.lease_duration)
         self._pace(resource, LEASE_SK).crowded = bool(line)
         lock = self._lock_type(
