@@ -148,9 +148,7 @@ class LocalDynamo:
             "dynamodb",
             endpoint_url=self.endpoint_url,
             config=client_config(max_attempts),
-            region_name=LOCAL_CREDENTIALS["region_name"],
-            aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
-            aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
+            **LOCAL_CREDENTIALS,
         )
 
     def stop(self) -> None:

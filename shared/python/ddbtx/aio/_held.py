@@ -33,15 +33,13 @@ class HeldLock(HeldLockSteps):
         self._io = asyncio.Lock()
 
     async def heartbeat(self) -> bool:
-        """Renew the lease now (the heartbeat task does this every period); ``False``
-        if the lock was released or has been taken over."""
+        """As :meth:`ddbtx.locks.HeldLock.heartbeat`."""
         async with self._io:
             renewed = await drive(self._renewal(), self._lc.client)
         return self._after_renewal(renewed)
 
     async def release(self) -> bool:
-        """Release the lock: one conditional write; ``False`` if it was already
-        released or has been taken over."""
+        """As :meth:`ddbtx.locks.HeldLock.release`."""
         async with self._io:
             return await drive(self._release(), self._lc.client)
 
@@ -105,9 +103,8 @@ class HeartbeatTask:
 
 
 class LockClient(LockClientSteps):
-    """What :class:`~ddbtx.aio.locks.LeaseLockClient` and :class:`~ddbtx.aio.locks.FifoLock`
-    share: the parameters of :class:`ddbtx.locks.LockClient`, with an aiobotocore client
-    and an async ``sleep``; heartbeats run as a task on the running event loop."""
+    """:class:`ddbtx.locks.LockClient` for asyncio: an aiobotocore client, an async ``sleep``,
+    heartbeats as a task on the running event loop."""
 
     def __init__(
         self,
@@ -146,8 +143,7 @@ class LockClient(LockClientSteps):
 
 
 class Acquiring(Generic[L]):
-    """What ``acquire`` returns: await it for the lock, or enter it with ``async with``
-    to hold the lock for the block (released on exit)."""
+    """What ``acquire`` returns: await it, or hold the lock for an ``async with`` block."""
 
     def __init__(self, acquired: Awaitable[L]) -> None:
         self._acquired = acquired

@@ -167,14 +167,12 @@ class HeldLockSteps:
         return self._state == "held" and self.remaining() > 0
 
     def remaining(self) -> float:
-        """Seconds of lease left, counted from the start of the last successful
-        heartbeat on this client's monotonic clock (negative once over)."""
+        """Seconds of lease left since the last successful heartbeat (negative once over)."""
         return self._confirmed + self.lease_duration - self._clock()
 
     @property
     def in_danger(self) -> bool:
-        """Still held, but less than ``danger_fraction`` of the lease is left (heartbeats
-        failed since)."""
+        """Still held, but less than ``danger_fraction`` of the lease is left."""
         return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def _raise_if_lost(self, exc: BaseException | None) -> None:
@@ -224,10 +222,8 @@ class HeldLockSteps:
 
 
 class HeldLock(HeldLockSteps):
-    """A granted lease or FIFO lock, renewed by its client's heartbeat thread until
-    :meth:`release`. As a context manager it releases on exit and raises
-    :class:`LockLostError` there if the lock was taken over meanwhile (an
-    exception from the body propagates unchanged).
+    """A granted lease or FIFO lock, renewed by heartbeats until :meth:`release`; ``with``
+    releases it on exit, raising :class:`LockLostError` if it was taken over meanwhile.
 
     Attributes
     ----------
@@ -256,15 +252,13 @@ class HeldLock(HeldLockSteps):
         self._io = threading.Lock()
 
     def heartbeat(self) -> bool:
-        """Renew the lease now (the heartbeat thread does this every period): ``False``
-        if the lock was released or taken over; a failed request raises its error."""
+        """Renew the lease now: ``False`` if the lock was released or taken over."""
         with self._io:
             renewed = drive(self._renewal(), self._lc.client)
         return self._after_renewal(renewed)
 
     def release(self) -> bool:
-        """Release the lock (one conditional write): ``False`` if it was already
-        released or taken over."""
+        """Release the lock: ``False`` if it was already released or taken over."""
         with self._io:
             return drive(self._release(), self._lc.client)
 
@@ -443,8 +437,7 @@ class LockClientSteps:
 
 
 class LockClient(LockClientSteps):
-    """What :class:`LeaseLockClient` and :class:`FifoLock` share: settings, clocks,
-    and the heartbeat thread of the locks it holds.
+    """What :class:`LeaseLockClient` and :class:`FifoLock` share.
 
     Parameters
     ----------

@@ -74,9 +74,7 @@ class MutexSteps:
         self._mutex = threading.Lock()
 
     def is_held(self, resource: str) -> bool:
-        """Whether this object holds ``resource`` and, with ``expire_after``, its
-        expiry (counted from the acquire's send time) has not come: past it,
-        another object may take the lock, so stop writing."""
+        """Whether this object holds ``resource`` and its ``expire_after`` has not passed."""
         with self._mutex:
             acquired = self._acquired.get(resource)
         if acquired is None:
@@ -132,8 +130,7 @@ class MutexSteps:
         return token
 
     def _expired(self, resource: str, now: float) -> str | None:
-        """The rvn of the record we watched unchanged for ``expire_after`` until ``now``
-        (we may take it over), if any."""
+        """The rvn of a record we watched unchanged for ``expire_after`` until ``now``."""
         with self._mutex:
             watched = self._seen.get(resource)
         if watched is None or self._expire_after is None:
