@@ -1,8 +1,4 @@
-"""``ddbtx``: the on-call operator's command line (the janitor Lambdas' core code), and the demo.
-
-typer and rich (the ``cli`` extra) are imported only when a command runs, so ``import ddbtx``
-and the Lambda layer never need them.
-"""
+"""``ddbtx``: the operator's command line, and the demo (typer and rich imported on use)."""
 
 # No ``from __future__ import annotations``: typer reads the commands' annotations
 # at run time, and they name ``typer``, which is imported inside :func:`_app` only.

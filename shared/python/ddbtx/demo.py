@@ -1,8 +1,5 @@
-"""``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep.
-
-The seed fixes every transfer and every killed coordinator (killed ones run afterwards, on
-disjoint accounts), so every count but the retries is the same on every run of a seed.
-"""
+"""``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep
+(a seed fixes every count but the retries)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Keep plain writers off items a ddbtx transaction has locked: a write outside ddbtx would
-overwrite the lock and the saved image beside it. :func:`guard` adds "no transaction holds
-this item's lock" to such a write's condition; on an unlocked item it changes nothing.
-"""
+"""Keep plain writers off items a ddbtx transaction has locked (:func:`guard`)."""
 
 from __future__ import annotations
 
@@ -27,14 +24,8 @@ class GuardError(DdbtxError, ValueError):
 def guard(params: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a write request that fails if a ddbtx transaction holds the item's lock.
 
-    Works on the keyword arguments of ``put_item``, ``update_item``, ``delete_item`` and
-    ``transact_write_items`` (a ``ConditionCheck`` is left as is), in both boto3 shapes
-    (client and resource, a condition as a string or a ``boto3.dynamodb.conditions``
-    object). ``attribute_not_exists(<lock attribute>)`` is AND-ed with the request's own
-    condition, its placeholders clear of the request's; ``params`` is not modified.
-
-    On a locked item the write fails like any false condition; the item is locked if the
-    ``Item`` returned with ``ReturnValuesOnConditionCheckFailure`` passes :func:`is_locked`.
+    For ``put_item``, ``update_item``, ``delete_item`` and ``transact_write_items``, in both
+    boto3 shapes; on a locked item the write fails like any false condition.
 
     Parameters
     ----------

@@ -1,5 +1,4 @@
-"""Exact DynamoDB request counting through botocore's event system, with the items each call
-read as DynamoDB bills them (a Query's or Scan's ``ScannedCount``, items returned otherwise).
+"""Exact DynamoDB request counting through botocore's events, with the items read as billed.
 
 Examples
 --------

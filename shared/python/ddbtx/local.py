@@ -1,5 +1,4 @@
-"""Local DynamoDB emulators for tests, benchmarks and the demo: ``moto`` (its HTTP server,
-in-process) and ``dynalite`` (the npm package, on ``node``), each on a free loopback port."""
+"""Local DynamoDB emulators (``moto`` in-process, ``dynalite`` on ``node``) on a free port."""
 
 from __future__ import annotations
 
@@ -148,7 +147,9 @@ class LocalDynamo:
             "dynamodb",
             endpoint_url=self.endpoint_url,
             config=client_config(max_attempts),
-            **LOCAL_CREDENTIALS,
+            region_name=LOCAL_CREDENTIALS["region_name"],
+            aws_access_key_id=LOCAL_CREDENTIALS["aws_access_key_id"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["aws_secret_access_key"],
         )
 
     def stop(self) -> None:

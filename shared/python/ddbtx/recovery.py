@@ -1,8 +1,5 @@
-"""Operator actions on one transaction or one item: inspect, recover, break a lock.
-
-Shared by the recovery Lambda and the ``ddbtx`` CLI; every action is safe to repeat and
-returns JSON data.
-"""
+"""Operator actions on one transaction or item (inspect, recover, break a lock): safe to
+repeat, each returns JSON data."""
 
 from __future__ import annotations
 
@@ -55,9 +52,7 @@ def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]
 
 
 def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
-    """A transaction's state, its items, and which of their locks it still holds (reads only).
-
-    ``tx_id`` is the internal id or the caller's id; the result names both.
+    """A transaction's state, items and the locks it still holds (``tx_id``: either id).
 
     Raises
     ------
@@ -115,9 +110,6 @@ def inspect_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
 def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     """Drive one transaction to completion: forward if committed, back if pending (any age).
 
-    The record is kept (completed), so a repeat reports ``already_finished``. ``tx_id`` is
-    as for :func:`inspect`.
-
     Examples
     --------
     >>> recover(tm, tx_id)["outcome"]  # doctest: +SKIP
@@ -155,9 +147,7 @@ def _settle(tm: TransactionManager, header: Header) -> Step[str]:
 
 
 def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
-    """Release one item's lock whose transaction record is gone (or completed).
-
-    A lock of a live transaction is refused: recover that transaction instead.
+    """Release one item's lock whose transaction record is gone or completed (else refused).
 
     Examples
     --------

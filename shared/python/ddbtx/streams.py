@@ -1,11 +1,7 @@
 """Committed changes only: DynamoDB Streams records of a data table, with the protocol taken out.
 
-:func:`committed_changes` turns the ``Records`` of a ``NEW_AND_OLD_IMAGES`` stream event
-into the changes that committed (one per item a committed transaction changed, at its
-release) plus every plain write. Each record is judged from its own two images, never
-from state kept between records, so a batch split anywhere gives the same changes.
-docs/streams.md tables how each protocol step's record is judged, and the limits (an
-image kept in the images table gives ``old_known=False``; it is never guessed).
+Each record is judged from its own two images alone, so a batch split anywhere gives the
+same changes (docs/streams.md).
 
 Examples
 --------
@@ -62,10 +58,8 @@ _IMAGES_OF: Final = {
 
 
 class StreamRecordError(DdbtxError, ValueError):
-    """A stream record this adapter cannot judge: malformed, or without the images it needs.
-
-    ``problem`` says what is wrong, ``sequence_number`` which record (None if none).
-    """
+    """A stream record this adapter cannot judge: ``problem`` says why, ``sequence_number``
+    which record (None if none)."""
 
     def __init__(self, problem: str, *, sequence_number: str | None = None) -> None:
         where = f" (record {sequence_number})" if sequence_number is not None else ""
@@ -355,9 +349,7 @@ _CANONICAL: dict[str, tuple[type, Callable[[Any], Any]]] = {
 def record_handler(on_change: Callable[[Change], None]) -> Callable[..., None]:
     """A record handler for Powertools' ``BatchProcessor`` that passes committed changes only.
 
-    The returned function takes one record (Powertools' ``DynamoDBRecord``, or the raw
-    mapping) and raises what ``on_change`` raises (or :class:`StreamRecordError`), so the
-    batch processor fails that record and Lambda retries from it: be idempotent.
+    A raise fails that record and Lambda retries from it: be idempotent.
 
     Parameters
     ----------
@@ -389,9 +381,8 @@ _PRESENT: Final = [{"exists": True}]
 #: No lock on the new image (or no new image: a REMOVE).
 _UNLOCKED_AFTER: Final = {s.ATTR_LOCK: {"S": _ABSENT}}
 
-#: Lambda event filter patterns (``FilterCriteria.Filters[*].Pattern``, OR-ed) that keep every
-#: record :func:`committed_change` may emit a change for and drop most protocol records before
-#: the function is invoked (restores pass: telling them from releases needs both images).
+#: Lambda event filter patterns (OR-ed) that keep every record :func:`committed_change` may
+#: emit a change for and drop most protocol records before the function is invoked.
 PROTOCOL_FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
     # A plain write: no lock on either image.
     {"dynamodb": {"NewImage": _UNLOCKED_AFTER, "OldImage": {s.ATTR_LOCK: {"S": _ABSENT}}}},

@@ -106,16 +106,6 @@ class LockClient(LockClientSteps):
     """:class:`ddbtx.locks.LockClient` for asyncio: an aiobotocore client, an async ``sleep``,
     heartbeats as a task on the running event loop."""
 
-    def __init__(
-        self,
-        client: Any,
-        table: str,
-        *,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        **options: Any,
-    ) -> None:
-        super().__init__(client, table, sleep=sleep, **options)
-
     def _keeper(self, period: float, name: str) -> Keeper:
         return HeartbeatTask(period, name)
 

@@ -119,6 +119,11 @@ def check_fraction(value: object, argument: str) -> float:
     return float(value)
 
 
+def check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, not {value!r}")
+
+
 def check_wait(wait: object) -> float:
     """``0`` (try once), a positive number of seconds, or ``math.inf``."""
     if isinstance(wait, bool) or not isinstance(wait, int | float):
