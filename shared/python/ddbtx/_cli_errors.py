@@ -97,8 +97,7 @@ def _before_any_request(exc: BaseException, endpoint: str | None, region: str | 
                 f"cannot reach DynamoDB at {endpoint}: check --endpoint-url"
                 " / AWS_ENDPOINT_URL_DYNAMODB"
             )
-        # No endpoint was given, so the region's own was used: a region name that does
-        # not exist (or no network) is what to check, not --endpoint-url.
+        # No endpoint given, so the region's own was used: check the region, not --endpoint-url.
         url = exc.kwargs.get("endpoint_url", "its endpoint")
         return (
             f"cannot reach DynamoDB in region {region!r} at {url}: check the region name"

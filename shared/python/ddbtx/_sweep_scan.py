@@ -182,8 +182,7 @@ class ScanPass:
             owner = lock_owner(row) or ""
             item_key = key_of(row, names)
             found = yield from header(owner)
-            # A lock outlives its record only when stray (records are deleted after
-            # every recorded item completed); a completed record's lock is stray too.
+            # A lock outlives its record (or outlives its completion) only when stray.
             if found is None or found.completed:
                 if not indexed:
                     yield from self._release(run, owner, table, item_key, row)

@@ -134,8 +134,7 @@ class CursorStore:
             )
             return True
         except ConditionFailed:
-            # Our own write whose response was lost looks the same as a concurrent
-            # sweeper's: the token in the row tells them apart.
+            # Our own write, its response lost, or a concurrent sweeper's: the token tells.
             row = yield from self._row()
             mine: bool = (row or {}).get(_CURSOR_BY, {}).get("S") == token
             if not mine:

@@ -104,8 +104,7 @@ def _guard_write(params: Mapping[str, Any], where: str) -> dict[str, Any]:
     values = copy.copy(params.get("ExpressionAttributeValues"))
     condition = params.get("ConditionExpression")
     if condition is not None and not isinstance(condition, str):
-        # A boto3.dynamodb.conditions object: rendered here, with placeholders renamed
-        # clear of the request's own, instead of leaving boto3 to number them.
+        # A boto3.dynamodb.conditions object: rendered with placeholders clear of the request's.
         condition, names, values = _render(condition, names, values)
     placeholder = _free(PLACEHOLDER, names, params)
     names[placeholder] = s.ATTR_LOCK

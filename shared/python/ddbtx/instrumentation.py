@@ -65,8 +65,7 @@ class RequestCounts:
             self.by_operation[model.name] += 1
 
     def _on_response(self, model: Any, parsed: Mapping[str, Any] | None = None, **_: Any) -> None:
-        # after-call fires once per API call with the final parsed response (retries
-        # apart); a failed call's parsed error carries no items and counts none.
+        # after-call fires once per API call (retries apart); an error carries no items.
         read = items_in(model.name, parsed or {})
         if read:
             with self._lock:

@@ -3,14 +3,14 @@ repeat, each returns JSON data."""
 
 from __future__ import annotations
 
-import base64
 import logging
 from typing import Any, Final
 
 from . import schema as s
 from ._effects import Step
 from ._exactly import check_transaction_id
-from ._items import Item, applied, is_locked_by, lock_owner
+from ._items import Item, applied, as_json, is_locked_by, lock_owner
+from ._parts import from_json
 from ._protocol import Header, SweepOutcome
 from .transaction import TransactionManager
 
@@ -25,17 +25,12 @@ STATE_NAMES: Final = {
 
 def key_to_json(key: Item) -> dict[str, Any]:
     """A DynamoDB key as JSON: binary values become base64 text."""
-    return {
-        n: {k: base64.b64encode(r).decode() if k == "B" else r for k, r in v.items()}
-        for n, v in key.items()
-    }
+    return {name: as_json(value) for name, value in key.items()}
 
 
 def key_from_json(key: dict[str, Any]) -> Item:
     """The inverse of :func:`key_to_json`."""
-    return {
-        n: {k: base64.b64decode(r) if k == "B" else r for k, r in v.items()} for n, v in key.items()
-    }
+    return {name: from_json(value) for name, value in key.items()}
 
 
 def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]:
@@ -173,8 +168,7 @@ def break_lock_step(tm: TransactionManager, table: str, key: Item) -> Step[dict[
             "reason": f"transaction {owner} is {STATE_NAMES.get(header.state, header.state)} "
             "and unfinished: recover it instead",
         }
-    # The record is gone or completed, so the lock is stray: undo restores the
-    # item's image (or deletes an inserted item) under the lock's own condition.
+    # The lock is stray: undo restores the item's image under the lock's own condition.
     yield from tm.protocol.undo(owner, table, key, item)
     logger.info("broke lock of %s on %s %s", owner, table, key)
     return {**result, "outcome": "released", "record": "finished" if header else "missing"}

@@ -162,8 +162,7 @@ def committed_change(record: Mapping[str, Any]) -> Change | None:
     assert old is not None  # new has no protocol attribute, so old must have them
     tx_id = lock_owner(old)
     if tx_id is None:
-        # No ddbtx step leaves protocol attributes without the lock: something else wrote
-        # this item. Judged as no change rather than guessed at.
+        # No ddbtx step leaves protocol attributes without the lock: judged as no change.
         logger.warning(
             "record %s: protocol attributes without a lock; no change emitted",
             parsed.sequence_number,
@@ -177,12 +176,10 @@ def committed_change(record: Mapping[str, Any]) -> Change | None:
 def _deleted_under_lock(parsed: _Parsed, old: Item, tx_id: str) -> Change | None:
     """A locked item deleted: a transient one goes (nothing committed), or a delete commits."""
     if flag(old, s.ATTR_TRANSIENT):
-        # It did not exist before the transaction and does not after: a rolled-back
-        # insert, a read lock of a missing item, or an insert deleted again.
+        # Not there before the transaction nor after: a rolled-back or deleted-again insert.
         return None
     if not flag(old, s.ATTR_DELETED):
-        # Only a commit deletes an item that existed, and only one marked deleted: this
-        # is a plain DeleteItem of a locked item (an unguarded writer; see ddbtx.guard).
+        # Only a commit deletes an item that existed, marked deleted: this is an unguarded writer.
         logger.warning(
             "record %s: a locked item not marked deleted was deleted (tx %s); no change emitted",
             parsed.sequence_number,
@@ -196,8 +193,7 @@ def _deleted_under_lock(parsed: _Parsed, old: Item, tx_id: str) -> Change | None
 def _released(parsed: _Parsed, old: Item, new: Item, tx_id: str) -> Change | None:
     """The lock left the item: a committed write's release, a restore, or a bare unlock."""
     if not applied(old) or flag(old, s.ATTR_DELETED):
-        # A lock that wrote nothing goes (read lock, a roll back of an unapplied lock or of
-        # a delete: a commit deletes a deleted item, it never unlocks it), or a restore.
+        # A lock that wrote nothing, or on a delete (a commit deletes it), or a restore.
         return None
     if not _same(strip(old), new):
         return None  # a restore: the roll back put the saved image back

@@ -301,8 +301,7 @@ class Sweeper:
     def run_full(self, deadline: Deadline | None = None, *, segments: int = 4) -> SweepReport:
         """Sweep every TX record by a parallel scan, then every scan task (cursor kept)."""
         step = self.full_step(deadline, segments=segments)
-        # The segments get a pool of their own, one thread each: on the manager's pool their
-        # own gathers (a settle completes its items at once) would queue behind them for ever.
+        # A pool of their own: on the manager's, their own gathers would queue behind them for ever.
         with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
             parallel = _segments_on(pool, self.tm.protocol.parallel)
             return drive(step, self.client, self.tm.protocol.sleep, parallel)
@@ -413,8 +412,7 @@ class Sweeper:
             updated = int(record[s.TX_UPDATED]["N"])
             finished = flag(record, s.TX_FINISHED)
             pending = not finished and record[s.TX_STATE]["S"] == s.STATE_PENDING
-            # Kept or active records are skipped: reading them again would change nothing.
-            # Decided but not completed: a full sweep completes it whatever its age.
+            # Kept or active records are skipped; a decided one is completed whatever its age.
             cutoff = delete_cutoff if finished else rollback_cutoff if pending else None
             if cutoff is None or updated < cutoff:
                 stale = updated if pending else None

@@ -48,8 +48,7 @@ def ensure_table(name: str, ttl_attribute: str | None, **spec: Any) -> Step[None
             TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute},
         )
     except DynamoDBError as exc:
-        # Already enabled, or an emulator without the TTL API (dynalite): TTL is
-        # garbage collection only, so the protocol never depends on it.
+        # Already enabled, or no TTL API (dynalite): TTL is garbage collection only.
         logger.debug("TTL not enabled on %s: %s", name, exc.code)
 
 

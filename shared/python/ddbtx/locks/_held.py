@@ -416,7 +416,6 @@ class LockClientSteps:
         self._paces_guard = threading.Lock()
 
     def _keeper(self, period: float, name: str) -> Keeper:
-        """The keeper that renews this client's locks (the driver's own)."""
         raise NotImplementedError
 
     @property

@@ -213,8 +213,7 @@ class LineWaiter:
         except ConditionFailed as exc:
             if not was_retried(exc):
                 return None
-            # The first attempt may have been applied (its answer lost): our entry says so,
-            # or, on a lease row, the lock handed to us since, which removed that entry.
+            # The first attempt may have applied: our entry (or the lock handed to us) says so.
             row = yield from self.read()
             if get_int(row, self.names["#t"]) is None and get_str(row, HOLD) != self.hold:
                 return None

@@ -66,7 +66,6 @@ class Polls:
         self._tight = TIGHT_POLLS
 
     def next(self, ahead: int, now: float) -> float:
-        """The delay before the next look with ``ahead`` grants before ours."""
         guess = self._pace.pause(ahead, now)
         if guess is not None and guess >= self._low:  # shorter: the moment has come
             return min(self._high, guess)

@@ -21,8 +21,7 @@ MAX_NAMESPACE_BYTES: Final = 255
 MAX_OWNER_BYTES: Final = 1024
 DEFAULT_NAMESPACE: Final = "default"
 
-#: Seconds the TTL of a queue row lies beyond its lease: what keeps a live waiter's row
-#: safe from a writer's clock being behind by up to an hour.
+#: Seconds an entry's expiry lies beyond its lease: a writer's clock may be an hour behind.
 GC_MARGIN: Final = 3600.0
 
 MUTEX_SK: Final = "mutex"

@@ -237,7 +237,6 @@ class _Breaker:
         return self.write(holder, force)
 
     def find(self, kind: Kind | None, namespace: str | None) -> tuple[Kind, str | None, Item]:
-        """The one lock row asked for."""
         rows = self.rows()
         wanted = [
             r for r in rows if kind in (None, r[0]) and namespace in (None, r[1])
@@ -270,7 +269,6 @@ class _Breaker:
         return rows
 
     def holder(self, item: Item) -> _Holder | None:
-        """Who holds the lock, as the row says."""
         if self.kind == "fifo":
             return _first_in_line(item)
         owner = get_str(item, OWNER)

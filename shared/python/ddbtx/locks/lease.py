@@ -121,8 +121,7 @@ class LeaseLockSteps(HeldLockSteps):
                 )
                 return
             except ConditionFailed as exc:
-                # Within our lease nobody else can take the lock: a retried handoff
-                # that finds it no longer ours was applied the first time.
+                # Within our lease nobody else takes it: a retried handoff applied the first time.
                 if was_retried(exc) and sent - self._confirmed < self.lease_duration:
                     row = yield from read_row(self._lc.table, self._key)
                     if get_str(row, HOLD) != self._hold:
