@@ -3,10 +3,8 @@ between any two DynamoDB calls.
 
 * ``before``: the process dies just before call *k* is sent: nothing applied.
 * ``after``: call *k* is applied but the process dies before seeing the response.
-* ``lost``: call *k* is applied, its response is lost, and botocore retries the same
-  request (the retry then meets its own write, e.g. as a failed condition).
-* ``throttle``: call *k* is answered with ``ProvisionedThroughputExceededException`` on
-  every attempt, so botocore's retries run out.
+* ``lost``: call *k* is applied, its response is lost, and botocore retries it.
+* ``throttle``: every attempt of call *k* is throttled, so botocore's retries run out.
 
 Examples
 --------

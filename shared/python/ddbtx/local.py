@@ -100,8 +100,7 @@ class LocalDynamo:
     """
 
     def __init__(self, kind: Kind = "moto", *, own_process: bool = False) -> None:
-        """``own_process``: serve moto from a child interpreter instead of a thread of
-        this one, so that a benchmark's worker threads do not share its GIL."""
+        """``own_process``: serve moto from a child interpreter (not sharing the GIL)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.kind: Kind = kind

@@ -79,14 +79,12 @@ class Change:
     key
         The item's key (low-level AttributeValue map).
     kind
-        ``"INSERT"`` (the item did not exist before, even where the stream says MODIFY
-        of a locked placeholder), ``"MODIFY"`` or ``"REMOVE"``.
+        ``"INSERT"`` (the item did not exist before), ``"MODIFY"`` or ``"REMOVE"``.
     old, new
         The committed item before and after (low-level maps, no protocol attribute);
         None where there is none or (``old``) where it is not known (see ``old_known``).
     tx_id
-        The transaction that made the change; None for a plain write (including
-        ``transact_write``'s native fast path, which takes no lock).
+        The transaction that made the change; None for a plain write (or native fast path).
     sequence_number
         The stream record's ``SequenceNumber`` (for checkpoints and partial batch failures).
     old_known

@@ -173,8 +173,7 @@ class Sweeper:
     delete_after
         A completed record is deleted this long after it completed.
     decided_grace
-        A decided record not completed this long after its decision is completed (at most
-        ``rollback_after``).
+        A decided record not completed this long after its decision is completed.
     locks_table
         The :mod:`ddbtx.locks` table whose expired rows are removed (None: skip).
     data_tables

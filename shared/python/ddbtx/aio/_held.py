@@ -58,13 +58,11 @@ class HeldLock(HeldLockSteps):
             self._beat_failed()
 
 
-class HeartbeatTask:
+class HeartbeatTask(Keeper):
     """One task per lock client, renewing its locks; it ends while nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
-        self._period = period
-        self._name = name
-        self._locks: dict[HeldLockSteps, Callable[[], Any]] = {}
+        super().__init__(period, name)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -76,12 +74,6 @@ class HeartbeatTask:
         self._locks[lock] = beat
         if self._task is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
-
-    def discard(self, lock: HeldLockSteps) -> None:
-        self._locks.pop(lock, None)
-
-    def held(self) -> list[HeldLockSteps]:
-        return list(self._locks)
 
     def close(self) -> None:
         self._closed = True

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar, cast
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
 from .._drive import drive
 from .._effects import Step
@@ -277,30 +277,40 @@ class HeldLock(HeldLockSteps):
             self._beat_failed()
 
 
-class Keeper(Protocol):
+class Keeper:
     """What renews a client's held locks every period: a thread, or under asyncio a task."""
-
-    @property
-    def closed(self) -> bool: ...
-
-    def add(self, lock: HeldLockSteps, beat: Callable[[], Any]) -> None:
-        """Renew ``lock`` every period by calling ``beat`` (awaiting it, under asyncio)."""
-
-    def discard(self, lock: HeldLockSteps) -> None: ...
-
-    def held(self) -> list[HeldLockSteps]: ...
-
-    def close(self) -> None: ...
-
-
-class Heartbeats:
-    """One daemon thread per lock client, renewing its locks; it ends while nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
         self._period = period
         self._name = name
         self._locks: dict[HeldLockSteps, Callable[[], Any]] = {}
         self._mutex = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        raise NotImplementedError
+
+    def add(self, lock: HeldLockSteps, beat: Callable[[], Any]) -> None:
+        """Renew ``lock`` every period by calling ``beat`` (awaiting it, under asyncio)."""
+        raise NotImplementedError
+
+    def discard(self, lock: HeldLockSteps) -> None:
+        with self._mutex:
+            self._locks.pop(lock, None)
+
+    def held(self) -> list[HeldLockSteps]:
+        with self._mutex:
+            return list(self._locks)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Heartbeats(Keeper):
+    """One daemon thread per lock client, renewing its locks; it ends while nothing is held."""
+
+    def __init__(self, period: float, name: str) -> None:
+        super().__init__(period, name)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -314,14 +324,6 @@ class Heartbeats:
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-
-    def discard(self, lock: HeldLockSteps) -> None:
-        with self._mutex:
-            self._locks.pop(lock, None)
-
-    def held(self) -> list[HeldLockSteps]:
-        with self._mutex:
-            return list(self._locks)
 
     def close(self) -> None:
         """Stop the thread now (waiting only for a heartbeat already in flight)."""
@@ -447,24 +449,20 @@ class LockClient(LockClientSteps):
     owner : str
         Who holds the locks (shown to operators).
     lease_duration : float
-        Seconds others wait after the last heartbeat they saw before they
-        consider a holder (or a waiter ahead of them) dead.
+        Seconds others wait after the last heartbeat they saw before judging a holder dead.
     heartbeat_period : float
         Seconds between heartbeats; shorter than the lease.
     min_poll, max_poll : float, optional
-        A waiter's poll delay doubles from ``min_poll`` (default 10 ms) up to
-        ``max_poll`` (default 1 s, or the heartbeat period if shorter).
+        A waiter's poll delay doubles from ``min_poll`` (10 ms) up to ``max_poll`` (1 s).
     on_lost : callable, optional
         Called from the heartbeat thread with a lock a heartbeat found taken over.
     on_danger : callable, optional
-        Called from the heartbeat thread, once until a heartbeat succeeds again,
-        with a lock whose heartbeat failed (a request error) while less than
+        Called once with a lock whose heartbeat failed while less than
         ``danger_fraction`` of its lease is left: stop working under it.
     danger_fraction : float, optional
         Between 0 and 1 exclusive (default 0.5).
     clock, wall_clock, sleep : callable, optional
-        Monotonic seconds (all lease judging), epoch seconds (TTL values and
-        display-only expiry estimates), and the waiter's sleep.
+        Monotonic seconds (lease judging), epoch seconds (TTLs, display), the waiter's sleep.
 
     Attributes
     ----------

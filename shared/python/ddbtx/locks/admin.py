@@ -115,8 +115,7 @@ class LockRow:
     queue_position : int or None
         1 for the queue row first in line, 2 for the next, ...
     expires_at : float or None
-        Epoch seconds: the holder's own estimate of its expiry (display only:
-        leases are judged by record versions).
+        Epoch seconds: the holder's own estimate of its expiry (display only).
     record_version : str or None
     """
 

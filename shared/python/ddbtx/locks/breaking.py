@@ -155,15 +155,13 @@ def break_lock(
     namespace : str, optional
         The FIFO namespace (implies ``kind="fifo"``).
     force : bool
-        Break without watching for heartbeats (the write still needs the holder
-        as read).
+        Break without watching for heartbeats (the write still needs the holder as read).
     seen : Seen, optional
         What an earlier ``observing`` answer saw.
     max_wait : float
         Seconds this call may spend watching (a longer lease: ``observing``).
     clock, wall_clock, sleep
-        Monotonic seconds (the watch), epoch seconds (the mark, ``seen``, mutex
-        expiry) and the watch's sleep.
+        Monotonic seconds (the watch), epoch seconds (mark, ``seen``, expiry), its sleep.
 
     Raises
     ------
