@@ -27,10 +27,7 @@ class HeldLock(HeldLockSteps):
     ...     await write(batch, fence=lock.fencing_token)
     """
 
-    def __init__(self, lock_client: LockClientSteps, **grant: Any) -> None:
-        super().__init__(lock_client, **grant)
-        # One write of this lock at a time: a heartbeat never overtakes the release.
-        self._io = asyncio.Lock()
+    _io_type = asyncio.Lock
 
     async def heartbeat(self) -> bool:
         """As :meth:`ddbtx.locks.HeldLock.heartbeat`."""

@@ -38,6 +38,8 @@ class HeldLockSteps:
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
     _renew_write: ClassVar[tuple[str, str]]
     _release_write: ClassVar[tuple[str, str]]
+    #: The driver's lock: one write of a lock at a time (a heartbeat never overtakes the release).
+    _io_type: ClassVar[Any]
 
     def __init__(
         self,
@@ -68,6 +70,7 @@ class HeldLockSteps:
         self._on_danger: Callable[[HeldLockSteps], None] | None = None
         self._danger = lock_client.danger_fraction
         self._warned = False
+        self._io = self._io_type()
         # Values and placeholders of this grant's writes beyond the shared ones.
         self._extra_values: dict[str, object] = {}
         self._extra_names: dict[str, str] = {}
@@ -246,10 +249,7 @@ class HeldLock(HeldLockSteps):
     ...         write(batch, fence=lock.fencing_token)
     """
 
-    def __init__(self, lock_client: LockClientSteps, **grant: Any) -> None:
-        super().__init__(lock_client, **grant)
-        # One write of this lock at a time: a heartbeat never overtakes the release.
-        self._io = threading.Lock()
+    _io_type = threading.Lock
 
     def heartbeat(self) -> bool:
         """Renew the lease now: ``False`` if the lock was released or taken over."""
