@@ -95,8 +95,7 @@ class LockClient(LockClientSteps):
     """:class:`ddbtx.locks.LockClient` for asyncio: an aiobotocore client, an async ``sleep``,
     heartbeats as a task on the running event loop."""
 
-    def _keeper(self, period: float, name: str) -> Keeper:
-        return HeartbeatTask(period, name)
+    _keeper = HeartbeatTask
 
     async def _run(self, step: Step[T]) -> T:
         return await drive(step, self.client, self._sleep or asyncio.sleep)

@@ -376,6 +376,7 @@ class LockClientSteps:
     _default_lease = 10.0
     _default_heartbeat = 3.0
     _kind = "lock"
+    _keeper: type[Keeper]  # the driver's
 
     def __init__(
         self,
@@ -416,9 +417,6 @@ class LockClientSteps:
         )
         self._paces: dict[tuple[str, str], Pace] = {}  # how fast each lock changes hands
         self._paces_guard = threading.Lock()
-
-    def _keeper(self, period: float, name: str) -> Keeper:
-        raise NotImplementedError
 
     @property
     def closed(self) -> bool:
@@ -472,8 +470,7 @@ class LockClient(LockClientSteps):
     Locks are not reentrant. One client may serve many threads.
     """
 
-    def _keeper(self, period: float, name: str) -> Keeper:
-        return Heartbeats(period, name)
+    _keeper = Heartbeats
 
     def _run(self, step: Step[T]) -> T:
         return drive(step, self.client, self._sleep or time.sleep)
