@@ -252,7 +252,7 @@ class HeldLock(HeldLockSteps):
     _io_type = threading.Lock
 
     def heartbeat(self) -> bool:
-        """Renew the lease now: ``False`` if the lock was released or taken over."""
+        """Renew the lease now: ``False`` if released or taken over (a failed request raises)."""
         with self._io:
             renewed = drive(self._renewal(), self._lc.client)
         return self._after_renewal(renewed)
