@@ -50,8 +50,7 @@ class Cursor:
     index_key
         ``ExclusiveStartKey`` inside that partition (None: from its start).
     task
-        Scan task the scan pass continues with (``"images"``, ``"data:<table>"``
-        or ``"locks"``; None: the first one).
+        Scan task the scan pass continues with (None: the first one).
     scan_key
         ``ExclusiveStartKey`` inside that task's table.
     """
@@ -163,8 +162,7 @@ class SweepReport:
     skipped_requests
         Recorded requests no call can apply (say, their table is gone): skipped and logged.
     stuck
-        Pending records found older than the rollback age (the first
-        :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).
+        Pending records older than the rollback age (ids in ``stuck_ids``, capped).
     pages
         Scan pages read (what the page budget limits).
     complete

@@ -113,8 +113,7 @@ def committed_changes(records: Iterable[Mapping[str, Any]]) -> list[Change]:
     Returns
     -------
     list of Change
-        One per committed transactional change, at the item's release, and one per
-        plain write; nothing for the protocol's own writes.
+        One per committed change (at the item's release) and one per plain write.
 
     Raises
     ------

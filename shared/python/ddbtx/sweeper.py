@@ -247,8 +247,7 @@ class Sweeper:
         Parameters
         ----------
         deadline
-            Returns the seconds left (e.g. ``lambda: ctx.get_remaining_time_in_millis() / 1000``);
-            the sweep stops once fewer than ``safety_margin`` are left. None: no deadline.
+            Returns the seconds left; the sweep stops below ``safety_margin``. None: no deadline.
         page_budget
             Most scan pages to read in this run (None: no limit).
         resume

@@ -206,8 +206,7 @@ def add_lock_index(
     TableNotFound
         No table of that name (in that region/account).
     LockIndexError
-        The table already has a different index of that name, or the endpoint
-        accepted the change but lists no such index.
+        Another index has that name, or the endpoint cannot add the index.
 
     Examples
     --------

@@ -166,8 +166,7 @@ def break_lock(
     Raises
     ------
     ValueError
-        A bad argument, or a resource with several lock rows and no ``kind``
-        or ``namespace`` to choose one.
+        A bad argument, or several lock rows and no ``kind`` or ``namespace``.
     LockNotFoundError
         No lock row matches.
 
