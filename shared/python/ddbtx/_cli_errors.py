@@ -1,5 +1,4 @@
-"""The operator CLI's answer to ordinary mistakes (no region or credentials, an unreachable
-endpoint, a missing table): one line naming what to fix; anything else keeps its traceback."""
+"""The CLI's one-line answer to ordinary mistakes (region, credentials, endpoint, table)."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def explain(
     tables: Iterable[tuple[str, str]] = (),
     region: str | None = None,
 ) -> str | None:
-    """The one-line message for ``exc``, or None when it is not a user mistake; ``describe``
-    (DescribeTable) and ``tables`` ((name, the option that set it), ...) name a missing table."""
+    """The one-line message for ``exc``, or None when it is not a user mistake."""
     if (message := _before_any_request(exc, endpoint, region)) is not None:
         return message
     error = translate(exc) if isinstance(exc, ClientError) else exc
@@ -99,8 +97,7 @@ def _before_any_request(exc: BaseException, endpoint: str | None, region: str | 
                 f"cannot reach DynamoDB at {endpoint}: check --endpoint-url"
                 " / AWS_ENDPOINT_URL_DYNAMODB"
             )
-        # No endpoint was given, so the region's own was used: a region name that does
-        # not exist (or no network) is what to check, not --endpoint-url.
+        # No endpoint given, so the region's own was used: check the region, not --endpoint-url.
         url = exc.kwargs.get("endpoint_url", "its endpoint")
         return (
             f"cannot reach DynamoDB in region {region!r} at {url}: check the region name"

@@ -11,8 +11,7 @@ from .sweeper import PARTITIONS
 
 
 class SweepProgress:
-    """The sweeper's page callbacks as one line per pass: a bar of partitions for the index pass,
-    rows read so far for a scan (whose length ``ItemCount``, a six-hourly estimate, hides)."""
+    """The sweeper's page callbacks as one line per pass (a scan shows rows read so far)."""
 
     def __init__(self, progress: Any, full_scan_table: str | None) -> None:
         self._progress = progress

@@ -46,20 +46,17 @@ def native_write(requests: list[Request]) -> Step[bool]:
             condition = f"({r.condition}) AND {condition}"
         params = {**r.params, "ConditionExpression": condition, "ExpressionAttributeNames": names}
         if r.op == "update" and not r.params.get("UpdateExpression"):
-            # UpdateItem with no expression only makes sure the item exists, but an
-            # Update here needs one: removing an attribute never written is the same.
+            # An Update needs an expression: removing an attribute never written changes nothing.
             params["UpdateExpression"] = "REMOVE #ddbtxv"
             names["#ddbtxv"] = s.ATTR_VERDICT
         items.append({r.op.capitalize(): params})
     try:
-        # A retry after a lost answer is deduplicated by botocore's ClientRequestToken
-        # (no emulator honours it: the one step no emulator test can check).
+        # botocore's ClientRequestToken dedupes a retry (no emulator honours it).
         yield from request("transact_write_items", TransactItems=items)
         return True
     except ValidationFailed as exc:
         raise InvalidRequestError(f"DynamoDB rejected the request: {exc}") from exc
     except DynamoDBError as exc:
-        # A cancellation (a condition, a conflict) or an emulator without the API: the
-        # protocol sorts out which, with the same result.
+        # A cancellation or an emulator without the API: the protocol sorts it out.
         logger.debug("transact_write falls back to the protocol: %s", exc.code)
         return False

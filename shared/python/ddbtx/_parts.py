@@ -1,5 +1,4 @@
-"""Values too large for one row, compressed and cut into parts (``<sort key>#k``). Writers put
-every part before anything names the value, deleters remove the first row first."""
+"""Values too large for one row, compressed and cut into parts (``<sort key>#k``)."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ def split(value: dict[str, Any]) -> list[bytes]:
 
 
 def join(parts: list[bytes]) -> dict[str, Any]:
-    return _from_json(json.loads(zlib.decompress(b"".join(parts))))
+    return from_json(json.loads(zlib.decompress(b"".join(parts))))
 
 
 def rows(first: Item, key: Item, sort_name: str, value: dict[str, Any]) -> list[Item]:
@@ -50,14 +49,14 @@ def part_keys(key: Item, sort_name: str, parts: int) -> list[Item]:
     return [{**key, sort_name: {"S": f"{key[sort_name]['S']}#{k}"}} for k in range(1, parts)]
 
 
-def _from_json(value: dict[str, Any]) -> dict[str, Any]:
+def from_json(value: dict[str, Any]) -> dict[str, Any]:
     ((kind, raw),) = value.items()
     if kind == "B":
         return {"B": base64.b64decode(raw)}
     if kind == "BS":
         return {"BS": [base64.b64decode(b) for b in raw]}
     if kind == "M":
-        return {"M": {name: _from_json(v) for name, v in raw.items()}}
+        return {"M": {name: from_json(v) for name, v in raw.items()}}
     if kind == "L":
-        return {"L": [_from_json(v) for v in raw]}
+        return {"L": [from_json(v) for v in raw]}
     return value

@@ -71,8 +71,7 @@ class ScanPass:
         consistent: bool = True,
         **params: Any,
     ) -> Step[None]:
-        """Scan from ``key``, ``visit``-ing each row with a per-page cache of headers (several
-        rows often share a transaction); ``consistent=False`` for a GSI, which offers no other."""
+        """Scan from ``key``, ``visit``-ing each row with a per-page cache of headers."""
         while True:
             if budgeted:
                 run.check_page()
@@ -134,8 +133,7 @@ class ScanPass:
         )
 
     def _delete_orphan_image(self, run: Run, tx_id: str, rid: str) -> Step[None]:
-        """Undo any lock still depending on the image (its only copy of the item), then delete
-        its first row, then its parts; a part whose first row exists is left to that row."""
+        """Undo locks depending on the image, then delete its first row, then its parts."""
         protocol = self.tm.protocol
         key = protocol.image_key(tx_id, rid)
         base, _, part = rid.partition("#")
@@ -174,8 +172,7 @@ class ScanPass:
             return
 
     def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
-        """Release locks whose TX record is gone or completed, from the sparse lock index (keys
-        only, eventually consistent: the item is read first) or else a whole-table scan."""
+        """Release locks whose TX record is gone or completed (lock index, else a scan)."""
         indexed = yield from self._lock_index_active(table)
         if key is not None and (s.ATTR_LOCK in key) != indexed:
             key = None  # a cursor of the other kind: the index came or went since
@@ -185,8 +182,7 @@ class ScanPass:
             owner = lock_owner(row) or ""
             item_key = key_of(row, names)
             found = yield from header(owner)
-            # A lock outlives its record only when stray (records are deleted after
-            # every recorded item completed); a completed record's lock is stray too.
+            # A lock outlives its record (or outlives its completion) only when stray.
             if found is None or found.completed:
                 if not indexed:
                     yield from self._release(run, owner, table, item_key, row)

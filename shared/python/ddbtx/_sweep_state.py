@@ -50,8 +50,7 @@ class Cursor:
     index_key
         ``ExclusiveStartKey`` inside that partition (None: from its start).
     task
-        Scan task the scan pass continues with (``"images"``, ``"data:<table>"``
-        or ``"locks"``; None: the first one).
+        Scan task the scan pass continues with (None: the first one).
     scan_key
         ``ExclusiveStartKey`` inside that task's table.
     """
@@ -134,8 +133,7 @@ class CursorStore:
             )
             return True
         except ConditionFailed:
-            # Our own write whose response was lost looks the same as a concurrent
-            # sweeper's: the token in the row tells them apart.
+            # Our own write, its response lost, or a concurrent sweeper's: the token tells.
             row = yield from self._row()
             mine: bool = (row or {}).get(_CURSOR_BY, {}).get("S") == token
             if not mine:
@@ -164,8 +162,7 @@ class SweepReport:
     skipped_requests
         Recorded requests no call can apply (say, their table is gone): skipped and logged.
     stuck
-        Pending records found older than the rollback age (the first
-        :data:`MAX_STUCK_IDS` ids in ``stuck_ids``).
+        Pending records older than the rollback age (ids in ``stuck_ids``, capped).
     pages
         Scan pages read (what the page budget limits).
     complete

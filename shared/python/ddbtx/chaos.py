@@ -1,12 +1,10 @@
-"""Fault injection on a real boto3 client through botocore's event system: kill a
-coordinator between any two DynamoDB calls without touching protocol code.
+"""Fault injection on a real boto3 client through botocore's events: kill a coordinator
+between any two DynamoDB calls.
 
 * ``before``: the process dies just before call *k* is sent: nothing applied.
 * ``after``: call *k* is applied but the process dies before seeing the response.
-* ``lost``: call *k* is applied, its response is lost, and botocore retries the same
-  request (the retry then meets its own write, e.g. as a failed condition).
-* ``throttle``: call *k* is answered with ``ProvisionedThroughputExceededException`` on
-  every attempt, so botocore's retries run out.
+* ``lost``: call *k* is applied, its response is lost, and botocore retries it.
+* ``throttle``: every attempt of call *k* is throttled, so botocore's retries run out.
 
 Examples
 --------
@@ -35,8 +33,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = ("before", "after", "lost", "throttle")
 
 
 class Crash(BaseException):
-    """The simulated death of a coordinator: a ``BaseException``, so that no ``except
-    Exception`` in library code can swallow it (the coordinator is gone, whatever it did)."""
+    """The simulated death of a coordinator: a ``BaseException``, which no ``except Exception``
+    swallows."""
 
 
 class _RawBody:

@@ -1,11 +1,6 @@
-"""``ddbtx``: the on-call operator's command line (the janitor Lambdas' core code), and the demo.
+"""``ddbtx``: the operator's command line, and the demo (typer and rich imported on use)."""
 
-typer and rich (the ``cli`` extra) are imported only when a command runs, so ``import ddbtx``
-and the Lambda layer never need them.
-"""
-
-# No ``from __future__ import annotations``: typer reads the commands' annotations
-# at run time, and they name ``typer``, which is imported inside :func:`_app` only.
+# No ``from __future__ import annotations``: typer reads the annotations, which name typer.
 import getpass
 import importlib.util
 import json
@@ -88,7 +83,6 @@ class Options:
 
 
 def _version(value: bool) -> None:
-    """``--version``: print the installed version and exit."""
     import typer
 
     if value:
@@ -325,8 +319,7 @@ def _app(state: dict[str, Options]) -> Any:
                 data_tables=opts.data_tables,
                 progress=SweepProgress(progress, manager.transactions_table if full else None),
             )
-            # Without a budget this sweep covers everything, so it starts from the beginning;
-            # with one it continues where the last sweep (Lambda's or ours) stopped.
+            # Without a budget this sweep covers everything from the start; with one it resumes.
             report = (
                 sweeper.run_full()
                 if full

@@ -1,8 +1,5 @@
-"""``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep.
-
-The seed fixes every transfer and every killed coordinator (killed ones run afterwards, on
-disjoint accounts), so every count but the retries is the same on every run of a seed.
-"""
+"""``ddbtx demo``: a bank on an embedded DynamoDB, coordinators killed mid-protocol, a sweep
+(a seed fixes every count but the retries)."""
 
 from __future__ import annotations
 
@@ -20,6 +17,7 @@ from .chaos import Chaos, Crash, FaultKind
 from .errors import TransactionConflictError, TransactionRolledBackError
 from .local import Kind, LocalDynamo
 from .locks import Mutex, create_lock_table, list_locks
+from .locks._rows import all_items
 from .recovery import STATE_NAMES
 from .sweeper import JanitorSettings, SweepReport
 from .tables import create_data_table
@@ -237,16 +235,9 @@ class Health:
         )
 
 
-def _scan_all(client: Any, table: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    for page in client.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
-        items.extend(page["Items"])
-    return items
-
-
 def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
     client = tm.client
-    items = _scan_all(client, DEMO_TABLES["data"])
+    items = all_items(client, "scan", TableName=DEMO_TABLES["data"])
     raw = sum(int(strip(i).get("balance", {"N": "0"})["N"]) for i in items)
     committed = 0
     for pk in accounts:
@@ -256,7 +247,7 @@ def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
         committed += int(view.get("Item", {}).get("balance", {}).get("N", 0))
     headers = [
         r
-        for r in _scan_all(client, DEMO_TABLES["transactions"])
+        for r in all_items(client, "scan", TableName=DEMO_TABLES["transactions"])
         if r[s.TX_SK]["S"] == s.TX_HEADER_SK
     ]
     return Health(
@@ -266,7 +257,7 @@ def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
             STATE_NAMES[r[s.TX_STATE]["S"]] for r in headers if not flag(r, s.TX_FINISHED)
         ),
         locked_items=sum(s.ATTR_LOCK in i for i in items),
-        images=len(_scan_all(client, DEMO_TABLES["images"])),
+        images=len(all_items(client, "scan", TableName=DEMO_TABLES["images"])),
         # A free mutex row stays for its fencing counter: only held locks are left over.
         lock_rows=sum(r.state != "free" for r in list_locks(client, DEMO_TABLES["locks"])),
         records=frozenset(r[s.TX_PK]["S"] for r in headers),

@@ -1,7 +1,4 @@
-"""Keep plain writers off items a ddbtx transaction has locked: a write outside ddbtx would
-overwrite the lock and the saved image beside it. :func:`guard` adds "no transaction holds
-this item's lock" to such a write's condition; on an unlocked item it changes nothing.
-"""
+"""Keep plain writers off items a ddbtx transaction has locked (:func:`guard`)."""
 
 from __future__ import annotations
 
@@ -27,14 +24,8 @@ class GuardError(DdbtxError, ValueError):
 def guard(params: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a write request that fails if a ddbtx transaction holds the item's lock.
 
-    Works on the keyword arguments of ``put_item``, ``update_item``, ``delete_item`` and
-    ``transact_write_items`` (a ``ConditionCheck`` is left as is), in both boto3 shapes
-    (client and resource, a condition as a string or a ``boto3.dynamodb.conditions``
-    object). ``attribute_not_exists(<lock attribute>)`` is AND-ed with the request's own
-    condition, its placeholders clear of the request's; ``params`` is not modified.
-
-    On a locked item the write fails like any false condition; the item is locked if the
-    ``Item`` returned with ``ReturnValuesOnConditionCheckFailure`` passes :func:`is_locked`.
+    For ``put_item``, ``update_item``, ``delete_item`` and ``transact_write_items``, in both
+    boto3 shapes; on a locked item the write fails like any false condition.
 
     Parameters
     ----------
@@ -113,8 +104,7 @@ def _guard_write(params: Mapping[str, Any], where: str) -> dict[str, Any]:
     values = copy.copy(params.get("ExpressionAttributeValues"))
     condition = params.get("ConditionExpression")
     if condition is not None and not isinstance(condition, str):
-        # A boto3.dynamodb.conditions object: rendered here, with placeholders renamed
-        # clear of the request's own, instead of leaving boto3 to number them.
+        # A boto3.dynamodb.conditions object: rendered with placeholders clear of the request's.
         condition, names, values = _render(condition, names, values)
     placeholder = _free(PLACEHOLDER, names, params)
     names[placeholder] = s.ATTR_LOCK
@@ -131,8 +121,7 @@ def _guard_write(params: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _render(
     condition: Any, names: dict[str, str], values: dict[str, Any] | None
 ) -> tuple[str, dict[str, str], dict[str, Any] | None]:
-    """A conditions object as (expression, names, values), its placeholders renamed clear of
-    the request's (boto3 numbers them ``#n0``, ``:v0`` ..., which a request may use too)."""
+    """A conditions object as (expression, names, values), placeholders clear of the request's."""
     from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
 
     if not isinstance(condition, ConditionBase):

@@ -1,5 +1,4 @@
-"""Exact DynamoDB request counting through botocore's event system, with the items each call
-read as DynamoDB bills them (a Query's or Scan's ``ScannedCount``, items returned otherwise).
+"""Exact DynamoDB request counting through botocore's events, with the items read as billed.
 
 Examples
 --------
@@ -66,8 +65,7 @@ class RequestCounts:
             self.by_operation[model.name] += 1
 
     def _on_response(self, model: Any, parsed: Mapping[str, Any] | None = None, **_: Any) -> None:
-        # after-call fires once per API call with the final parsed response (retries
-        # apart); a failed call's parsed error carries no items and counts none.
+        # after-call fires once per API call (retries apart); an error carries no items.
         read = items_in(model.name, parsed or {})
         if read:
             with self._lock:

@@ -1,5 +1,4 @@
-"""Local DynamoDB emulators for tests, benchmarks and the demo: ``moto`` (its HTTP server,
-in-process) and ``dynalite`` (the npm package, on ``node``), each on a free loopback port."""
+"""Local DynamoDB emulators (``moto`` in-process, ``dynalite`` on ``node``) on a free port."""
 
 from __future__ import annotations
 
@@ -68,9 +67,7 @@ def find_dynalite() -> Path:
 
 
 def _linearizable_moto_server(port: int) -> Any:
-    """moto's DynamoDB behind a werkzeug server that handles one request at a time: moto
-    checks a condition and writes without a lock, so two concurrent conditional writes
-    could both succeed, which DynamoDB's per-item atomicity never allows."""
+    """moto one request at a time: it checks a condition and writes without a lock."""
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,
@@ -103,8 +100,7 @@ class LocalDynamo:
     """
 
     def __init__(self, kind: Kind = "moto", *, own_process: bool = False) -> None:
-        """``own_process``: serve moto from a child interpreter instead of a thread of
-        this one, so that a benchmark's worker threads do not share its GIL."""
+        """``own_process``: serve moto from a child interpreter (not sharing the GIL)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.kind: Kind = kind

@@ -1,19 +1,16 @@
-"""Operator actions on one transaction or one item: inspect, recover, break a lock.
-
-Shared by the recovery Lambda and the ``ddbtx`` CLI; every action is safe to repeat and
-returns JSON data.
-"""
+"""Operator actions on one transaction or item (inspect, recover, break a lock): safe to
+repeat, each returns JSON data."""
 
 from __future__ import annotations
 
-import base64
 import logging
 from typing import Any, Final
 
 from . import schema as s
 from ._effects import Step
 from ._exactly import check_transaction_id
-from ._items import Item, applied, is_locked_by, lock_owner
+from ._items import Item, applied, as_json, is_locked_by, lock_owner
+from ._parts import from_json
 from ._protocol import Header, SweepOutcome
 from .transaction import TransactionManager
 
@@ -28,22 +25,16 @@ STATE_NAMES: Final = {
 
 def key_to_json(key: Item) -> dict[str, Any]:
     """A DynamoDB key as JSON: binary values become base64 text."""
-    return {
-        n: {k: base64.b64encode(r).decode() if k == "B" else r for k, r in v.items()}
-        for n, v in key.items()
-    }
+    return {name: as_json(value) for name, value in key.items()}
 
 
 def key_from_json(key: dict[str, Any]) -> Item:
     """The inverse of :func:`key_to_json`."""
-    return {
-        n: {k: base64.b64decode(r) if k == "B" else r for k, r in v.items()} for n, v in key.items()
-    }
+    return {name: from_json(value) for name, value in key.items()}
 
 
 def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]:
-    """The internal id and header (None: none) of the record ``tx_id`` names, as an internal id
-    or else, read only then, as a caller's id."""
+    """The internal id and header of the record ``tx_id`` names (internal, else caller's id)."""
     check_transaction_id(tx_id)
     records = tm.protocol.records
     header = yield from records.read_header(tx_id)
@@ -56,9 +47,7 @@ def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]
 
 
 def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
-    """A transaction's state, its items, and which of their locks it still holds (reads only).
-
-    ``tx_id`` is the internal id or the caller's id; the result names both.
+    """A transaction's state, items and the locks it still holds (``tx_id``: either id).
 
     Raises
     ------
@@ -116,9 +105,6 @@ def inspect_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
 def recover(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     """Drive one transaction to completion: forward if committed, back if pending (any age).
 
-    The record is kept (completed), so a repeat reports ``already_finished``. ``tx_id`` is
-    as for :func:`inspect`.
-
     Examples
     --------
     >>> recover(tm, tx_id)["outcome"]  # doctest: +SKIP
@@ -143,8 +129,7 @@ def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
 
 
 def _settle(tm: TransactionManager, header: Header) -> Step[str]:
-    """Roll back (whatever its age) and complete, conditioned on the version read: a record
-    a live coordinator changed meanwhile is read again."""
+    """Roll back and complete, conditioned on the version read (changed since: read again)."""
     for _ in range(5):
         outcome = yield from tm.protocol.settle(header.tx_id, header, expect_version=header.version)
         if outcome is not SweepOutcome.ACTIVE:
@@ -157,9 +142,7 @@ def _settle(tm: TransactionManager, header: Header) -> Step[str]:
 
 
 def break_lock(tm: TransactionManager, table: str, key: Item) -> dict[str, Any]:
-    """Release one item's lock whose transaction record is gone (or completed).
-
-    A lock of a live transaction is refused: recover that transaction instead.
+    """Release one item's lock whose transaction record is gone or completed (else refused).
 
     Examples
     --------
@@ -185,8 +168,7 @@ def break_lock_step(tm: TransactionManager, table: str, key: Item) -> Step[dict[
             "reason": f"transaction {owner} is {STATE_NAMES.get(header.state, header.state)} "
             "and unfinished: recover it instead",
         }
-    # The record is gone or completed, so the lock is stray: undo restores the
-    # item's image (or deletes an inserted item) under the lock's own condition.
+    # The lock is stray: undo restores the item's image under the lock's own condition.
     yield from tm.protocol.undo(owner, table, key, item)
     logger.info("broke lock of %s on %s %s", owner, table, key)
     return {**result, "outcome": "released", "record": "finished" if header else "missing"}

@@ -9,8 +9,7 @@ RESERVED_PREFIX: Final = "_tx:"
 
 # --- attributes on data items while they take part in a transaction ---------
 ATTR_LOCK: Final = "_tx:id"  #: id of the transaction holding the item's lock
-#: epoch ms when the lock was taken: no longer written (every byte on an item counts
-#: toward its 400 KB), still removed on unlock from items locked by older versions.
+#: epoch ms when the lock was taken: no longer written, still removed on unlock.
 ATTR_LOCKED_AT: Final = "_tx:at"
 ATTR_TRANSIENT: Final = "_tx:new"  #: BOOL, the item did not exist and was inserted to lock it
 ATTR_APPLIED: Final = "_tx:ap"  #: request id whose write has been applied to the item
@@ -46,8 +45,7 @@ TX_REQUESTS: Final = "rq"  #: M, request id -> request descriptor
 TX_FINISHED: Final = "fin"  #: BOOL, every item is unlocked and every image gone
 TX_TTL: Final = "ttl"  #: N, epoch seconds after which DynamoDB TTL may delete the record
 TX_SWEEP_KEY: Final = "sw"  #: S, "<state>#<shard>" hash key of the sparse sweep index
-#: S, id of the older transaction whose lock this pending one waits for. Set without
-#: touching ``v`` or ``ts`` (staleness and the sweeper ignore it), cleared by the next add.
+#: S, id of the older transaction whose lock this pending one waits for (not a change).
 TX_WAITING: Final = "wt"
 #: S, id of the transaction that rolled this one back (wound-wait), for its coordinator's error.
 TX_DECIDED_BY: Final = "by"
@@ -55,10 +53,8 @@ TX_DECIDED_BY: Final = "by"
 TX_CALLER_ID: Final = "cid"
 
 # --- alias rows (same table): the caller's id -> the transaction that carries it --------
-#: Alias rows live in the transactions table under ``id = ALIAS_PREFIX + caller's id``,
-#: ``sk = ALIAS_SK``. Internal ids are hex and the sweeper's cursor id starts with "#", so
-#: no alias can collide with either; the sort key is not ``TX_HEADER_SK`` and the row has
-#: no ``TX_SWEEP_KEY``, so no header scan or sweep-index query ever returns an alias.
+#: Alias rows: ``id = ALIAS_PREFIX + caller's id``, ``sk = ALIAS_SK``; no TX id, cursor id,
+#: header scan or sweep-index query can meet one.
 ALIAS_PREFIX: Final = "@"
 ALIAS_SK: Final = "@"
 ALIAS_TX: Final = "tx"  #: S, internal id of the transaction the caller's id names now

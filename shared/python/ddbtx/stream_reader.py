@@ -1,6 +1,4 @@
-"""A table's DynamoDB stream read with GetRecords, in the shape a Lambda event delivers it.
-
-For tests and local runs on moto (shards are read in DescribeStream's order, not Lambda's).
+"""A table's DynamoDB stream read with GetRecords as a Lambda event delivers it (moto only).
 
 Examples
 --------

@@ -1,11 +1,7 @@
 """Committed changes only: DynamoDB Streams records of a data table, with the protocol taken out.
 
-:func:`committed_changes` turns the ``Records`` of a ``NEW_AND_OLD_IMAGES`` stream event
-into the changes that committed (one per item a committed transaction changed, at its
-release) plus every plain write. Each record is judged from its own two images, never
-from state kept between records, so a batch split anywhere gives the same changes.
-docs/streams.md tables how each protocol step's record is judged, and the limits (an
-image kept in the images table gives ``old_known=False``; it is never guessed).
+Each record is judged from its own two images alone, so a batch split anywhere gives the
+same changes (docs/streams.md).
 
 Examples
 --------
@@ -62,10 +58,8 @@ _IMAGES_OF: Final = {
 
 
 class StreamRecordError(DdbtxError, ValueError):
-    """A stream record this adapter cannot judge: malformed, or without the images it needs.
-
-    ``problem`` says what is wrong, ``sequence_number`` which record (None if none).
-    """
+    """A stream record this adapter cannot judge: ``problem`` says why, ``sequence_number``
+    which record (None if none)."""
 
     def __init__(self, problem: str, *, sequence_number: str | None = None) -> None:
         where = f" (record {sequence_number})" if sequence_number is not None else ""
@@ -85,14 +79,12 @@ class Change:
     key
         The item's key (low-level AttributeValue map).
     kind
-        ``"INSERT"`` (the item did not exist before, even where the stream says MODIFY
-        of a locked placeholder), ``"MODIFY"`` or ``"REMOVE"``.
+        ``"INSERT"`` (the item did not exist before), ``"MODIFY"`` or ``"REMOVE"``.
     old, new
         The committed item before and after (low-level maps, no protocol attribute);
         None where there is none or (``old``) where it is not known (see ``old_known``).
     tx_id
-        The transaction that made the change; None for a plain write (including
-        ``transact_write``'s native fast path, which takes no lock).
+        The transaction that made the change; None for a plain write (or native fast path).
     sequence_number
         The stream record's ``SequenceNumber`` (for checkpoints and partial batch failures).
     old_known
@@ -121,8 +113,7 @@ def committed_changes(records: Iterable[Mapping[str, Any]]) -> list[Change]:
     Returns
     -------
     list of Change
-        One per committed transactional change, at the item's release, and one per
-        plain write; nothing for the protocol's own writes.
+        One per committed change (at the item's release) and one per plain write.
 
     Raises
     ------
@@ -168,8 +159,7 @@ def committed_change(record: Mapping[str, Any]) -> Change | None:
     assert old is not None  # new has no protocol attribute, so old must have them
     tx_id = lock_owner(old)
     if tx_id is None:
-        # No ddbtx step leaves protocol attributes without the lock: something else wrote
-        # this item. Judged as no change rather than guessed at.
+        # No ddbtx step leaves protocol attributes without the lock: judged as no change.
         logger.warning(
             "record %s: protocol attributes without a lock; no change emitted",
             parsed.sequence_number,
@@ -183,12 +173,10 @@ def committed_change(record: Mapping[str, Any]) -> Change | None:
 def _deleted_under_lock(parsed: _Parsed, old: Item, tx_id: str) -> Change | None:
     """A locked item deleted: a transient one goes (nothing committed), or a delete commits."""
     if flag(old, s.ATTR_TRANSIENT):
-        # It did not exist before the transaction and does not after: a rolled-back
-        # insert, a read lock of a missing item, or an insert deleted again.
+        # Not there before the transaction nor after: a rolled-back or deleted-again insert.
         return None
     if not flag(old, s.ATTR_DELETED):
-        # Only a commit deletes an item that existed, and only one marked deleted: this
-        # is a plain DeleteItem of a locked item (an unguarded writer; see ddbtx.guard).
+        # Only a commit deletes an item that existed, marked deleted: this is an unguarded writer.
         logger.warning(
             "record %s: a locked item not marked deleted was deleted (tx %s); no change emitted",
             parsed.sequence_number,
@@ -202,8 +190,7 @@ def _deleted_under_lock(parsed: _Parsed, old: Item, tx_id: str) -> Change | None
 def _released(parsed: _Parsed, old: Item, new: Item, tx_id: str) -> Change | None:
     """The lock left the item: a committed write's release, a restore, or a bare unlock."""
     if not applied(old) or flag(old, s.ATTR_DELETED):
-        # A lock that wrote nothing goes (read lock, a roll back of an unapplied lock or of
-        # a delete: a commit deletes a deleted item, it never unlocks it), or a restore.
+        # A lock that wrote nothing, or on a delete (a commit deletes it), or a restore.
         return None
     if not _same(strip(old), new):
         return None  # a restore: the roll back put the saved image back
@@ -355,9 +342,7 @@ _CANONICAL: dict[str, tuple[type, Callable[[Any], Any]]] = {
 def record_handler(on_change: Callable[[Change], None]) -> Callable[..., None]:
     """A record handler for Powertools' ``BatchProcessor`` that passes committed changes only.
 
-    The returned function takes one record (Powertools' ``DynamoDBRecord``, or the raw
-    mapping) and raises what ``on_change`` raises (or :class:`StreamRecordError`), so the
-    batch processor fails that record and Lambda retries from it: be idempotent.
+    A raise fails that record and Lambda retries from it: be idempotent.
 
     Parameters
     ----------
@@ -389,9 +374,8 @@ _PRESENT: Final = [{"exists": True}]
 #: No lock on the new image (or no new image: a REMOVE).
 _UNLOCKED_AFTER: Final = {s.ATTR_LOCK: {"S": _ABSENT}}
 
-#: Lambda event filter patterns (``FilterCriteria.Filters[*].Pattern``, OR-ed) that keep every
-#: record :func:`committed_change` may emit a change for and drop most protocol records before
-#: the function is invoked (restores pass: telling them from releases needs both images).
+#: Lambda event filter patterns (OR-ed) that keep every record :func:`committed_change` may
+#: emit a change for and drop most protocol records before the function is invoked.
 PROTOCOL_FILTER_PATTERNS: Final[tuple[dict[str, Any], ...]] = (
     # A plain write: no lock on either image.
     {"dynamodb": {"NewImage": _UNLOCKED_AFTER, "OldImage": {s.ATTR_LOCK: {"S": _ABSENT}}}},

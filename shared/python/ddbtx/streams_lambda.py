@@ -1,7 +1,4 @@
-"""A ready Lambda handler that gives a user's function the committed changes of a data table.
-
-The CDK option ``changeConsumerCode`` deploys it; ``DDBTX_ON_CHANGE`` names the function,
-called once per committed change (a raise fails the record and Lambda retries from it).
+"""A ready Lambda handler that calls ``DDBTX_ON_CHANGE`` once per committed change.
 
 Examples
 --------

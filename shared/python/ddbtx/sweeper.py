@@ -1,8 +1,5 @@
-"""The janitor's sweep: complete or roll back abandoned transactions and clear what they left.
-
-An index pass over the sparse ``schema.SWEEP_INDEX``, then a scan pass (images, stray item
-locks, expired lock rows); both keep where they stopped in a cursor row (docs/protocol.md).
-"""
+"""The janitor's sweep: complete or roll back abandoned transactions and clear what they left
+(an index pass, then a scan pass, both resumable from a cursor row; docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -36,6 +33,7 @@ from ._sweep_state import (
     Stop,
     SweepReport,
 )
+from .locks._rows import check_positive
 from .transaction import SweepOutcome, TransactionManager
 
 __all__ = [
@@ -108,10 +106,7 @@ class JanitorSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> JanitorSettings:
-        """Read and validate ``TRANSACTIONS_TABLE``, ``IMAGES_TABLE``, ``LOCKS_TABLE``,
-        ``DATA_TABLES`` (comma-separated), ``ROLLBACK_AFTER_SECONDS``,
-        ``DELETE_AFTER_SECONDS``, ``SWEEP_PAGE_BUDGET``, and the optional
-        ``SWEEP_PAGE_SIZE`` (default 100) and ``SWEEP_SAFETY_MARGIN_SECONDS`` (default 20).
+        """Read and validate the janitors' environment variables (docs/operations.md).
 
         Raises
         ------
@@ -159,11 +154,6 @@ def _check_age(name: str, value: Any) -> timedelta:
     return value
 
 
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, not {value!r}")
-
-
 def _check_lock_grace(value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"lock_grace must be a number of seconds, not {value!r}")
@@ -183,8 +173,7 @@ class Sweeper:
     delete_after
         A completed record is deleted this long after it completed.
     decided_grace
-        A decided record not completed this long after its decision is completed (at most
-        ``rollback_after``).
+        A decided record not completed this long after its decision is completed.
     locks_table
         The :mod:`ddbtx.locks` table whose expired rows are removed (None: skip).
     data_tables
@@ -232,7 +221,7 @@ class Sweeper:
         if isinstance(data_tables, str) or not all(isinstance(t, str) and t for t in data_tables):
             raise ValueError(f"data_tables must be a sequence of table names, not {data_tables!r}")
         _check_lock_grace(lock_grace)
-        _check_positive("page_size", page_size)
+        check_positive("page_size", page_size)
         if not isinstance(safety_margin, int | float) or safety_margin < 0:
             raise ValueError(f"safety_margin must be a number >= 0, not {safety_margin!r}")
         self.safety_margin = float(safety_margin)
@@ -258,8 +247,7 @@ class Sweeper:
         Parameters
         ----------
         deadline
-            Returns the seconds left (e.g. ``lambda: ctx.get_remaining_time_in_millis() / 1000``);
-            the sweep stops once fewer than ``safety_margin`` are left. None: no deadline.
+            Returns the seconds left; the sweep stops below ``safety_margin``. None: no deadline.
         page_budget
             Most scan pages to read in this run (None: no limit).
         resume
@@ -280,7 +268,7 @@ class Sweeper:
     ) -> Step[SweepReport]:
         """The step of :meth:`run`, for any driver (a bad ``page_budget`` raises at once)."""
         if page_budget is not None:
-            _check_positive("page_budget", page_budget)
+            check_positive("page_budget", page_budget)
         return self._pass(Run(deadline, self.safety_margin, page_budget), resume)
 
     def _pass(self, run: Run, resume: bool) -> Step[SweepReport]:
@@ -309,13 +297,9 @@ class Sweeper:
         return report
 
     def run_full(self, deadline: Deadline | None = None, *, segments: int = 4) -> SweepReport:
-        """Sweep every TX record by a parallel scan of the transactions table, then every scan task.
-
-        For recovery and ``ddbtx sweep --full``: no page budget; the stored cursor is kept.
-        """
+        """Sweep every TX record by a parallel scan, then every scan task (cursor kept)."""
         step = self.full_step(deadline, segments=segments)
-        # The segments get a pool of their own, one thread each: on the manager's pool their
-        # own gathers (a settle completes its items at once) would queue behind them for ever.
+        # A pool of their own: on the manager's, their own gathers would queue behind them for ever.
         with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
             parallel = _segments_on(pool, self.tm.protocol.parallel)
             return drive(step, self.client, self.tm.protocol.sleep, parallel)
@@ -324,7 +308,7 @@ class Sweeper:
         self, deadline: Deadline | None = None, *, segments: int = 4
     ) -> Step[SweepReport]:
         """The step of :meth:`run_full`, for any driver (bad ``segments`` raise at once)."""
-        _check_positive("segments", segments)
+        check_positive("segments", segments)
         return self._full(Run(deadline, self.safety_margin, None), segments)
 
     def _full(self, run: Run, segments: int) -> Step[SweepReport]:
@@ -426,8 +410,7 @@ class Sweeper:
             updated = int(record[s.TX_UPDATED]["N"])
             finished = flag(record, s.TX_FINISHED)
             pending = not finished and record[s.TX_STATE]["S"] == s.STATE_PENDING
-            # Kept or active records are skipped: reading them again would change nothing.
-            # Decided but not completed: a full sweep completes it whatever its age.
+            # Kept or active records are skipped; a decided one is completed whatever its age.
             cutoff = delete_cutoff if finished else rollback_cutoff if pending else None
             if cutoff is None or updated < cutoff:
                 stale = updated if pending else None
@@ -470,11 +453,7 @@ def _segments_on(pool: ThreadPoolExecutor, nested: Parallel) -> Parallel:
 
 
 def janitor_client(max_attempts: int = 5) -> Any:
-    """The boto3 DynamoDB client the janitors use (standard retries).
-
-    boto3 reads region, credentials and ``AWS_ENDPOINT_URL_DYNAMODB`` from the
-    environment, so the same code runs in Lambda and against a local emulator.
-    """
+    """The janitors' boto3 DynamoDB client (standard retries; endpoint from the environment)."""
     import boto3
 
     from ._dynamo import client_config

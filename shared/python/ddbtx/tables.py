@@ -16,10 +16,8 @@ logger = logging.getLogger(__name__)
 
 
 def create_table_if_missing(client: Any, name: str, ttl_attribute: str | None, **spec: Any) -> None:
-    """Create an on-demand table with ``spec`` unless it exists; wait until active; enable TTL.
-
-    Idempotent and safe to run concurrently; the blocking form of :func:`ensure_table`.
-    """
+    """Create an on-demand table with ``spec`` unless it exists; wait until active; enable TTL
+    (idempotent, safe to run concurrently)."""
     drive(ensure_table(name, ttl_attribute, **spec), client)
 
 
@@ -50,8 +48,7 @@ def ensure_table(name: str, ttl_attribute: str | None, **spec: Any) -> Step[None
             TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute},
         )
     except DynamoDBError as exc:
-        # Already enabled, or an emulator without the TTL API (dynalite): TTL is
-        # garbage collection only, so the protocol never depends on it.
+        # Already enabled, or no TTL API (dynalite): TTL is garbage collection only.
         logger.debug("TTL not enabled on %s: %s", name, exc.code)
 
 
@@ -137,10 +134,8 @@ def create_data_table(
     lock_index: bool = True,
     stream: bool = False,
 ) -> None:
-    """An application table with a string hash key, for local runs, tests and the demo.
-
-    ``lock_index`` adds the sparse :data:`ddbtx.schema.LOCK_INDEX` the sweeper reads stray
-    locks from; ``stream`` a ``NEW_AND_OLD_IMAGES`` stream for :mod:`ddbtx.streams`.
+    """An application table with a string hash key, with the sweeper's sparse lock index and,
+    with ``stream``, a ``NEW_AND_OLD_IMAGES`` stream for :mod:`ddbtx.streams`.
 
     Examples
     --------
@@ -163,9 +158,7 @@ def create_data_table(
 
 
 def lock_index_status(description: dict[str, Any]) -> str | None:
-    """The lock index's ``IndexStatus`` in a DescribeTable ``Table``, None when it has none.
-
-    Only ``"ACTIVE"`` (and not backfilling) means the index lists every locked item.
+    """The lock index's ``IndexStatus`` in a DescribeTable ``Table`` (None: no such index).
 
     Examples
     --------
@@ -190,8 +183,7 @@ def add_lock_index(
 ) -> str:
     """Add the sparse lock index to an existing data table (e.g. one of ``dataTables``).
 
-    Idempotent. On a provisioned table the index gets the table's capacity (every lock and
-    unlock writes to it). Until it is ``ACTIVE`` the sweeper keeps scanning the table.
+    Idempotent; on a provisioned table the index gets the table's capacity.
 
     Parameters
     ----------
@@ -214,8 +206,7 @@ def add_lock_index(
     TableNotFound
         No table of that name (in that region/account).
     LockIndexError
-        The table already has a different index of that name, or the endpoint
-        accepted the change but lists no such index.
+        Another index has that name, or the endpoint cannot add the index.
 
     Examples
     --------

@@ -27,21 +27,16 @@ class HeldLock(HeldLockSteps):
     ...     await write(batch, fence=lock.fencing_token)
     """
 
-    def __init__(self, lock_client: LockClientSteps, **grant: Any) -> None:
-        super().__init__(lock_client, **grant)
-        # One write of this lock at a time: a heartbeat never overtakes the release.
-        self._io = asyncio.Lock()
+    _io_type = asyncio.Lock
 
     async def heartbeat(self) -> bool:
-        """Renew the lease now (the heartbeat task does this every period); ``False``
-        if the lock was released or has been taken over."""
+        """As :meth:`ddbtx.locks.HeldLock.heartbeat`."""
         async with self._io:
             renewed = await drive(self._renewal(), self._lc.client)
         return self._after_renewal(renewed)
 
     async def release(self) -> bool:
-        """Release the lock: one conditional write; ``False`` if it was already
-        released or has been taken over."""
+        """As :meth:`ddbtx.locks.HeldLock.release`."""
         async with self._io:
             return await drive(self._release(), self._lc.client)
 
@@ -60,14 +55,11 @@ class HeldLock(HeldLockSteps):
             self._beat_failed()
 
 
-class HeartbeatTask:
-    """One task per lock client, renewing its locks each period; it ends while nothing
-    is held."""
+class HeartbeatTask(Keeper):
+    """One task per lock client, renewing its locks; it ends while nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
-        self._period = period
-        self._name = name
-        self._locks: dict[HeldLockSteps, Callable[[], Any]] = {}
+        super().__init__(period, name)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -79,12 +71,6 @@ class HeartbeatTask:
         self._locks[lock] = beat
         if self._task is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
-
-    def discard(self, lock: HeldLockSteps) -> None:
-        self._locks.pop(lock, None)
-
-    def held(self) -> list[HeldLockSteps]:
-        return list(self._locks)
 
     def close(self) -> None:
         self._closed = True
@@ -106,22 +92,10 @@ class HeartbeatTask:
 
 
 class LockClient(LockClientSteps):
-    """What :class:`~ddbtx.aio.locks.LeaseLockClient` and :class:`~ddbtx.aio.locks.FifoLock`
-    share: the parameters of :class:`ddbtx.locks.LockClient`, with an aiobotocore client
-    and an async ``sleep``; heartbeats run as a task on the running event loop."""
+    """:class:`ddbtx.locks.LockClient` for asyncio: an aiobotocore client, an async ``sleep``,
+    heartbeats as a task on the running event loop."""
 
-    def __init__(
-        self,
-        client: Any,
-        table: str,
-        *,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        **options: Any,
-    ) -> None:
-        super().__init__(client, table, sleep=sleep, **options)
-
-    def _keeper(self, period: float, name: str) -> Keeper:
-        return HeartbeatTask(period, name)
+    _keeper = HeartbeatTask
 
     async def _run(self, step: Step[T]) -> T:
         return await drive(step, self.client, self._sleep or asyncio.sleep)
@@ -147,8 +121,7 @@ class LockClient(LockClientSteps):
 
 
 class Acquiring(Generic[L]):
-    """What ``acquire`` returns: await it for the lock, or enter it with ``async with``
-    to hold the lock for the block (released on exit)."""
+    """What ``acquire`` returns: await it, or hold the lock for an ``async with`` block."""
 
     def __init__(self, acquired: Awaitable[L]) -> None:
         self._acquired = acquired

@@ -39,10 +39,7 @@ async def create_lock_table(client: Any, table: str) -> None:
 
 
 class Mutex(MutexSteps):
-    """The non-blocking mutex of :class:`ddbtx.locks.Mutex`, for asyncio.
-
-    Same parameters (``client`` an aiobotocore DynamoDB client), same rows: a sync
-    and an async ``Mutex`` exclude each other on one table.
+    """:class:`ddbtx.locks.Mutex` for asyncio (an aiobotocore client; the same rows).
 
     Examples
     --------
@@ -56,15 +53,15 @@ class Mutex(MutexSteps):
     """
 
     async def acquire(self, resource: str) -> bool:
-        """Take the lock if it is free (or expired); ``False`` at once if anyone holds it."""
+        """As :meth:`ddbtx.locks.Mutex.acquire`."""
         return await drive(self._acquire_token(resource), self.client) is not None
 
     async def acquire_token(self, resource: str) -> int | None:
-        """Like :meth:`acquire`, returning the grant's fencing token (``None``: not granted)."""
+        """As :meth:`ddbtx.locks.Mutex.acquire_token`."""
         return await drive(self._acquire_token(resource), self.client)
 
     async def release(self, resource: str) -> bool:
-        """Free the lock if this owner holds it; ``False`` (nothing changed) if not."""
+        """As :meth:`ddbtx.locks.Mutex.release`."""
         return await drive(self._release(resource), self.client)
 
 
@@ -73,11 +70,8 @@ class LeaseLock(LeaseLockSteps, HeldLock):
 
 
 class LeaseLockClient(LeaseClientSteps, LockClient):
-    """The lease lock of :class:`ddbtx.locks.LeaseLockClient`, for asyncio.
-
-    Same parameters (``client`` an aiobotocore DynamoDB client, ``sleep`` an async
-    one), same rows and line: sync and async clients queue for one lock together.
-    Heartbeats run as a task on the event loop that acquired the lock.
+    """:class:`ddbtx.locks.LeaseLockClient` for asyncio (an aiobotocore client, an async
+    ``sleep``; the same rows and line as sync clients).
 
     Examples
     --------
@@ -93,9 +87,7 @@ class LeaseLockClient(LeaseClientSteps, LockClient):
     def acquire(
         self, resource: str, *, wait: float = math.inf, data: bytes | None = None
     ) -> Acquiring[LeaseLock]:
-        """Acquire the lease on ``resource``, as :meth:`ddbtx.locks.LeaseLockClient.acquire`;
-        await the result, or enter it with ``async with``. Arguments are checked at
-        once; the requests are sent when it is awaited or entered."""
+        """As :meth:`ddbtx.locks.LeaseLockClient.acquire`; await it or ``async with`` it."""
         step = self._acquire(resource, wait, data)
         return Acquiring(cast("Awaitable[LeaseLock]", self._run(step)))
 
@@ -105,10 +97,8 @@ class FifoHeldLock(FifoHeldSteps, HeldLock):
 
 
 class FifoLock(FifoSteps, LockClient):
-    """The fair FIFO lock of :class:`ddbtx.locks.FifoLock`, for asyncio.
-
-    Same parameters (``client`` an aiobotocore DynamoDB client, ``sleep`` an async
-    one), same head row: sync and async clients take tickets in one line.
+    """:class:`ddbtx.locks.FifoLock` for asyncio (an aiobotocore client, an async ``sleep``;
+    the same head row as sync clients).
 
     Examples
     --------
@@ -123,8 +113,6 @@ class FifoLock(FifoSteps, LockClient):
     def acquire(
         self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
     ) -> Acquiring[FifoHeldLock]:
-        """Acquire ``resource`` in ``namespace`` after every earlier live ticket, as
-        :meth:`ddbtx.locks.FifoLock.acquire`; await the result, or enter it with
-        ``async with``. Arguments are checked at once."""
+        """As :meth:`ddbtx.locks.FifoLock.acquire`; await it or ``async with`` it."""
         step = self._acquire(resource, namespace, wait)
         return Acquiring(cast("Awaitable[FifoHeldLock]", self._run(step)))

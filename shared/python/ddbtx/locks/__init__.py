@@ -1,8 +1,5 @@
-"""Distributed locks on one DynamoDB table: a non-blocking :class:`Mutex` (one write to
-acquire, one to release), a :class:`LeaseLockClient` (heartbeats, waiters in line,
-clock-free takeover of dead holders) and a fair :class:`FifoLock` (tickets on one head
-row), all with fencing tokens. :func:`break_lock` frees any of them by hand once its
-holder is gone; :func:`list_locks` shows who holds and waits.
+"""Distributed locks on one DynamoDB table, with fencing tokens: :class:`Mutex`,
+:class:`LeaseLockClient` and :class:`FifoLock`; :func:`break_lock`, :func:`list_locks`.
 
 Examples
 --------

@@ -1,5 +1,4 @@
-"""What the lease lock and the FIFO lock share: the held-lock handle, the heartbeat
-thread, and the waiter's clock-free view of the row it waits behind."""
+"""What the lease and FIFO locks share: the held-lock handle, heartbeats, the waiter's watch."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar, cast
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
 from .._drive import drive
 from .._effects import Step
@@ -34,12 +33,13 @@ T = TypeVar("T")
 
 
 class HeldLockSteps:
-    """A granted lease or FIFO lock as both drivers see it: its state, its answers without
-    a request, and the steps of its heartbeat and release (attributes: :class:`HeldLock`)."""
+    """A granted lease or FIFO lock's state and steps, for both drivers (see :class:`HeldLock`)."""
 
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
     _renew_write: ClassVar[tuple[str, str]]
     _release_write: ClassVar[tuple[str, str]]
+    #: The driver's lock: one write of a lock at a time (a heartbeat never overtakes the release).
+    _io_type: ClassVar[Any]
 
     def __init__(
         self,
@@ -70,6 +70,7 @@ class HeldLockSteps:
         self._on_danger: Callable[[HeldLockSteps], None] | None = None
         self._danger = lock_client.danger_fraction
         self._warned = False
+        self._io = self._io_type()
         # Values and placeholders of this grant's writes beyond the shared ones.
         self._extra_values: dict[str, object] = {}
         self._extra_names: dict[str, str] = {}
@@ -85,8 +86,7 @@ class HeldLockSteps:
         names: dict[str, str] | None = None,
         **params: Any,
     ) -> Step[Item]:
-        """One conditional write of this grant's row (:class:`ConditionFailed` if not ours);
-        the row after it, if ``params`` ask for it."""
+        """One conditional write of this grant's row; the row after it, if ``params`` ask."""
         values = {":hold": self._hold, **self._extra_values, **values}
         names = {**self._extra_names, **(names or {})}
         return update_row(self._lc.table, self._key, *texts, values, names, **params)
@@ -110,8 +110,7 @@ class HeldLockSteps:
         return True
 
     def _confirm(self, heartbeat_period: float) -> Step[bool]:
-        """Renew a grant learned late (a handoff, a FIFO turn) if the first heartbeat could
-        come after its lease; ``False`` if it was taken over before we knew of it."""
+        """Renew a grant learned late if its lease could end first; ``False``: taken over."""
         if heartbeat_period < self.remaining() or (yield from self._renewed()):
             return True
         logger.info("%r was taken over before it was noticed", self)
@@ -171,19 +170,16 @@ class HeldLockSteps:
         return self._state == "held" and self.remaining() > 0
 
     def remaining(self) -> float:
-        """Seconds of lease left, counted from the start of the last successful
-        heartbeat on this client's monotonic clock (negative once over)."""
+        """Seconds of lease left since the last successful heartbeat (negative once over)."""
         return self._confirmed + self.lease_duration - self._clock()
 
     @property
     def in_danger(self) -> bool:
-        """Still held, but less than ``danger_fraction`` of the lease is left (heartbeats
-        failed since)."""
+        """Still held, but less than ``danger_fraction`` of the lease is left."""
         return self._state == "held" and self.remaining() < self._danger * self.lease_duration
 
     def _raise_if_lost(self, exc: BaseException | None) -> None:
-        """On leaving a ``with`` block: a lock taken over raises :class:`LockLostError`, or
-        is noted on the exception under way."""
+        """On leaving ``with``: a lock taken over raises, or is noted on the exception."""
         if self._state != "lost":
             return
         message = f"lock on {self.resource!r} (token {self.fencing_token}) was taken over"
@@ -219,8 +215,7 @@ class HeldLockSteps:
         raise NotImplementedError
 
     def _beat_failed(self) -> None:
-        """A heartbeat failed on a request error (the next period tries again): warn once,
-        while less than ``danger_fraction`` of the lease is left, so the holder can stop."""
+        """A heartbeat's request failed: warn, and call ``on_danger`` once while in danger."""
         logger.warning("heartbeat failed for %r", self, exc_info=True)
         if self._warned or not self.in_danger:
             return
@@ -230,10 +225,8 @@ class HeldLockSteps:
 
 
 class HeldLock(HeldLockSteps):
-    """A granted lease or FIFO lock, renewed by its client's heartbeat thread until
-    :meth:`release`. As a context manager it releases on exit and raises
-    :class:`LockLostError` there if the lock was taken over meanwhile (an
-    exception from the body propagates unchanged).
+    """A granted lease or FIFO lock, renewed by heartbeats until :meth:`release`; ``with``
+    releases it on exit, raising :class:`LockLostError` if it was taken over meanwhile.
 
     Attributes
     ----------
@@ -256,21 +249,16 @@ class HeldLock(HeldLockSteps):
     ...         write(batch, fence=lock.fencing_token)
     """
 
-    def __init__(self, lock_client: LockClientSteps, **grant: Any) -> None:
-        super().__init__(lock_client, **grant)
-        # One write of this lock at a time: a heartbeat never overtakes the release.
-        self._io = threading.Lock()
+    _io_type = threading.Lock
 
     def heartbeat(self) -> bool:
-        """Renew the lease now (the heartbeat thread does this every period): ``False``
-        if the lock was released or taken over; a failed request raises its error."""
+        """Renew the lease now: ``False`` if released or taken over (a failed request raises)."""
         with self._io:
             renewed = drive(self._renewal(), self._lc.client)
         return self._after_renewal(renewed)
 
     def release(self) -> bool:
-        """Release the lock (one conditional write): ``False`` if it was already
-        released or taken over."""
+        """Release the lock: ``False`` if it was already released or taken over."""
         with self._io:
             return drive(self._release(), self._lc.client)
 
@@ -289,31 +277,40 @@ class HeldLock(HeldLockSteps):
             self._beat_failed()
 
 
-class Keeper(Protocol):
+class Keeper:
     """What renews a client's held locks every period: a thread, or under asyncio a task."""
-
-    @property
-    def closed(self) -> bool: ...
-
-    def add(self, lock: HeldLockSteps, beat: Callable[[], Any]) -> None:
-        """Renew ``lock`` every period by calling ``beat`` (awaiting it, under asyncio)."""
-
-    def discard(self, lock: HeldLockSteps) -> None: ...
-
-    def held(self) -> list[HeldLockSteps]: ...
-
-    def close(self) -> None: ...
-
-
-class Heartbeats:
-    """One daemon thread per lock client, renewing its locks each period; it ends while
-    nothing is held."""
 
     def __init__(self, period: float, name: str) -> None:
         self._period = period
         self._name = name
         self._locks: dict[HeldLockSteps, Callable[[], Any]] = {}
         self._mutex = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        raise NotImplementedError
+
+    def add(self, lock: HeldLockSteps, beat: Callable[[], Any]) -> None:
+        """Renew ``lock`` every period by calling ``beat`` (awaiting it, under asyncio)."""
+        raise NotImplementedError
+
+    def discard(self, lock: HeldLockSteps) -> None:
+        with self._mutex:
+            self._locks.pop(lock, None)
+
+    def held(self) -> list[HeldLockSteps]:
+        with self._mutex:
+            return list(self._locks)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Heartbeats(Keeper):
+    """One daemon thread per lock client, renewing its locks; it ends while nothing is held."""
+
+    def __init__(self, period: float, name: str) -> None:
+        super().__init__(period, name)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -327,14 +324,6 @@ class Heartbeats:
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-
-    def discard(self, lock: HeldLockSteps) -> None:
-        with self._mutex:
-            self._locks.pop(lock, None)
-
-    def held(self) -> list[HeldLockSteps]:
-        with self._mutex:
-            return list(self._locks)
 
     def close(self) -> None:
         """Stop the thread now (waiting only for a heartbeat already in flight)."""
@@ -361,8 +350,7 @@ class Heartbeats:
 
 @dataclass(frozen=True)
 class Watch:
-    """A waiter's view of the row ahead: ``rvn`` first read at ``since`` (the waiter's clock);
-    still there a ``lease`` later, the writer missed a whole lease of heartbeats."""
+    """``rvn`` of the row ahead, first read at ``since``: unchanged a ``lease`` later, dead."""
 
     target: tuple[str, int]
     rvn: str
@@ -388,6 +376,7 @@ class LockClientSteps:
     _default_lease = 10.0
     _default_heartbeat = 3.0
     _kind = "lock"
+    _keeper: type[Keeper]  # the driver's
 
     def __init__(
         self,
@@ -429,10 +418,6 @@ class LockClientSteps:
         self._paces: dict[tuple[str, str], Pace] = {}  # how fast each lock changes hands
         self._paces_guard = threading.Lock()
 
-    def _keeper(self, period: float, name: str) -> Keeper:
-        """The keeper that renews this client's locks (the driver's own)."""
-        raise NotImplementedError
-
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run: no more heartbeats, and no more acquires."""
@@ -451,8 +436,7 @@ class LockClientSteps:
 
 
 class LockClient(LockClientSteps):
-    """What :class:`LeaseLockClient` and :class:`FifoLock` share: settings, clocks,
-    and the heartbeat thread of the locks it holds.
+    """What :class:`LeaseLockClient` and :class:`FifoLock` share.
 
     Parameters
     ----------
@@ -463,24 +447,20 @@ class LockClient(LockClientSteps):
     owner : str
         Who holds the locks (shown to operators).
     lease_duration : float
-        Seconds others wait after the last heartbeat they saw before they
-        consider a holder (or a waiter ahead of them) dead.
+        Seconds others wait after the last heartbeat they saw before judging a holder dead.
     heartbeat_period : float
         Seconds between heartbeats; shorter than the lease.
     min_poll, max_poll : float, optional
-        A waiter's poll delay doubles from ``min_poll`` (default 10 ms) up to
-        ``max_poll`` (default 1 s, or the heartbeat period if shorter).
+        A waiter's poll delay doubles from ``min_poll`` (10 ms) up to ``max_poll`` (1 s).
     on_lost : callable, optional
         Called from the heartbeat thread with a lock a heartbeat found taken over.
     on_danger : callable, optional
-        Called from the heartbeat thread, once until a heartbeat succeeds again,
-        with a lock whose heartbeat failed (a request error) while less than
+        Called once with a lock whose heartbeat failed while less than
         ``danger_fraction`` of its lease is left: stop working under it.
     danger_fraction : float, optional
         Between 0 and 1 exclusive (default 0.5).
     clock, wall_clock, sleep : callable, optional
-        Monotonic seconds (all lease judging), epoch seconds (TTL values and
-        display-only expiry estimates), and the waiter's sleep.
+        Monotonic seconds (lease judging), epoch seconds (TTLs, display), the waiter's sleep.
 
     Attributes
     ----------
@@ -490,8 +470,7 @@ class LockClient(LockClientSteps):
     Locks are not reentrant. One client may serve many threads.
     """
 
-    def _keeper(self, period: float, name: str) -> Keeper:
-        return Heartbeats(period, name)
+    _keeper = Heartbeats
 
     def _run(self, step: Step[T]) -> T:
         return drive(step, self.client, self._sleep or time.sleep)

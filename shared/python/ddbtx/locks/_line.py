@@ -1,5 +1,4 @@
-"""The line of waiters kept on one lock row (the FIFO head's queue, a lease row's waiters):
-entries ``t_<id>`` (ticket) and ``w_<id>`` (owner, rvn, lease, expiry estimate)."""
+"""The line of waiters on one lock row: entries ``t_<id>`` (ticket) and ``w_<id>``."""
 
 from __future__ import annotations
 
@@ -82,8 +81,7 @@ def entries(item: Item, default_lease: float = 0.0) -> list[Entry]:
 
 
 class LineWaiter:
-    """One acquire call's place in the line on one row; subclasses say what the first in
-    line does and which counter moves per grant."""
+    """One acquire call's place in the line on one row."""
 
     def __init__(
         self, lc: LockClientSteps, resource: str, row_key: Item, pace_key: str, deadline: float
@@ -100,12 +98,10 @@ class LineWaiter:
         self.renewed_at = 0.0  # send time of our last rvn write (entry or renewal)
 
     def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
-        """Nobody is ahead of us in line: the lock; or, after a failed write, the
-        row to look at again; or how long we may sleep before looking again."""
+        """First in line: the lock, the row to look at again, or how long to sleep."""
         raise NotImplementedError
 
     def counter(self, row: Item, line: list[Entry]) -> int:
-        """A number that grows by one per grant (for the pace)."""
         raise NotImplementedError
 
     def not_granted(self) -> LockNotGrantedError:
@@ -204,8 +200,7 @@ class LineWaiter:
     def enter(
         self, condition: str = LINE_ENTER, values: dict[str, object] | None = None
     ) -> Step[Item | None]:
-        """Take a ticket and enter the line in one write: the row after it (``None`` if
-        ``condition`` failed)."""
+        """Take a ticket and enter the line: the row after it (``None``: condition failed)."""
         lc = self.lc
         sent = lc._clock()
         lease = lc.lease_duration
@@ -218,8 +213,7 @@ class LineWaiter:
         except ConditionFailed as exc:
             if not was_retried(exc):
                 return None
-            # The first attempt may have been applied (its answer lost): our entry says so,
-            # or, on a lease row, the lock handed to us since, which removed that entry.
+            # The first attempt may have applied: our entry (or the lock handed to us) says so.
             row = yield from self.read()
             if get_int(row, self.names["#t"]) is None and get_str(row, HOLD) != self.hold:
                 return None

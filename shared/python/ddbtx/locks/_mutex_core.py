@@ -1,5 +1,4 @@
-"""The conditional-write mutex as protocol steps, for every driver (:class:`ddbtx.locks.Mutex`
-on boto3, :class:`ddbtx.aio.locks.Mutex` on aiobotocore; neither adds a decision)."""
+"""The conditional-write mutex as steps, for :class:`ddbtx.locks.Mutex` and its aio twin."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ _RELEASE = "REMOVE #owner, #rvn, #at, #exp"
 
 
 class MutexSteps:
-    """A mutex's settings, its view of the grants it holds and watches, and its steps
-    (parameters: :class:`ddbtx.locks.Mutex`'s; ``client`` is for the driver only)."""
+    """A mutex's settings, grants and steps (parameters: :class:`ddbtx.locks.Mutex`'s)."""
 
     #: Resources whose held record an object keeps watching (the oldest go first).
     _seen_limit = 10_000
@@ -76,9 +74,7 @@ class MutexSteps:
         self._mutex = threading.Lock()
 
     def is_held(self, resource: str) -> bool:
-        """Whether this object holds ``resource`` and, with ``expire_after``, its
-        expiry (counted from the acquire's send time) has not come: past it,
-        another object may take the lock, so stop writing."""
+        """Whether this object holds ``resource`` and its ``expire_after`` has not passed."""
         with self._mutex:
             acquired = self._acquired.get(resource)
         if acquired is None:
@@ -134,8 +130,7 @@ class MutexSteps:
         return token
 
     def _expired(self, resource: str, now: float) -> str | None:
-        """The rvn of the record we watched unchanged for ``expire_after`` until ``now``
-        (we may take it over), if any."""
+        """The rvn of a record we watched unchanged for ``expire_after`` until ``now``."""
         with self._mutex:
             watched = self._seen.get(resource)
         if watched is None or self._expire_after is None:

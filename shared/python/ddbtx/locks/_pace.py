@@ -1,5 +1,4 @@
-"""When a waiter (FIFO or lease) looks again: paced by how fast it has seen the lock change
-hands, at once (a few times) when its turn is due, else backing off."""
+"""When a waiter looks again: paced, a few tight polls when its turn is due, else backoff."""
 
 from __future__ import annotations
 
@@ -12,12 +11,8 @@ TIGHT_POLLS: Final = 3
 
 
 class Pace:
-    """How fast grants follow each other, as one client has seen a counter move (the FIFO
-    head's lowest ticket or the lease row's fencing counter), kept per lock across acquires.
-
-    The cycle is the slope over the last ``_WINDOW`` moves (each late by up to a poll, which
-    skews an average of single moves but not a slope); a pause of ``_IDLE`` cycles restarts.
-    """
+    """How fast grants follow each other on one lock, as one client has seen a counter move:
+    the slope over the last ``_WINDOW`` moves; a pause of ``_IDLE`` cycles restarts."""
 
     _WINDOW = 16
     _IDLE = 20
@@ -45,9 +40,7 @@ class Pace:
         self.cycle = (now - first[1]) / (counter - first[0])
 
     def pause(self, ahead: int, now: float) -> float | None:
-        """Seconds to sleep with ``ahead`` grants before ours (``None``: pace unknown or
-        moment passed): first in line, half the time until the holder is due (so the cycle
-        does not grow on its own lateness); further back, until due first in line."""
+        """Seconds to sleep with ``ahead`` grants before ours (``None``: unknown or passed)."""
         if self.cycle is None:
             return None
         turn = self._seen[-1][1] + ahead * self.cycle  # when our grant is expected
@@ -59,8 +52,7 @@ class Pace:
 
 
 class Polls:
-    """One waiter's delays: paced while the pace says when, a few tight polls when first
-    in line and its holder is due, else a backoff doubling from ``low`` to ``high``."""
+    """One waiter's delays: paced, tight when due, else doubling from ``low`` to ``high``."""
 
     def __init__(self, pace: Pace, low: float, high: float) -> None:
         self._pace = pace
@@ -74,7 +66,6 @@ class Polls:
         self._tight = TIGHT_POLLS
 
     def next(self, ahead: int, now: float) -> float:
-        """The delay before the next look with ``ahead`` grants before ours."""
         guess = self._pace.pause(ahead, now)
         if guess is not None and guess >= self._low:  # shorter: the moment has come
             return min(self._high, guess)

@@ -1,5 +1,4 @@
-"""Row layout of the locks table (sort key ``mutex``, ``lease`` or ``fifo#<namespace>#``),
-argument checks and the plumbing of reads and conditional writes."""
+"""Row layout of the locks table, argument checks, and reads and conditional writes."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ MAX_NAMESPACE_BYTES: Final = 255
 MAX_OWNER_BYTES: Final = 1024
 DEFAULT_NAMESPACE: Final = "default"
 
-#: Seconds the TTL of a queue row lies beyond its lease: what keeps a live waiter's row
-#: safe from a writer's clock being behind by up to an hour.
+#: Seconds an entry's expiry lies beyond its lease: a writer's clock may be an hour behind.
 GC_MARGIN: Final = 3600.0
 
 MUTEX_SK: Final = "mutex"
@@ -118,6 +116,11 @@ def check_fraction(value: object, argument: str) -> float:
     if not 0 < value < 1:
         raise ValueError(f"{argument} must lie strictly between 0 and 1, not {value}")
     return float(value)
+
+
+def check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, not {value!r}")
 
 
 def check_wait(wait: object) -> float:
@@ -242,8 +245,7 @@ def expressions(
     names: Mapping[str, str] | None = None,
     **texts: str,
 ) -> dict[str, Any]:
-    """``ConditionExpression=...`` etc. plus exactly the placeholders they use (DynamoDB
-    rejects unused ones): ``values`` may hold more; ``names`` adds to the shared names."""
+    """The expression ``texts`` plus exactly the placeholders they use (unused are rejected)."""
     params: dict[str, Any] = dict(texts)
     text = " ".join(texts.values())
     used = set(_NAME_TOKEN.findall(text))
@@ -281,16 +283,14 @@ def get_bytes(item: Item, name: str) -> bytes | None:
 
 
 def returned_row(exc: BaseException) -> Item | None:
-    """The row as a failed condition found it, where DynamoDB returns it with the failure
-    (``ReturnValuesOnConditionCheckFailure``: AWS and moto, not dynalite)."""
+    """The row a failed condition found, where DynamoDB returns it (AWS, moto; not dynalite)."""
     response = getattr(exc.__cause__, "response", None)
     row: Item | None = response.get("Item") if isinstance(response, dict) else None
     return row
 
 
 def was_retried(exc: BaseException) -> bool:
-    """Whether botocore sent the failed request more than once (only then can an earlier
-    attempt have been applied behind a lost response); an unknown count counts as retried."""
+    """Whether botocore sent the failed request more than once (unknown: yes)."""
     response = getattr(exc.__cause__, "response", None)
     meta = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
     return int(meta.get("RetryAttempts", 1)) > 0

@@ -26,6 +26,7 @@ from ._rows import (
     RVN,
     Item,
     all_items,
+    check_positive,
     expressions,
     get_int,
     get_num,
@@ -64,8 +65,7 @@ SWEEP_DELETE = (
 
 
 def create_lock_table(client: Any, table: str) -> None:
-    """Create the locks table if needed (hash ``pk``, range ``sk``, on-demand, with TTL
-    on ``schema.LOCK_TTL``); ``ValueError`` if it exists with another key schema.
+    """Create the locks table if needed; ``ValueError`` if it exists with another key schema.
 
     Examples
     --------
@@ -115,8 +115,7 @@ class LockRow:
     queue_position : int or None
         1 for the queue row first in line, 2 for the next, ...
     expires_at : float or None
-        Epoch seconds: the holder's own estimate of its expiry (display only:
-        leases are judged by record versions).
+        Epoch seconds: the holder's own estimate of its expiry (display only).
     record_version : str or None
     """
 
@@ -178,8 +177,7 @@ def _waiting(resource: str, kind: Kind, namespace: str | None, line: list[Entry]
 
 
 def list_locks(client: Any, table: str) -> list[LockRow]:
-    """Every lock row in ``table`` (a consistent scan), sorted by resource, kind and
-    namespace; waiters follow their holder in ticket order (``queue_position`` 1, 2, ...).
+    """Every lock row in ``table``, sorted; waiters follow their holder in ticket order.
 
     Examples
     --------
@@ -202,8 +200,7 @@ def list_locks(client: Any, table: str) -> list[LockRow]:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """One page of :func:`sweep_expired_page`: pass ``next_key`` back as ``start_key`` to
-    continue (``None``: the scan is complete)."""
+    """One page of :func:`sweep_expired_page` (``next_key`` ``None``: the scan is complete)."""
 
     deleted: int
     scanned: int
@@ -252,13 +249,9 @@ def expired_page(
     start_key: Item | None = None,
     page_size: int = 100,
 ) -> Step[SweepResult]:
-    """The step of :func:`sweep_expired_page`, for any driver (the sweeper's scan pass).
-
-    Raises ``ValueError`` for a bad argument before any request.
-    """
+    """The step of :func:`sweep_expired_page`, for any driver (the sweeper's scan pass)."""
     cutoff = _check_sweep_times(now, grace)
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-        raise ValueError(f"page_size must be a positive int, not {page_size!r}")
+    check_positive("page_size", page_size)
     params: dict[str, Any] = {"Limit": page_size}
     if start_key:
         params["ExclusiveStartKey"] = start_key
@@ -317,9 +310,8 @@ def _unchanged(table: str, item: Item, operation: str, texts: dict[str, Any]) ->
 
 
 def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> int:
-    """Delete rows of the earlier layouts whose TTL is more than ``grace`` seconds before
-    ``now``, and free mutexes whose holder's expiry is more than ``grace`` past; return how
-    many (each write conditioned on the row as read). Paged: :func:`sweep_expired_page`.
+    """Delete rows of earlier layouts and free mutexes expired more than ``grace`` seconds
+    before ``now``; return how many. Paged: :func:`sweep_expired_page`.
 
     Examples
     --------

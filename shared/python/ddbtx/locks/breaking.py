@@ -155,21 +155,18 @@ def break_lock(
     namespace : str, optional
         The FIFO namespace (implies ``kind="fifo"``).
     force : bool
-        Break without watching for heartbeats (the write still needs the holder
-        as read).
+        Break without watching for heartbeats (the write still needs the holder as read).
     seen : Seen, optional
         What an earlier ``observing`` answer saw.
     max_wait : float
         Seconds this call may spend watching (a longer lease: ``observing``).
     clock, wall_clock, sleep
-        Monotonic seconds (the watch), epoch seconds (the mark, ``seen``, mutex
-        expiry) and the watch's sleep.
+        Monotonic seconds (the watch), epoch seconds (mark, ``seen``, expiry), its sleep.
 
     Raises
     ------
     ValueError
-        A bad argument, or a resource with several lock rows and no ``kind``
-        or ``namespace`` to choose one.
+        A bad argument, or several lock rows and no ``kind`` or ``namespace``.
     LockNotFoundError
         No lock row matches.
 
@@ -237,7 +234,6 @@ class _Breaker:
         return self.write(holder, force)
 
     def find(self, kind: Kind | None, namespace: str | None) -> tuple[Kind, str | None, Item]:
-        """The one lock row asked for."""
         rows = self.rows()
         wanted = [
             r for r in rows if kind in (None, r[0]) and namespace in (None, r[1])
@@ -270,7 +266,6 @@ class _Breaker:
         return rows
 
     def holder(self, item: Item) -> _Holder | None:
-        """Who holds the lock, as the row says."""
         if self.kind == "fifo":
             return _first_in_line(item)
         owner = get_str(item, OWNER)

@@ -69,13 +69,8 @@ class FifoSteps(LockClientSteps):
 
 
 class FifoLock(FifoSteps, LockClient):
-    """A fair lock: grants follow ticket order, and the holder is the lowest ticket
-    on one head row, so two holders are impossible and a handoff needs no write.
-
-    Waiters poll the head, paced by how fast they have seen tickets served. An
-    entry that stops heartbeating is removed by the ticket behind it once its
-    rvn stayed unchanged for its lease (or at once, its expiry ``GC_MARGIN``
-    past). The fencing token is the grant's ticket.
+    """A fair lock: the holder is the lowest ticket on one head row (its fencing token), so
+    a handoff needs no write. An entry that stops heartbeating for a lease is removed.
 
     Parameters are those of :class:`~ddbtx.locks.LockClient`; the lease
     defaults to 60 s with a heartbeat every 30 s, and polls start at 10 ms.
@@ -93,11 +88,8 @@ class FifoLock(FifoSteps, LockClient):
     def acquire(
         self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
     ) -> FifoHeldLock:
-        """Acquire ``resource`` in ``namespace`` after every earlier live ticket: one
-        request uncontended, and with ``wait=0`` (granted only if nobody holds or waits).
-        A waiter whose ``wait`` runs out leaves and raises
-        :class:`~ddbtx.errors.LockNotGrantedError`.
-        """
+        """Acquire ``resource`` in ``namespace`` after every earlier live ticket; a waiter
+        whose ``wait`` runs out raises :class:`~ddbtx.errors.LockNotGrantedError`."""
         return cast(FifoHeldLock, self._run(self._acquire(resource, namespace, wait)))
 
 
@@ -146,8 +138,7 @@ class _Waiter(LineWaiter):
         )
 
     def _granted(self) -> Step[FifoHeldSteps | None]:
-        """Our entry is the lowest: the lock (``None`` if it was judged dead and removed
-        before we noticed our turn)."""
+        """Our entry is the lowest: the lock (``None``: removed as dead before we noticed)."""
         fifo = self.lc
         lock = self.lock_type(
             fifo,

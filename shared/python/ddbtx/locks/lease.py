@@ -121,8 +121,7 @@ class LeaseLockSteps(HeldLockSteps):
                 )
                 return
             except ConditionFailed as exc:
-                # Within our lease nobody else can take the lock: a retried handoff
-                # that finds it no longer ours was applied the first time.
+                # Within our lease nobody else takes it: a retried handoff applied the first time.
                 if was_retried(exc) and sent - self._confirmed < self.lease_duration:
                     row = yield from read_row(self._lc.table, self._key)
                     if get_str(row, HOLD) != self._hold:
@@ -178,8 +177,7 @@ class LeaseClientSteps(LockClientSteps):
         values: dict[str, object],
         entry: dict[str, str] | None = None,
     ) -> Step[LeaseLockSteps | Item | None]:
-        """The lock; on a failed condition the row as it was where DynamoDB returns it, else
-        ``None``. ``entry``: the placeholders of the caller's line entry, which it removes."""
+        """The lock, else the row a failed condition found (or ``None``); ``entry`` removed."""
         values = {
             ":owner": self.owner,
             ":hold": hold,
@@ -221,8 +219,7 @@ class LeaseClientSteps(LockClientSteps):
     def _held(
         self, resource: str, hold: str, item: Item, confirmed_at: float
     ) -> Step[LeaseLockSteps | None]:
-        """The handle of our grant ``hold``, as ``item`` (the row after it) shows it;
-        ``None`` if the grant was taken over before we even knew of it."""
+        """The handle of our grant ``hold`` (``None``: taken over before we knew of it)."""
         line = entries(item, self.lease_duration)
         self._pace(resource, LEASE_SK).crowded = bool(line)
         lock = self._lock_type(
@@ -242,16 +239,9 @@ class LeaseClientSteps(LockClientSteps):
 
 
 class LeaseLockClient(LeaseClientSteps, LockClient):
-    """Lease locks with heartbeats and record version numbers, like AWS's Java lock
-    client, but clock-free, fair, with fencing tokens and one request per
-    uncontended acquire.
-
-    A holder's thread rewrites the row's rvn every ``heartbeat_period``; a
-    waiter takes the lock over once the rvn stayed the same for the holder's
-    lease on the waiter's own monotonic clock, so wall clocks never matter.
-    Waiters queue on the row and a free lock goes to the first in line; an
-    entry left unrenewed for a lease is removed by the one behind it. The
-    fencing counter lives in the row, which is never deleted.
+    """Lease locks with heartbeats: clock-free, fair, with fencing tokens and one request
+    per uncontended acquire. A waiter takes the lock over once the holder's rvn stayed
+    the same for its lease on the waiter's monotonic clock; waiters queue on the row.
 
     Parameters are those of :class:`~ddbtx.locks.LockClient`; the lease
     defaults to 10 s with a heartbeat every 3 s.
@@ -270,18 +260,9 @@ class LeaseLockClient(LeaseClientSteps, LockClient):
     def acquire(
         self, resource: str, *, wait: float = math.inf, data: bytes | None = None
     ) -> LeaseLock:
-        """Acquire the lease on ``resource``.
-
-        An uncontended acquire is one request. A waiter queues at once (one
-        write) and waits up to ``wait`` seconds (``math.inf``: until granted),
-        then leaves the line and raises :class:`~ddbtx.errors.LockNotGrantedError`.
-        A dead holder's lock is taken over one lease after the first in line
-        first saw its last heartbeat.
-
-        ``wait=0`` tries once and never queues, but remembers what it saw of a
-        held lock, so that a ``wait=0`` call a lease or more later takes it over
-        if nothing there changed: a function run every minute can take over a
-        dead holder's lock without sleeping through a lease.
+        """Acquire the lease on ``resource``, waiting in line up to ``wait`` seconds, then
+        raise :class:`~ddbtx.errors.LockNotGrantedError`. ``wait=0`` tries once, and takes
+        over a lock that an earlier ``wait=0`` call saw unchanged a lease or more ago.
         """
         return cast(LeaseLock, self._run(self._acquire(resource, wait, data)))
 

@@ -9,11 +9,8 @@ __all__ = ["MUTEX_ACQUIRE", "MUTEX_RELEASE", "Mutex"]
 
 
 class Mutex(MutexSteps):
-    """A non-blocking mutual-exclusion lock: ``acquire`` is one conditional write.
-
-    It never lets two owners in, and ``release`` never frees another owner's lock
-    (the owner name is the identity: two objects with one owner share it). The
-    fencing counter lives in the row, which is never deleted.
+    """A non-blocking lock: ``acquire`` and ``release`` are one conditional write each (the
+    owner name is the identity: two objects with one owner share it).
 
     Parameters
     ----------
@@ -44,16 +41,13 @@ class Mutex(MutexSteps):
     """
 
     def acquire(self, resource: str) -> bool:
-        """Take the lock if it is free (or expired), in one conditional write; ``False``
-        at once if anyone (this owner included) holds it."""
+        """Take the lock if it is free (or expired); ``False`` if anyone holds it."""
         return drive(self._acquire_token(resource), self.client) is not None
 
     def acquire_token(self, resource: str) -> int | None:
-        """Like :meth:`acquire`, returning the grant's fencing token (``None``: not
-        granted). Pass the token to the writes the lock protects."""
+        """Like :meth:`acquire`, returning the grant's fencing token (``None``: not granted)."""
         return drive(self._acquire_token(resource), self.client)
 
     def release(self, resource: str) -> bool:
-        """Free the lock if this owner holds it, in one conditional write; ``False`` (and
-        nothing changed) if it does not."""
+        """Free the lock if this owner holds it; ``False`` (nothing changed) if not."""
         return drive(self._release(resource), self.client)
