@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from . import _parts
+from . import _parts, _record
 from . import schema as s
 from ._alias import AliasStore
 from ._drive import drive
@@ -125,9 +125,7 @@ class Protocol:
             self._pool = None
 
     def read_item(self, table: str, key: Item) -> Step[Item | None]:
-        resp = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
-        item: Item | None = resp.get("Item")
-        return item
+        return (yield from _record.read_row(table, key))
 
     def release(
         self, table: str, key: Item, lock_value: str, *, delete: bool, applied: bool | None
@@ -203,14 +201,9 @@ class Protocol:
         if s.IMAGE_ITEM in row:
             image: Item = row[s.IMAGE_ITEM]["M"]
             return image
-        parts = [row[s.ROW_PART]["B"]]
-        for part_key in _parts.part_keys(key, s.IMAGE_SK, _parts.count(row)):
-            part = yield from self.get_image_row(part_key)
-            if part is None:
-                return None  # being deleted: its transaction is completed
-            parts.append(part[s.ROW_PART]["B"])
-        joined: Item = _parts.join(parts)["M"]
-        return joined
+        # None while being deleted: its transaction is completed
+        joined = yield from _record.read_parts(self.images_table, key, s.IMAGE_SK, row)
+        return None if joined is None else joined["M"]
 
     def get_image_row(self, key: Item) -> Step[Item | None]:
         return (yield from self.read_item(self.images_table, key))
