@@ -6,7 +6,7 @@ from typing import Any
 
 from . import schema as s
 from ._effects import Step
-from ._item_writes import UnderLock
+from ._item_writes import UnderLock, image_sets
 from ._items import flag, strip
 from ._requests import with_user_condition
 from ._responses import attributes, return_values
@@ -103,11 +103,7 @@ class Applies(UnderLock):
     ) -> Step[dict[str, Any]]:
         req = local.request
         rv = req.return_values
-        sets = "#ddbtxp = :ddbtxt"
-        for i, (attr, value) in enumerate(image_attrs.items()):
-            names[f"#ddbtxi{i}"] = attr
-            values[f":ddbtxi{i}"] = value
-            sets += f", #ddbtxi{i} = :ddbtxi{i}"
+        sets = "#ddbtxp = :ddbtxt" + image_sets(image_attrs, names, values)
         resp = yield from self.writes.user_update(
             req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
         )
