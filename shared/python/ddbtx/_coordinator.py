@@ -321,8 +321,7 @@ class CoordinatorSteps:
         yield from gather(self.p.undo(self.id, req.table, req.key, None) for req in touched)
 
     def gone(self) -> Step[TransactionRolledBackError | TransactionOutcomeUnknownError]:
-        """The record was deleted (janitors never commit a pending one): rolled back, unless
-        a commit decision of ours went unanswered. The error to raise."""
+        """The record was deleted: rolled back, unless our commit decision went unanswered."""
         yield from self.undo_late_locks()
         self.record.completed = True
         if self.record.commit_unanswered:

@@ -354,8 +354,7 @@ class Protocol:
         expect_updated_ms: int | None = None,
         by: str | None = None,
     ) -> Step[SweepOutcome]:
-        """Roll back a pending record (``expect_*``: only as the caller saw it, else
-        ``ACTIVE``), then complete it; complete a decided one."""
+        """Roll back (``expect_*``: else ``ACTIVE``) and complete a pending record, or a decided."""
         rolled_back_here = False
         if header is None or header.state == s.STATE_PENDING:
             header = yield from self.records.decide(

@@ -281,8 +281,7 @@ class RecordStore:
     def create_completed(
         self, tx_id: str, caller_id: str, state: str, *, resent: list[bool] | None = None
     ) -> Step[bool]:
-        """create, decided and completed, with no requests (False: it exists): fences an
-        alias's id that has no record, or records an empty exactly-once transaction."""
+        """create, completed, no requests (False: it exists): an alias's fence, or an empty tx."""
         item = {
             **self._new_header(tx_id, state, s.STATE_FINISHED_TAG, {}),
             s.TX_FINISHED: {"BOOL": True},
@@ -294,8 +293,7 @@ class RecordStore:
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
     ) -> Step[Header]:
-        """add: record requests (and drop the wait mark); the header after. ``upgrades``: our
-        lock's nonce and the replaced entry's writes (0: a read), by request id."""
+        """add (drops the wait mark); ``upgrades``: by rid, our nonce and the writes it replaces."""
         names = {
             "#rq": s.TX_REQUESTS,
             "#st": s.TX_STATE,
@@ -404,8 +402,7 @@ class RecordStore:
         by: str | None = None,
         resent: list[bool] | None = None,
     ) -> Step[Header | None]:
-        """decide: the header after (as read if the condition fails; None: gone).
-        ``expect_updated_ms``: a sweeper's, which finds stale records by ``ts``."""
+        """decide: the header after (as read if the condition fails; None: gone)."""
         names = {"#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED, "#sw": s.TX_SWEEP_KEY}
         values: dict[str, Any] = {
             ":p": {"S": s.STATE_PENDING},
