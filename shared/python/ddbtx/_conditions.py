@@ -129,9 +129,7 @@ class _Parser:
         return left
 
     def negation(self) -> tuple[Any, ...]:
-        if self.accept("keyword", "NOT"):
-            return ("not", self.negation())
-        return self.primary()
+        return ("not", self.negation()) if self.accept("keyword", "NOT") else self.primary()
 
     def primary(self) -> tuple[Any, ...]:
         if self.accept("punct", "("):

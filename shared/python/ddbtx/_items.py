@@ -132,9 +132,7 @@ def is_locked_by(item: Item | None, tx_id: str) -> bool:
 def lock_owner(item: Item | None) -> str | None:
     """The transaction id in an item's lock attribute, or None when unlocked."""
     lock = (item or {}).get(schema.ATTR_LOCK, {}).get("S")
-    if not isinstance(lock, str):
-        return None
-    return lock.rsplit("/", 1)[0]
+    return lock.rsplit("/", 1)[0] if isinstance(lock, str) else None
 
 
 def flag(item: Item | None, name: str) -> bool:

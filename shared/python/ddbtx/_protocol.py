@@ -188,9 +188,7 @@ class Protocol:
         expires = int(self.clock() + IMAGE_TTL.total_seconds())
         first = {**key, s.IMAGE_TTL: {"N": str(expires)}}
         row = {**first, s.IMAGE_ITEM: {"M": image}}
-        if _parts.fits(row):
-            return [row]
-        return _parts.rows(first, key, s.IMAGE_SK, {"M": image})
+        return [row] if _parts.fits(row) else _parts.rows(first, key, s.IMAGE_SK, {"M": image})
 
     def read_image(self, tx_id: str, rid: str, row: Item | None = None) -> Step[Item | None]:
         """A saved image from the images table (None: not there); ``row``: its first row."""
