@@ -6,7 +6,7 @@ from typing import Any
 
 from . import schema as s
 from ._effects import Step
-from ._item_writes import UnderLock
+from ._item_writes import UnderLock, image_sets
 from ._items import flag, strip
 from ._requests import with_user_condition
 from ._responses import attributes, return_values
@@ -58,10 +58,7 @@ class Applies(UnderLock):
         if check_condition and not local.transient:
             condition = with_user_condition(req, condition)
         try:
-            image_attrs = yield from self.writes.image_attrs(local, values)
-            if req.op == "put":
-                return (yield from self._apply_put(local, image_attrs, condition, names, values))
-            return (yield from self._apply_update(local, image_attrs, condition, names, values))
+            return (yield from self._write(local, condition, names, values))
         except ValidationFailed as exc:
             raise InvalidRequestError(
                 f"DynamoDB rejected the write: {exc}",
@@ -72,49 +69,32 @@ class Applies(UnderLock):
         except ConditionFailed as exc:
             return (yield from self._settle_apply(local, values[":ddbtxl"]["S"], exc))
 
-    def _apply_put(
-        self,
-        local: Local,
-        image_attrs: dict[str, Any],
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
+    def _write(
+        self, local: Local, condition: str, names: dict[str, str], values: dict[str, Any]
     ) -> Step[dict[str, Any]]:
-        req = local.request
-        item = {
-            **req.params["Item"],
-            s.ATTR_LOCK: values[":ddbtxl"],
-            s.ATTR_APPLIED: {"BOOL": True},
-            **image_attrs,
-        }
-        if local.transient:
-            item[s.ATTR_TRANSIENT] = {"BOOL": True}
-        yield from self.writes.guarded_put(req, item, condition, names, values)
-        local.applied = local.confirmed = True
-        return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
-
-    def _apply_update(
-        self,
-        local: Local,
-        image_attrs: dict[str, Any],
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-    ) -> Step[dict[str, Any]]:
+        """save image, then the put or the update, with the protocol's attributes."""
         req = local.request
         rv = req.return_values
-        sets = "#ddbtxp = :ddbtxt"
-        for i, (attr, value) in enumerate(image_attrs.items()):
-            names[f"#ddbtxi{i}"] = attr
-            values[f":ddbtxi{i}"] = value
-            sets += f", #ddbtxi{i} = :ddbtxi{i}"
-        resp = yield from self.writes.user_update(
-            req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
-        )
+        image_attrs = yield from self.writes.image_attrs(local, values)
+        if req.op == "put":
+            item = {
+                **req.params["Item"],
+                s.ATTR_LOCK: values[":ddbtxl"],
+                s.ATTR_APPLIED: {"BOOL": True},
+                **image_attrs,
+            }
+            if local.transient:
+                item[s.ATTR_TRANSIENT] = {"BOOL": True}
+            yield from self.writes.guarded_put(req, item, condition, names, values)
+            after = {}
+        else:
+            sets = "#ddbtxp = :ddbtxt" + image_sets(image_attrs, names, values)
+            resp = yield from self.writes.user_update(
+                req, sets, names, values, condition, "NONE" if rv == "ALL_OLD" else rv
+            )
+            after = attributes(strip(resp.get("Attributes")))
         local.applied = local.confirmed = True
-        if rv == "ALL_OLD":
-            return attributes(local.pre)
-        return attributes(strip(resp.get("Attributes")))
+        return attributes(local.pre) if rv == "ALL_OLD" else after
 
     def _settle_apply(self, local: Local, lock: str, exc: ConditionFailed) -> Step[dict[str, Any]]:
         """The apply's condition failed: our write (lost answer), false, or the lock gone."""

@@ -109,8 +109,7 @@ class BodyRows:
             self._parts.update((e.rid, e.parts) for e in entries)
 
     def drop(self, entries: list[Entry], earlier: Mapping[str, Entry] | None = None) -> Step[None]:
-        """Delete body rows the record does not name; a row in ``earlier`` (a read's row a
-        refused upgrade wrote over) gets that body back instead."""
+        """Delete unnamed body rows; one in ``earlier`` (a refused upgrade's) gets its read back."""
         rows: list[dict[str, Any]] = []
         for entry in entries:
             restored = (earlier or {}).get(entry.rid)

@@ -129,9 +129,7 @@ class _Parser:
         return left
 
     def negation(self) -> tuple[Any, ...]:
-        if self.accept("keyword", "NOT"):
-            return ("not", self.negation())
-        return self.primary()
+        return ("not", self.negation()) if self.accept("keyword", "NOT") else self.primary()
 
     def primary(self) -> tuple[Any, ...]:
         if self.accept("punct", "("):
@@ -382,16 +380,13 @@ def _pick(value: Item, tree: Any) -> Item | None:
     if _kind(value) == "M":
         return _pick_map(value["M"], tree)
     if _kind(value) == "L":
-        return _pick_list(value["L"], tree)
+        elements = value["L"]
+        indexes = sorted(k for k in tree if isinstance(k, int) and k < len(elements))
+        chosen = [p for i in indexes if (p := _pick(elements[i], tree[i])) is not None]
+        return {"L": chosen} if chosen else None
     return None
 
 
 def _pick_map(members: Item, tree: Any) -> Item | None:
     picked = {k: p for k, sub in tree.items() if k in members if (p := _pick(members[k], sub))}
     return {"M": picked} if picked else None
-
-
-def _pick_list(elements: list[Item], tree: Any) -> Item | None:
-    indexes = sorted(k for k in tree if isinstance(k, int) and k < len(elements))
-    chosen = [p for i in indexes if (p := _pick(elements[i], tree[i])) is not None]
-    return {"L": chosen} if chosen else None

@@ -57,16 +57,6 @@ class Contending(typing.Protocol):
     def manager(self) -> Patience: ...
 
 
-class Contender:
-    """Contention decisions of one transaction; one :class:`ItemContention` per locked item."""
-
-    def __init__(self, tx: Contending) -> None:
-        self.tx = tx
-
-    def for_item(self, req: Request) -> ItemContention:
-        return ItemContention(self.tx, req)
-
-
 class ItemContention:
     """One request's wait for an item another transaction holds (on the monotonic clock)."""
 

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from . import schema as s
 from ._adding import Adding
-from ._contention import Contender, Patience
+from ._contention import Patience
 from ._effects import Step, gather
 from ._ending import Ending
 from ._exactly import Replay, join, same_request
@@ -69,7 +69,6 @@ class CoordinatorSteps:
         self.p = manager.protocol
         self.record = RecordView(tx_id, self.p.records, write_batches=self.p.write_batches)
         self.steps = ItemSteps(self)
-        self.contender = Contender(self)
         self.end = Ending(self)
         self.record.caller_id = transaction_id
         #: An earlier attempt with this ``transaction_id`` committed: take no requests.
@@ -322,8 +321,7 @@ class CoordinatorSteps:
         yield from gather(self.p.undo(self.id, req.table, req.key, None) for req in touched)
 
     def gone(self) -> Step[TransactionRolledBackError | TransactionOutcomeUnknownError]:
-        """The record was deleted (janitors never commit a pending one): rolled back, unless
-        a commit decision of ours went unanswered. The error to raise."""
+        """The record was deleted: rolled back, unless our commit decision went unanswered."""
         yield from self.undo_late_locks()
         self.record.completed = True
         if self.record.commit_unanswered:

@@ -20,7 +20,6 @@ def client_config(max_attempts: int) -> Any:
 
 
 def call(client: Any, operation: str, *, resent: Any = None, **params: Any) -> dict[str, Any]:
-    """The blocking :func:`ddbtx._effects.request` (``resent``: a ``list[bool]``, typed Any
-    so ``**params`` dicts pass)."""
+    """The blocking :func:`ddbtx._effects.request`."""
     response: dict[str, Any] = drive(request(operation, resent=resent, **params), client)
     return response

@@ -65,20 +65,16 @@ class Resumed(typing.Protocol):
 def _canonical(value: dict[str, Any]) -> Any:
     """An AttributeValue in a form where equal values compare equal (numbers, sets, binary)."""
     ((kind, raw),) = value.items()
-    if kind == "N":
-        return kind, canonical_number(raw)
-    if kind == "NS":
-        return kind, frozenset(canonical_number(n) for n in raw)
-    if kind == "B":
-        return kind, raw.encode() if isinstance(raw, str) else bytes(raw)
-    if kind == "BS":
-        return kind, frozenset(b.encode() if isinstance(b, str) else bytes(b) for b in raw)
-    if kind == "SS":
-        return kind, frozenset(raw)
+    if kind in ("NS", "BS", "SS"):
+        return kind, frozenset(_canonical({kind[0]: member})[1] for member in raw)
     if kind == "M":
         return kind, tuple(sorted((k, _canonical(v)) for k, v in raw.items()))
     if kind == "L":
         return kind, tuple(_canonical(v) for v in raw)
+    if kind == "N":
+        return kind, canonical_number(raw)
+    if kind == "B":
+        return kind, raw.encode() if isinstance(raw, str) else bytes(raw)
     return kind, raw
 
 

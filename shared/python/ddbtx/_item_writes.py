@@ -196,6 +196,15 @@ class ItemWrites:
         return response
 
 
+def image_sets(image: dict[str, Any], names: dict[str, str], values: dict[str, Any]) -> str:
+    """SET clauses (each after ", ") writing ``image``'s attributes, placeholders added."""
+    clauses = ""
+    for i, (attr, value) in enumerate(image.items()):
+        names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
+        clauses += f", #ddbtxi{i} = :ddbtxi{i}"
+    return clauses
+
+
 def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
     ((kind, _),) = value.items()
     token = uuid.uuid4()

@@ -75,8 +75,7 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def canonical_number(text: Any) -> str:
-    """The one spelling DynamoDB stores for a number (``"1E+1"``, ``"10.0"``, ``"010"``: ``"10"``);
-    ``ValueError`` with DynamoDB's reason for a number it would reject."""
+    """DynamoDB's spelling of a number; ``ValueError`` with its reason for one it rejects."""
     if not isinstance(text, str) or not _NUMBER.fullmatch(text):
         raise ValueError(f"the parameter cannot be converted to a numeric value: {text!r:.60}")
     sign, digits, exponent = Decimal(text).as_tuple()
@@ -97,8 +96,7 @@ def canonical_number(text: Any) -> str:
 
 
 def canonical_key_value(value: dict[str, Any]) -> dict[str, Any]:
-    """One form per key value: numbers as DynamoDB spells them, binary as bytes (botocore
-    sends a ``str`` B value as its UTF-8 bytes, so both name the same item)."""
+    """One form per key value: numbers as DynamoDB spells them, binary (even a str) as bytes."""
     ((kind, raw),) = value.items()
     if kind == "N":
         return {"N": canonical_number(raw)}
@@ -134,9 +132,7 @@ def is_locked_by(item: Item | None, tx_id: str) -> bool:
 def lock_owner(item: Item | None) -> str | None:
     """The transaction id in an item's lock attribute, or None when unlocked."""
     lock = (item or {}).get(schema.ATTR_LOCK, {}).get("S")
-    if not isinstance(lock, str):
-        return None
-    return lock.rsplit("/", 1)[0]
+    return lock.rsplit("/", 1)[0] if isinstance(lock, str) else None
 
 
 def flag(item: Item | None, name: str) -> bool:

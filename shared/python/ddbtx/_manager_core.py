@@ -134,8 +134,7 @@ class ManagerCore(Generic[Tx]):
         raise NotImplementedError
 
     def new_id(self, priority: str | None) -> str:
-        clock_ns = lambda: int(self.clock() * 1e9)  # noqa: E731
-        return new_tx_id(clock_ns, priority=priority)
+        return new_tx_id(lambda: int(self.clock() * 1e9), priority=priority)
 
     def new_transaction(self, priority: str | None = None) -> Tx:
         return self.make(self.new_id(priority))
@@ -151,8 +150,7 @@ def deletes(delete: bool | None, transaction_id: str | None) -> bool:
 
 
 def closing(tx: CoordinatorSteps, failure: BaseException | None, delete: bool) -> Step[None]:
-    """The end of a ``transaction()`` block: commit, or after ``failure`` roll back without
-    hiding it (the caller re-raises it); then delete if asked."""
+    """End a ``transaction()`` block: commit, or roll back after ``failure``; delete if asked."""
     if failure is None:
         yield from tx.end.commit()
         if delete:

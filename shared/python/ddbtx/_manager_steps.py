@@ -13,7 +13,6 @@ from ._exactly import Replay, Resumed
 from ._protocol import Protocol, SweepOutcome
 from ._record import Header
 from ._requests import KeySchemas
-from ._view import RecordView
 from .errors import TransactionError, TransactionNotFoundError
 
 #: Rounds of "claim, read, act" before giving up on an alias that keeps changing.
@@ -22,9 +21,6 @@ RESOLVE_ROUNDS = 8
 
 class Opened(Resumed, typing.Protocol):
     """What opening sets up on a transaction."""
-
-    @property
-    def record(self) -> RecordView: ...
 
     already_committed: bool
     replay: Replay | None

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from . import _parts
+from . import _parts, _record
 from . import schema as s
 from ._alias import AliasStore
 from ._drive import drive
@@ -125,9 +125,7 @@ class Protocol:
             self._pool = None
 
     def read_item(self, table: str, key: Item) -> Step[Item | None]:
-        resp = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
-        item: Item | None = resp.get("Item")
-        return item
+        return (yield from _record.read_row(table, key))
 
     def release(
         self, table: str, key: Item, lock_value: str, *, delete: bool, applied: bool | None
@@ -190,9 +188,7 @@ class Protocol:
         expires = int(self.clock() + IMAGE_TTL.total_seconds())
         first = {**key, s.IMAGE_TTL: {"N": str(expires)}}
         row = {**first, s.IMAGE_ITEM: {"M": image}}
-        if _parts.fits(row):
-            return [row]
-        return _parts.rows(first, key, s.IMAGE_SK, {"M": image})
+        return [row] if _parts.fits(row) else _parts.rows(first, key, s.IMAGE_SK, {"M": image})
 
     def read_image(self, tx_id: str, rid: str, row: Item | None = None) -> Step[Item | None]:
         """A saved image from the images table (None: not there); ``row``: its first row."""
@@ -203,14 +199,9 @@ class Protocol:
         if s.IMAGE_ITEM in row:
             image: Item = row[s.IMAGE_ITEM]["M"]
             return image
-        parts = [row[s.ROW_PART]["B"]]
-        for part_key in _parts.part_keys(key, s.IMAGE_SK, _parts.count(row)):
-            part = yield from self.get_image_row(part_key)
-            if part is None:
-                return None  # being deleted: its transaction is completed
-            parts.append(part[s.ROW_PART]["B"])
-        joined: Item = _parts.join(parts)["M"]
-        return joined
+        # None while being deleted: its transaction is completed
+        joined = yield from _record.read_parts(self.images_table, key, s.IMAGE_SK, row)
+        return None if joined is None else joined["M"]
 
     def get_image_row(self, key: Item) -> Step[Item | None]:
         return (yield from self.read_item(self.images_table, key))
@@ -361,8 +352,7 @@ class Protocol:
         expect_updated_ms: int | None = None,
         by: str | None = None,
     ) -> Step[SweepOutcome]:
-        """Roll back a pending record (``expect_*``: only as the caller saw it, else
-        ``ACTIVE``), then complete it; complete a decided one."""
+        """Roll back (``expect_*``: else ``ACTIVE``) and complete a pending record, or a decided."""
         rolled_back_here = False
         if header is None or header.state == s.STATE_PENDING:
             header = yield from self.records.decide(

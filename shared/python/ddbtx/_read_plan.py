@@ -15,9 +15,9 @@ from ._requests import (
     check_placeholders,
     check_table,
     grouped,
+    invalid,
     used_placeholders,
 )
-from .errors import InvalidRequestError
 
 ReadOp = Literal["query", "scan", "get"]
 #: How the items are judged: as they are, as last committed, or (inside a transaction)
@@ -73,31 +73,27 @@ _LEGACY = {"AttributesToGet", "KeyConditions", "QueryFilter", "ScanFilter", "Con
 _EXPRESSIONS = ("KeyConditionExpression", "FilterExpression", "ProjectionExpression")
 
 
-def _fail(message: str, table: str | None) -> InvalidRequestError:
-    return InvalidRequestError(message, table=table)
-
-
 def validate(op: str, params: Mapping[str, Any], table: str | None = None) -> str:
     """Check a read's parameters (``batch``: one table's of a BatchGetItem); its table."""
     if not isinstance(params, Mapping):
-        raise _fail(f"the {op} parameters must be a dict", table)
+        raise invalid(f"the {op} parameters must be a dict", table)
     table = check_table(params.get("TableName") if op != "batch" else table)
     legacy = sorted(set(params) & _LEGACY)
     if legacy:
-        raise _fail(
+        raise invalid(
             f"{legacy} are DynamoDB's legacy parameters; use KeyConditionExpression, "
             "FilterExpression and ProjectionExpression",
             table,
         )
     unknown = sorted(set(params) - _ALLOWED[op])
     if unknown:
-        raise _fail(f"{op} does not support {unknown}", table)
+        raise invalid(f"{op} does not support {unknown}", table)
     check_placeholders(params, table)
     check_expressions(params, table, _EXPRESSIONS)
     if params.get("Select") == "COUNT" and params.get("ProjectionExpression"):
-        raise _fail("ProjectionExpression cannot be given with Select=COUNT", table)
+        raise invalid("ProjectionExpression cannot be given with Select=COUNT", table)
     if op == "query" and not params.get("KeyConditionExpression"):
-        raise _fail("KeyConditionExpression is missing", table)
+        raise invalid("KeyConditionExpression is missing", table)
     return table
 
 
@@ -219,7 +215,7 @@ def plan(
         if user.get("ProjectionExpression"):
             read.projection = parse_projection(user["ProjectionExpression"], names)
     except ExpressionError as exc:
-        raise _fail(f"an expression cannot be parsed: {exc}", read.table) from exc
+        raise invalid(f"an expression cannot be parsed: {exc}", read.table) from exc
     read.base_fetch = index is not None and not index.shows_locks
     if read.base_fetch:
         _plan_base_fetch(read, names)

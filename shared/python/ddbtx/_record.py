@@ -81,6 +81,23 @@ class Header:
     caller_id: str | None = None  # the caller's transaction_id: its alias goes with the record
 
 
+def read_row(table: str, key: Item) -> Step[Item | None]:
+    resp = yield from request("get_item", TableName=table, Key=key, ConsistentRead=True)
+    row: Item | None = resp.get("Item")
+    return row
+
+
+def read_parts(table: str, key: Item, sort_name: str, row: Item) -> Step[dict[str, Any] | None]:
+    """A value spanning rows, from its first ``row``; None once a part is gone (deleted)."""
+    parts = [row[s.ROW_PART]["B"]]
+    for part_key in _parts.part_keys(key, sort_name, _parts.count(row)):
+        part = yield from read_row(table, part_key)
+        if part is None:
+            return None
+        parts.append(part[s.ROW_PART]["B"])
+    return _parts.join(parts)
+
+
 def params_to_av(params: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in params.items():
@@ -204,35 +221,22 @@ class RecordStore:
         return {s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": f"r#{entry.rid}#{entry.nonce}"}}
 
     def read_header(self, tx_id: str) -> Step[Header | None]:
-        item = yield from self._get(self.header_key(tx_id))
+        item = yield from read_row(self.table, self.header_key(tx_id))
         return header_from_item(item) if item is not None else None
 
     def load_params(self, tx_id: str, entry: Entry) -> Step[dict[str, Any]]:
         if entry.params is not None:
             return entry.params
-        gone = TransactionError(
-            f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
-        )
         key = self.body_key(tx_id, entry)
-        row = yield from self._get(key)
-        if row is None:
-            raise gone
-        if "p" in row:
-            entry.params = params_from_av(row["p"])
-            return entry.params
-        parts = [row[s.ROW_PART]["B"]]
-        for part_key in _parts.part_keys(key, s.TX_SK, _parts.count(row)):
-            part = yield from self._get(part_key)
-            if part is None:  # deleted after the first row: the record is being deleted
-                raise gone
-            parts.append(part[s.ROW_PART]["B"])
-        entry.params = params_from_av(_parts.join(parts))
+        row = yield from read_row(self.table, key)
+        # None: gone, or a part deleted after the first row (the record is being deleted)
+        value = row and (row.get("p") or (yield from read_parts(self.table, key, s.TX_SK, row)))
+        if value is None:
+            raise TransactionError(
+                f"the body of request {entry.rid} is gone from the TX record", tx_id=tx_id
+            )
+        entry.params = params_from_av(value)
         return entry.params
-
-    def _get(self, key: Item) -> Step[Item | None]:
-        resp = yield from request("get_item", TableName=self.table, Key=key, ConsistentRead=True)
-        row: Item | None = resp.get("Item")
-        return row
 
     def body_rows(self, tx_id: str, entry: Entry) -> list[Item]:
         """The row(s) of a request body kept apart from the header; sets ``entry.parts``."""
@@ -277,8 +281,7 @@ class RecordStore:
     def create_completed(
         self, tx_id: str, caller_id: str, state: str, *, resent: list[bool] | None = None
     ) -> Step[bool]:
-        """create, decided and completed, with no requests (False: it exists): fences an
-        alias's id that has no record, or records an empty exactly-once transaction."""
+        """create, completed, no requests (False: it exists): an alias's fence, or an empty tx."""
         item = {
             **self._new_header(tx_id, state, s.STATE_FINISHED_TAG, {}),
             s.TX_FINISHED: {"BOOL": True},
@@ -290,8 +293,7 @@ class RecordStore:
     def add(
         self, tx_id: str, bodies: dict[str, dict[str, Any]], upgrades: dict[str, tuple[str, int]]
     ) -> Step[Header]:
-        """add: record requests (and drop the wait mark); the header after. ``upgrades``: our
-        lock's nonce and the replaced entry's writes (0: a read), by request id."""
+        """add (drops the wait mark); ``upgrades``: by rid, our nonce and the writes it replaces."""
         names = {
             "#rq": s.TX_REQUESTS,
             "#st": s.TX_STATE,
@@ -355,30 +357,40 @@ class RecordStore:
         resent: list[bool] | None = None,
     ) -> Step[Header]:
         """A conditional update of the header; the header after."""
-        resp = yield from request(
-            "update_item",
-            resent=resent,
-            TableName=self.table,
-            Key=self.header_key(tx_id),
-            UpdateExpression=update,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW",
+        resp = yield from self._send(
+            tx_id, update, condition, names, values, resent=resent, ReturnValues="ALL_NEW"
         )
         return header_from_item(resp["Attributes"])
 
+    def _send(
+        self,
+        tx_id: str,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        resent: list[bool] | None = None,
+        **extra: Any,
+    ) -> Step[Any]:
+        return (
+            yield from request(
+                "update_item",
+                resent=resent,
+                TableName=self.table,
+                Key=self.header_key(tx_id),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                **extra,
+            )
+        )
+
     def mark_waiting(self, tx_id: str, owner: str) -> Step[None]:
         """wait mark: ``v`` and ``ts`` stay, so a wait does not look like progress."""
-        yield from request(
-            "update_item",
-            TableName=self.table,
-            Key=self.header_key(tx_id),
-            UpdateExpression="SET #wt = :owner",
-            ConditionExpression=PENDING,
-            ExpressionAttributeNames={"#wt": s.TX_WAITING, "#st": s.TX_STATE},
-            ExpressionAttributeValues={":owner": {"S": owner}, ":p": {"S": s.STATE_PENDING}},
-        )
+        names = {"#wt": s.TX_WAITING, "#st": s.TX_STATE}
+        values = {":owner": {"S": owner}, ":p": {"S": s.STATE_PENDING}}
+        yield from self._send(tx_id, "SET #wt = :owner", PENDING, names, values)
 
     def decide(
         self,
@@ -390,8 +402,7 @@ class RecordStore:
         by: str | None = None,
         resent: list[bool] | None = None,
     ) -> Step[Header | None]:
-        """decide: the header after (as read if the condition fails; None: gone).
-        ``expect_updated_ms``: a sweeper's, which finds stale records by ``ts``."""
+        """decide: the header after (as read if the condition fails; None: gone)."""
         names = {"#st": s.TX_STATE, "#v": s.TX_VERSION, "#ts": s.TX_UPDATED, "#sw": s.TX_SWEEP_KEY}
         values: dict[str, Any] = {
             ":p": {"S": s.STATE_PENDING},
@@ -420,32 +431,26 @@ class RecordStore:
     def mark_completed(self, header: Header) -> Step[None]:
         """complete (last step): every item is completed; TTL may delete the record later."""
         ttl = int(self.clock()) + self.completed_ttl_seconds
+        names = {
+            "#fin": s.TX_FINISHED,
+            "#sw": s.TX_SWEEP_KEY,
+            "#ts": s.TX_UPDATED,
+            "#ttl": s.TX_TTL,
+            "#st": s.TX_STATE,
+            "#v": s.TX_VERSION,
+        }
+        values = {
+            ":t": {"BOOL": True},
+            ":sw": {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(header.tx_id)}"},
+            ":now": {"N": str(self.now_ms())},
+            ":ttl": {"N": str(ttl)},
+            ":st": {"S": header.state},
+            ":one": {"N": "1"},
+        }
+        update = "SET #fin = :t, #sw = :sw, #ts = :now, #ttl = :ttl, #v = #v + :one"
         # Failing means another coordinator completed (or deleted) the record first.
         with contextlib.suppress(ConditionFailed):
-            yield from request(
-                "update_item",
-                TableName=self.table,
-                Key=self.header_key(header.tx_id),
-                UpdateExpression="SET #fin = :t, #sw = :sw, #ts = :now, #ttl = :ttl, "
-                "#v = #v + :one",
-                ConditionExpression=MARK_COMPLETED,
-                ExpressionAttributeNames={
-                    "#fin": s.TX_FINISHED,
-                    "#sw": s.TX_SWEEP_KEY,
-                    "#ts": s.TX_UPDATED,
-                    "#ttl": s.TX_TTL,
-                    "#st": s.TX_STATE,
-                    "#v": s.TX_VERSION,
-                },
-                ExpressionAttributeValues={
-                    ":t": {"BOOL": True},
-                    ":sw": {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(header.tx_id)}"},
-                    ":now": {"N": str(self.now_ms())},
-                    ":ttl": {"N": str(ttl)},
-                    ":st": {"S": header.state},
-                    ":one": {"N": "1"},
-                },
-            )
+            yield from self._send(header.tx_id, update, MARK_COMPLETED, names, values)
         header.completed = True
 
     def delete(

@@ -97,13 +97,13 @@ class Request:
         return str(cond) if cond else None
 
 
-def _fail(message: str, table: str | None, key: Item | None = None) -> InvalidRequestError:
+def invalid(message: str, table: str | None, key: Item | None = None) -> InvalidRequestError:
     return InvalidRequestError(message, table=table, key=key)
 
 
 def _check_av(name: str, value: Any, table: str) -> None:
     if not (isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _AV_TYPES):
-        raise _fail(f"attribute {name!r} is not a low-level AttributeValue: {value!r:.80}", table)
+        raise invalid(f"attribute {name!r} is not a low-level AttributeValue: {value!r:.80}", table)
 
 
 def check_placeholders(params: Mapping[str, Any], table: str) -> None:
@@ -111,7 +111,7 @@ def check_placeholders(params: Mapping[str, Any], table: str) -> None:
     names = params.get("ExpressionAttributeNames")
     for placeholder, real in _entries(names, "ExpressionAttributeNames", "#", table):
         if not isinstance(real, str) or real.startswith(schema.RESERVED_PREFIX):
-            raise _fail(
+            raise invalid(
                 f"attribute name {real!r} (behind {placeholder}) uses the reserved prefix "
                 f"{schema.RESERVED_PREFIX!r}",
                 table,
@@ -126,33 +126,32 @@ def _entries(mapping: Any, param: str, sigil: str, table: str) -> Iterator[tuple
     if mapping is None:
         return
     if not isinstance(mapping, dict):
-        raise _fail(f"{param} must be a dict", table)
+        raise invalid(f"{param} must be a dict", table)
     for placeholder, value in mapping.items():
         if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
             odd = f"placeholder {placeholder!r} is not '{sigil}' and letters, digits or _"
-            raise _fail(odd, table)
+            raise invalid(odd, table)
         if not placeholder.startswith(sigil):
-            raise _fail(f"placeholder {placeholder!r} must start with '{sigil}'", table)
+            raise invalid(f"placeholder {placeholder!r} must start with '{sigil}'", table)
         if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
-            raise _fail(f"placeholder {placeholder!r} is reserved by ddbtx", table)
+            raise invalid(f"placeholder {placeholder!r} is reserved by ddbtx", table)
         yield placeholder, value
 
 
 def check_table(table: Any) -> str:
     if not isinstance(table, str) or not table:
-        raise _fail("TableName is missing", None)
+        raise invalid("TableName is missing", None)
     return table
 
 
 def check_expressions(
     params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
 ) -> None:
-    """Each expression a non-empty string (or absent); every placeholder defined is used
-    and every one used is defined (the protocol's own placeholders would hide a lapse)."""
+    """Expressions non-empty or absent; each placeholder defined is used, each used defined."""
     for name in expression_params:
         value = params.get(name)
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise _fail(f"{name} must be a non-empty string", table)
+            raise invalid(f"{name} must be a non-empty string", table)
     expressions = [params[p] for p in expression_params if params.get(p) is not None]
     used = set(_PLACEHOLDER.findall(" ".join(expressions)))
     for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
@@ -167,18 +166,18 @@ def _check_defined(
     if defined is None:
         mentioned = ", ".join(sorted(mine))
         if mentioned:
-            raise _fail(f"{mentioned} used in an expression but {param} is missing", table)
+            raise invalid(f"{mentioned} used in an expression but {param} is missing", table)
         return
     if not defined:
-        raise _fail(f"{param} must not be empty", table)
+        raise invalid(f"{param} must not be empty", table)
     if not expressions:
-        raise _fail(f"{param} can only be specified when using expressions", table)
+        raise invalid(f"{param} can only be specified when using expressions", table)
     undefined = ", ".join(sorted(mine - set(defined)))
     if undefined:
-        raise _fail(f"{undefined} used in an expression but not defined in {param}", table)
+        raise invalid(f"{undefined} used in an expression but not defined in {param}", table)
     unused = ", ".join(sorted(set(defined) - used))
     if unused:
-        raise _fail(f"{param} has entries no expression uses: {unused}", table)
+        raise invalid(f"{param} has entries no expression uses: {unused}", table)
 
 
 def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
@@ -188,9 +187,9 @@ def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
 def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
     """The key in canonical form (hash first), after checking it against the key schema."""
     if not isinstance(key, dict) or not key:
-        raise _fail("Key is missing or empty", table)
+        raise invalid("Key is missing or empty", table)
     if set(key) != set(key_types):
-        raise _fail(
+        raise invalid(
             f"Key must have exactly the key attributes {sorted(key_types)}, got {sorted(key)}",
             table,
         )
@@ -200,29 +199,28 @@ def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
         _check_av(name, value, table)
         ((kind, raw),) = value.items()
         if kind not in ("S", "N", "B") or raw in ("", b""):
-            raise _fail(f"key attribute {name!r} must be a non-empty S, N or B", table)
+            raise invalid(f"key attribute {name!r} must be a non-empty S, N or B", table)
         if expected is not None and kind != expected:
-            raise _fail(f"type mismatch for key {name!r}: expected {expected}, got {kind}", table)
+            raise invalid(f"type mismatch for key {name!r}: expected {expected}, got {kind}", table)
         try:
             canonical[name] = canonical_key_value(value)
         except ValueError as exc:
-            raise _fail(f"key attribute {name!r}: {exc}", table) from None
+            raise invalid(f"key attribute {name!r}: {exc}", table) from None
     return canonical
 
 
 def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -> Request:
-    """Validate boto3-style ``params`` for ``op`` (an :class:`InvalidRequestError` names the
-    first problem). The key is made canonical, so every spelling of an item has one id."""
+    """Validate boto3-style ``params`` for ``op``; its key made canonical (one id per item)."""
     table = check_table(params.get("TableName"))
     unknown = set(params) - _ALLOWED[op]
     if unknown:
-        raise _fail(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
+        raise invalid(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
     key_types = _key_types(key_names)
     check_placeholders(params, table)
     if op in _RETURN_VALUES:
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:
-            raise _fail(f"ReturnValues={rv!r} is not supported for {op}_item", table)
+            raise invalid(f"ReturnValues={rv!r} is not supported for {op}_item", table)
     check_expressions(params, table)
     params = dict(params)
     if op == "put":
@@ -237,22 +235,22 @@ def _check_item(params: dict[str, Any], key_types: KeyTypes, table: str) -> Item
     """A put's key in canonical form, after checking its item (whose key it becomes)."""
     item = params.get("Item")
     if not isinstance(item, dict) or not item:
-        raise _fail("Item is missing or empty", table)
+        raise invalid("Item is missing or empty", table)
     for name, value in item.items():
         if name.startswith(schema.RESERVED_PREFIX):
-            raise _fail(
+            raise invalid(
                 f"attribute name {name!r} uses the reserved prefix {schema.RESERVED_PREFIX!r}",
                 table,
             )
         _check_av(name, value, table)
     missing = [k for k in key_types if k not in item]
     if missing:
-        raise _fail(f"Item lacks key attributes {missing}", table)
+        raise invalid(f"Item lacks key attributes {missing}", table)
     key = _check_key({k: item[k] for k in key_types}, key_types, table)
     params["Item"] = {**item, **key}
     size = item_size(item)
     if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
-        raise _fail(too_large(size), table, key)
+        raise invalid(too_large(size), table, key)
     return key
 
 

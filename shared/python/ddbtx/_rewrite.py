@@ -7,7 +7,7 @@ from typing import Any
 
 from . import schema as s
 from ._effects import Step
-from ._item_writes import UnderLock
+from ._item_writes import UnderLock, image_sets
 from ._items import Item, flag, strip, write_marker
 from ._record import new_lock_value
 from ._requests import with_user_condition
@@ -119,7 +119,9 @@ class Rewrites(UnderLock):
             return {}
         if req.op == "delete":
             sets = "#ddbtxd = :ddbtxt, #ddbtxp = :ddbtxs"
-            sets += yield from self._set_image(local, values, names, imaged)
+            if not imaged and not local.transient:  # only deletes so far: save the image
+                image = yield from self.writes.image_attrs(local, values)
+                sets += image_sets(image, names, values)
             yield from self.writes.update(req, f"SET {sets}", condition, names, values)
             return {}
         if absent and not cleared:
@@ -134,19 +136,6 @@ class Rewrites(UnderLock):
             rv = rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE"
         resp = yield from self.writes.user_update(req, sets, names, values, condition, rv)
         return attributes(strip(resp.get("Attributes")))
-
-    def _set_image(
-        self, local: Local, values: dict[str, Any], names: dict[str, str], imaged: bool
-    ) -> Step[str]:
-        """SET clauses saving the image, when no earlier write saved it (only deletes)."""
-        if imaged or local.transient:
-            return ""
-        clauses = ""
-        image = yield from self.writes.image_attrs(local, values)
-        for i, (attr, value) in enumerate(image.items()):
-            names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
-            clauses += f", #ddbtxi{i} = :ddbtxi{i}"
-        return clauses
 
     def _settle(
         self, local: Local, before: Item | None, exc: ConditionFailed

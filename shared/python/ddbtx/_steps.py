@@ -9,7 +9,7 @@ from botocore.exceptions import BotoCoreError
 
 from . import schema as s
 from ._apply import Applies
-from ._contention import Contender, Contending
+from ._contention import Contending, ItemContention
 from ._effects import Step, was_resent
 from ._item_writes import ItemWrites
 from ._items import Item, flag, lock_owner, strip
@@ -27,8 +27,6 @@ LOCK_INSERT = "attribute_not_exists(#ddbtxk)"
 
 
 class Coordinator(Contending, typing.Protocol):
-    @property
-    def contender(self) -> Contender: ...
     def pending_header(self) -> Step[Header]: ...
     def own(self, local: Local) -> Step[dict[str, Any]]: ...
 
@@ -52,7 +50,7 @@ class ItemSteps:
         # costs one failed write); other requests usually find their item.
         path = self.p.put_paths.get(req.table, "insert") if req.op == "put" else "existing"
         guessing = True
-        contender = self.tx.contender.for_item(req)
+        contender = ItemContention(self.tx, req)
         polling = False  # waiting on a holder: read the item, write only once it is free
         while True:
             if not polling:

@@ -221,8 +221,7 @@ class RecordView:
             raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
 
     def take_over(self, local: Local, new_nonce: str) -> Step[tuple[Local, bool]]:
-        """take over: a fresh nonce, so a late lock by the adder is stray. The view's request
-        after, and whether it is ours to lock (if not: the record's, unconfirmed)."""
+        """take over: a fresh nonce (the adder's late lock is stray); the request, and if ours."""
         req = local.request
         moved = self.bodies.has_row(req.rid)
         moved_body = Entry(req.rid, req.op, req.table, req.key, new_nonce, dict(req.params))

@@ -402,10 +402,8 @@ def locked_read(
 def _settled_page(
     tx: InTransaction, read: ReadPlan
 ) -> Step[tuple[dict[str, Any], list[Item | None]]]:
-    """A page whose every item ``tx`` holds, read at a moment it holds them all. Items are
-    locked after DynamoDB listed them, so another transaction may commit an item into the
-    page in between: the page is read again, locking what it lists anew, until a read lists
-    only held items (one read more when nothing moved)."""
+    """A page read at a moment ``tx`` holds all its items: read again (locking what it lists
+    anew) until it lists only held ones, as another commit may add an item in between."""
     reads = tx.manager.reads
     held: dict[str, Item | None] = {}
     response = yield from reads.send(read)

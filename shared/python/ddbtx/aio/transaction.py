@@ -137,8 +137,7 @@ class TransactionManager(ManagerCore[Transaction]):
         attempts: int = 10,
         transaction_id: str | None = None,
     ) -> T | AlreadyCommitted:
-        """``await work(tx)`` in a transaction and commit, retrying as
-        :meth:`ddbtx.TransactionManager.run` does."""
+        """``await work(tx)`` and commit, as :meth:`ddbtx.TransactionManager.run`."""
         tries = Attempts(attempts, transaction_id)
         while True:
             try:
@@ -159,8 +158,7 @@ class TransactionManager(ManagerCore[Transaction]):
         return await self.drive(sweep(self.protocol, tx_id, rollback_after, delete_after))
 
     async def transact_write(self, requests: list[dict[str, Any]]) -> str:
-        """Write several items atomically, as :meth:`ddbtx.TransactionManager.transact_write`:
-        ``"native"`` (one ``TransactWriteItems`` call) or ``"protocol"``."""
+        """Write several items atomically, as :meth:`ddbtx.TransactionManager.transact_write`."""
         if await self.drive(one_call(self.schemas, requests)):
             return "native"
         async with self.transaction() as tx:
