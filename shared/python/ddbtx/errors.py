@@ -12,6 +12,7 @@ Hierarchy::
     ├── TransactionError              a transaction could not do what was asked
     │   ├── TransactionRolledBackError
     │   ├── TransactionCommittedError
+    │   ├── TransactionOutcomeUnknownError
     │   ├── TransactionNotFoundError
     │   ├── TransactionConflictError
     │   ├── DuplicateRequestError
@@ -21,7 +22,8 @@ Hierarchy::
     │   └── ConditionalCheckFailedError
     └── LockError
         ├── LockNotGrantedError
-        └── LockLostError
+        ├── LockLostError
+        └── LockNotFoundError
 """
 
 from __future__ import annotations
