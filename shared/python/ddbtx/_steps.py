@@ -17,7 +17,7 @@ from ._record import Header, new_lock_value, new_nonce
 from ._requests import with_user_condition
 from ._responses import attributes, return_values, wrap
 from ._rewrite import Rewrites
-from ._view import Local
+from ._view import Local, rejected
 from .errors import ConditionFailed, DynamoDBError, TransactionRolledBackError, ValidationFailed
 
 #: lock: the item exists and nobody holds it (the request's own condition is ANDed in).
@@ -69,7 +69,7 @@ class ItemSteps:
                         continue
                     guessing = False
                 except ValidationFailed as exc:
-                    raise self.writes.rejected_write(req, exc) from exc
+                    raise rejected(self.tx.id, [req], exc, sized=True) from exc
                 except (DynamoDBError, BotoCoreError):
                     local.maybe_landed = True  # no answer: it may have been applied
                     raise
