@@ -151,17 +151,6 @@ class Protocol:
             **update,
         )
 
-    def restore(self, table: str, item: Item, image: Item) -> Step[None]:
-        """Put the saved image back over an applied item (roll back), under the same lock."""
-        yield from request(
-            "put_item",
-            TableName=table,
-            Item=image,
-            ConditionExpression=HELD,
-            ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-            ExpressionAttributeValues={":l": item[s.ATTR_LOCK]},
-        )
-
     def image_of(self, tx_id: str, rid: str, item: Item) -> Step[Item | None]:
         """The pre-write image of an applied item, from the item or the images table."""
         if s.ATTR_IMAGE in item:
@@ -219,7 +208,15 @@ class Protocol:
                     if image is None:
                         logger.error("applied item without image tx=%s table=%s", tx_id, table)
                         return
-                    yield from self.restore(table, item, image)
+                    # the saved image back over the applied item, under the same lock
+                    yield from request(
+                        "put_item",
+                        TableName=table,
+                        Item=image,
+                        ConditionExpression=HELD,
+                        ExpressionAttributeNames={"#l": s.ATTR_LOCK},
+                        ExpressionAttributeValues={":l": item[s.ATTR_LOCK]},
+                    )
                 else:
                     yield from self.release(table, key, lock_value, delete=False, applied=False)
                 return

@@ -426,7 +426,6 @@ class RecordStore:
 
     def mark_completed(self, header: Header) -> Step[None]:
         """complete (last step): every item is completed; TTL may delete the record later."""
-        ttl = int(self.clock()) + self.completed_ttl_seconds
         names = {
             "#fin": s.TX_FINISHED,
             "#sw": s.TX_SWEEP_KEY,
@@ -439,7 +438,7 @@ class RecordStore:
             ":t": {"BOOL": True},
             ":sw": {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(header.tx_id)}"},
             ":now": {"N": str(self.now_ms())},
-            ":ttl": {"N": str(ttl)},
+            ":ttl": {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             ":st": {"S": header.state},
             ":one": {"N": "1"},
         }
