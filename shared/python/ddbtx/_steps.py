@@ -144,15 +144,9 @@ class ItemSteps:
         if req.op == "update":
             names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
             values[":ddbtxt"] = true
-            rv = req.return_values
-            resp = yield from self.writes.user_update(
-                req,
-                "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
-                names,
-                values,
-                condition,
-                rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
-            )
+            sets = "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt"
+            rv = req.return_values if req.return_values in ("ALL_NEW", "UPDATED_NEW") else "NONE"
+            resp = yield from self.writes.user_update(req, sets, names, values, condition, rv)
             local.applied = local.locked = local.confirmed = True
             return attributes(strip(resp.get("Attributes")))
         if req.op == "put":
