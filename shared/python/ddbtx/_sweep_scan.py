@@ -72,6 +72,13 @@ class ScanPass:
         **params: Any,
     ) -> Step[None]:
         """Scan from ``key``, ``visit``-ing each row with a per-page cache of headers."""
+        seen: dict[str, Header | None] = {}
+
+        def header(tx_id: str) -> Step[Header | None]:
+            if tx_id not in seen:
+                seen[tx_id] = yield from self.tm.protocol.records.read_header(tx_id)
+            return seen[tx_id]
+
         while True:
             if budgeted:
                 run.check_page()
@@ -90,7 +97,7 @@ class ScanPass:
                 run.count("pages")
             run.count("scanned", page.get("ScannedCount", 0))
             key = page.get("LastEvaluatedKey")
-            header = self._headers()
+            seen.clear()
             for row in page.get("Items", []):
                 run.check_time()
                 yield from visit(row, header)
@@ -99,16 +106,6 @@ class ScanPass:
             self.progress(table, page.get("ScannedCount", 0))
             if not key:
                 return
-
-    def _headers(self) -> Headers:
-        seen: dict[str, Header | None] = {}
-
-        def header(tx_id: str) -> Step[Header | None]:
-            if tx_id not in seen:
-                seen[tx_id] = yield from self.tm.protocol.records.read_header(tx_id)
-            return seen[tx_id]
-
-        return header
 
     def _sweep_images(self, run: Run, key: Key | None, here: Here) -> Step[None]:
         def visit(row: Item, header: Headers) -> Step[None]:
