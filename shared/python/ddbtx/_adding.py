@@ -133,10 +133,7 @@ class Adding:
         for entry in entries:
             read = self.view.requests.get(entry.rid)
             if read is not None and read.nonce == entry.nonce and entry.rid in planned.spilled:
-                old = read.request
-                earlier[entry.rid] = Entry(
-                    old.rid, old.op, old.table, old.key, read.nonce, old.params
-                )
+                earlier[entry.rid] = body_entry(read)
         return earlier
 
 

@@ -10,7 +10,7 @@ from ._item_writes import UnderLock, image_sets
 from ._items import flag, strip
 from ._requests import with_user_condition
 from ._responses import attributes, return_values
-from ._view import Local
+from ._view import Local, rejected
 from .errors import ConditionFailed, InvalidRequestError, ValidationFailed
 
 #: apply: only under this request's lock, and only once.
@@ -36,7 +36,7 @@ class Applies(UnderLock):
         try:
             yield from self.writes.update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
         except ValidationFailed as exc:
-            raise self.writes.rejected_write(req, exc) from exc
+            raise rejected(self.tx.id, [req], exc, sized=True) from exc
         except ConditionFailed as exc:
             item = yield from self.p.read_item(req.table, req.key)
             if (item or {}).get(s.ATTR_LOCK, {}).get("S") != values[":ddbtxl"]["S"]:

@@ -108,8 +108,7 @@ class Ending:
         if header is None:
             header = Header(tx.id, record.state, record.version, 0, False)
         header.entries = header.entries or record.entries()
-        locals_ = list(record.requests.values())
-        external = any(loc.external_image or not loc.confirmed for loc in locals_)
+        external = any(loc.external_image or not loc.confirmed for loc in record.requests.values())
         yield from tx.p.complete(header, tx.known(), external_images=external)
         record.completed = True
 
@@ -152,8 +151,7 @@ class Ending:
         if record.state == s.STATE_PENDING:
             raise TransactionError("commit or roll back before deleting", tx_id=tx.id)
         if record.completed:
-            entries = record.entries()
-            header = Header(tx.id, record.state, record.version, 0, True, entries)
+            header = Header(tx.id, record.state, record.version, 0, True, record.entries())
             header.caller_id = tx.transaction_id
             yield from tx.p.delete_record(header)
             return

@@ -79,15 +79,14 @@ def _canonical(value: dict[str, Any]) -> Any:
 
 
 def _canonical_params(req: Request) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in req.params.items():
-        if req.op == "get" and name == "ConsistentRead":
-            continue  # a read under a lock is consistent either way
-        if name in ("Item", "Key", "ExpressionAttributeValues"):
-            out[name] = {k: _canonical(v) for k, v in value.items()}
-        else:
-            out[name] = value
-    return out
+    return {
+        name: {k: _canonical(v) for k, v in value.items()}
+        if name in ("Item", "Key", "ExpressionAttributeValues")
+        else value
+        for name, value in req.params.items()
+        # a read under a lock is consistent either way
+        if not (req.op == "get" and name == "ConsistentRead")
+    }
 
 
 def same_request(a: Request, b: Request) -> bool:

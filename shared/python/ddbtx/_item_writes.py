@@ -12,14 +12,9 @@ from ._effects import Step, request
 from ._items import MAX_ITEM_BYTES, Item, item_size
 from ._protocol import Protocol
 from ._record import new_lock_value
-from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, too_large, used_placeholders
+from ._requests import PROTOCOL_OVERHEAD, Request, merge_set, used_placeholders
 from ._view import Local, rejected
-from .errors import (
-    ConditionalCheckFailedError,
-    ConditionFailed,
-    InvalidRequestError,
-    ValidationFailed,
-)
+from .errors import ConditionalCheckFailedError, ConditionFailed, ValidationFailed
 
 #: verdict: a no-op write that succeeds only while the item exists, is free, and the
 #: request's own condition is false; it tells a false condition from a lock race.
@@ -107,12 +102,6 @@ class ItemWrites:
             raise self.condition_false(req) from exc
         except ValidationFailed as exc:
             raise rejected(self.tx.id, [req], exc) from exc
-
-    def rejected_write(self, req: Request, exc: ValidationFailed) -> InvalidRequestError:
-        """DynamoDB refused a write; an item too large for its lock is said so exactly."""
-        if "size" in str(exc).lower():
-            return InvalidRequestError(too_large(), tx_id=self.tx.id, table=req.table, key=req.key)
-        return rejected(self.tx.id, [req], exc)
 
     def condition_false(self, req: Request) -> ConditionalCheckFailedError:
         return ConditionalCheckFailedError(

@@ -132,42 +132,23 @@ class Protocol:
     ) -> Step[None]:
         """Unlock an item whose write stands (commit), or delete it (transient or delete)."""
         names = {"#l": s.ATTR_LOCK}
-        values = {":l": {"S": lock_value}}
-        if delete:
-            yield from request(
-                "delete_item",
-                TableName=table,
-                Key=key,
-                ConditionExpression=HELD,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-            return
-        removal = ", ".join(f"#r{i}" for i in range(len(s.ITEM_ATTRIBUTES)))
-        names.update({f"#r{i}": a for i, a in enumerate(s.ITEM_ATTRIBUTES)})
         condition = HELD
-        if applied is not None:
-            names["#ap"] = s.ATTR_APPLIED
-            condition = RELEASE_APPLIED if applied else RELEASE_UNAPPLIED
+        update: dict[str, Any] = {}
+        if not delete:
+            removal = ", ".join(f"#r{i}" for i in range(len(s.ITEM_ATTRIBUTES)))
+            names.update({f"#r{i}": a for i, a in enumerate(s.ITEM_ATTRIBUTES)})
+            update = {"UpdateExpression": f"REMOVE {removal}"}
+            if applied is not None:
+                names["#ap"] = s.ATTR_APPLIED
+                condition = RELEASE_APPLIED if applied else RELEASE_UNAPPLIED
         yield from request(
-            "update_item",
+            "delete_item" if delete else "update_item",
             TableName=table,
             Key=key,
-            UpdateExpression=f"REMOVE {removal}",
             ConditionExpression=condition,
             ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
-
-    def restore(self, table: str, item: Item, image: Item) -> Step[None]:
-        """Put the saved image back over an applied item (roll back), under the same lock."""
-        yield from request(
-            "put_item",
-            TableName=table,
-            Item=image,
-            ConditionExpression=HELD,
-            ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-            ExpressionAttributeValues={":l": item[s.ATTR_LOCK]},
+            ExpressionAttributeValues={":l": {"S": lock_value}},
+            **update,
         )
 
     def image_of(self, tx_id: str, rid: str, item: Item) -> Step[Item | None]:
@@ -227,7 +208,15 @@ class Protocol:
                     if image is None:
                         logger.error("applied item without image tx=%s table=%s", tx_id, table)
                         return
-                    yield from self.restore(table, item, image)
+                    # the saved image back over the applied item, under the same lock
+                    yield from request(
+                        "put_item",
+                        TableName=table,
+                        Item=image,
+                        ConditionExpression=HELD,
+                        ExpressionAttributeNames={"#l": s.ATTR_LOCK},
+                        ExpressionAttributeValues={":l": item[s.ATTR_LOCK]},
+                    )
                 else:
                     yield from self.release(table, key, lock_value, delete=False, applied=False)
                 return

@@ -327,7 +327,11 @@ class RecordStore:
                 names["#w"], values[f":w{i}"] = "w", {"N": str(writes)}
                 conditions.append(ADD_REWRITE.format(i=i))
         update = "SET " + ", ".join(sets) + " REMOVE #wt"
-        return (yield from self._update(tx_id, update, " AND ".join(conditions), names, values))
+        condition = " AND ".join(conditions)
+        resp = yield from self._send(
+            tx_id, update, condition, names, values, ReturnValues="ALL_NEW"
+        )
+        return header_from_item(resp["Attributes"])
 
     def take_over(self, tx_id: str, rid: str, old: str, new: str) -> Step[Header]:
         """take over: give a recorded request a fresh nonce (raises ConditionFailed)."""
@@ -345,20 +349,8 @@ class RecordStore:
             ":p": {"S": s.STATE_PENDING},
         }
         update = "SET #rq.#rid.#n = :new, #v = #v + :one"
-        return (yield from self._update(tx_id, update, TAKE_OVER, names, values))
-
-    def _update(
-        self,
-        tx_id: str,
-        update: str,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-        resent: list[bool] | None = None,
-    ) -> Step[Header]:
-        """A conditional update of the header; the header after."""
         resp = yield from self._send(
-            tx_id, update, condition, names, values, resent=resent, ReturnValues="ALL_NEW"
+            tx_id, update, TAKE_OVER, names, values, ReturnValues="ALL_NEW"
         )
         return header_from_item(resp["Attributes"])
 
@@ -372,6 +364,7 @@ class RecordStore:
         resent: list[bool] | None = None,
         **extra: Any,
     ) -> Step[Any]:
+        """A conditional update of the header (``ReturnValues="ALL_NEW"``: the header after)."""
         return (
             yield from request(
                 "update_item",
@@ -424,13 +417,15 @@ class RecordStore:
             condition = DECIDE_IF_UNCHANGED
             values[":seen"] = {"N": str(expect_updated_ms)}
         try:
-            return (yield from self._update(tx_id, update, condition, names, values, resent))
+            resp = yield from self._send(
+                tx_id, update, condition, names, values, resent, ReturnValues="ALL_NEW"
+            )
+            return header_from_item(resp["Attributes"])
         except ConditionFailed:
             return (yield from self.read_header(tx_id))
 
     def mark_completed(self, header: Header) -> Step[None]:
         """complete (last step): every item is completed; TTL may delete the record later."""
-        ttl = int(self.clock()) + self.completed_ttl_seconds
         names = {
             "#fin": s.TX_FINISHED,
             "#sw": s.TX_SWEEP_KEY,
@@ -443,7 +438,7 @@ class RecordStore:
             ":t": {"BOOL": True},
             ":sw": {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(header.tx_id)}"},
             ":now": {"N": str(self.now_ms())},
-            ":ttl": {"N": str(ttl)},
+            ":ttl": {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             ":st": {"S": header.state},
             ":one": {"N": "1"},
         }

@@ -12,7 +12,7 @@ from ._items import Item, flag, strip, write_marker
 from ._record import new_lock_value
 from ._requests import with_user_condition
 from ._responses import attributes
-from ._view import Local
+from ._view import Local, rejected
 from .errors import ConditionFailed, ValidationFailed
 
 #: rewrite: under this request's lock, and only over exactly what the earlier writes left
@@ -49,7 +49,7 @@ class Rewrites(UnderLock):
         try:
             result = yield from self._write(local)
         except ValidationFailed as exc:
-            raise self.writes.rejected_write(req, exc) from exc
+            raise rejected(self.tx.id, [req], exc, sized=True) from exc
         except ConditionFailed as exc:
             return (yield from self._settle(local, before, exc))
         local.applied = local.confirmed = True

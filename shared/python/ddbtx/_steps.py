@@ -17,7 +17,7 @@ from ._record import Header, new_lock_value, new_nonce
 from ._requests import with_user_condition
 from ._responses import attributes, return_values, wrap
 from ._rewrite import Rewrites
-from ._view import Local
+from ._view import Local, rejected
 from .errors import ConditionFailed, DynamoDBError, TransactionRolledBackError, ValidationFailed
 
 #: lock: the item exists and nobody holds it (the request's own condition is ANDed in).
@@ -69,7 +69,7 @@ class ItemSteps:
                         continue
                     guessing = False
                 except ValidationFailed as exc:
-                    raise self.writes.rejected_write(req, exc) from exc
+                    raise rejected(self.tx.id, [req], exc, sized=True) from exc
                 except (DynamoDBError, BotoCoreError):
                     local.maybe_landed = True  # no answer: it may have been applied
                     raise
@@ -144,15 +144,9 @@ class ItemSteps:
         if req.op == "update":
             names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
             values[":ddbtxt"] = true
-            rv = req.return_values
-            resp = yield from self.writes.user_update(
-                req,
-                "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt",
-                names,
-                values,
-                condition,
-                rv if rv in ("ALL_NEW", "UPDATED_NEW") else "NONE",
-            )
+            sets = "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt"
+            rv = req.return_values if req.return_values in ("ALL_NEW", "UPDATED_NEW") else "NONE"
+            resp = yield from self.writes.user_update(req, sets, names, values, condition, rv)
             local.applied = local.locked = local.confirmed = True
             return attributes(strip(resp.get("Attributes")))
         if req.op == "put":

@@ -72,6 +72,13 @@ class ScanPass:
         **params: Any,
     ) -> Step[None]:
         """Scan from ``key``, ``visit``-ing each row with a per-page cache of headers."""
+        seen: dict[str, Header | None] = {}
+
+        def header(tx_id: str) -> Step[Header | None]:
+            if tx_id not in seen:
+                seen[tx_id] = yield from self.tm.protocol.records.read_header(tx_id)
+            return seen[tx_id]
+
         while True:
             if budgeted:
                 run.check_page()
@@ -90,7 +97,7 @@ class ScanPass:
                 run.count("pages")
             run.count("scanned", page.get("ScannedCount", 0))
             key = page.get("LastEvaluatedKey")
-            header = self._headers()
+            seen.clear()
             for row in page.get("Items", []):
                 run.check_time()
                 yield from visit(row, header)
@@ -99,16 +106,6 @@ class ScanPass:
             self.progress(table, page.get("ScannedCount", 0))
             if not key:
                 return
-
-    def _headers(self) -> Headers:
-        seen: dict[str, Header | None] = {}
-
-        def header(tx_id: str) -> Step[Header | None]:
-            if tx_id not in seen:
-                seen[tx_id] = yield from self.tm.protocol.records.read_header(tx_id)
-            return seen[tx_id]
-
-        return header
 
     def _sweep_images(self, run: Run, key: Key | None, here: Here) -> Step[None]:
         def visit(row: Item, header: Headers) -> Step[None]:
@@ -173,7 +170,19 @@ class ScanPass:
 
     def _sweep_data(self, run: Run, table: str, key: Key | None, here: Here) -> Step[None]:
         """Release locks whose TX record is gone or completed (lock index, else a scan)."""
-        indexed = yield from self._lock_index_active(table)
+        described = yield from request("describe_table", TableName=table)
+        status = lock_index_status(described["Table"])
+        indexed = status == "ACTIVE"
+        if not indexed:
+            logger.warning(
+                "data table %s: %s, so the stray-lock pass scans the whole table "
+                "(page-budgeted); add the index with `ddbtx add-lock-index %s`",
+                table,
+                f"no index {s.LOCK_INDEX!r}"
+                if status is None
+                else f"index {s.LOCK_INDEX} {status}",
+                table,
+            )
         if key is not None and (s.ATTR_LOCK in key) != indexed:
             key = None  # a cursor of the other kind: the index came or went since
         names = tuple((yield from self.tm.schemas.types(table)))
@@ -201,20 +210,6 @@ class ScanPass:
             }
         )
         yield from self.each_page(run, table, key, visit, here=here, **params)
-
-    def _lock_index_active(self, table: str) -> Step[bool]:
-        described = yield from request("describe_table", TableName=table)
-        status = lock_index_status(described["Table"])
-        if status == "ACTIVE":
-            return True
-        logger.warning(
-            "data table %s: %s, so the stray-lock pass scans the whole table "
-            "(page-budgeted); add the index with `ddbtx add-lock-index %s`",
-            table,
-            f"no index {s.LOCK_INDEX!r}" if status is None else f"index {s.LOCK_INDEX} {status}",
-            table,
-        )
-        return False
 
     def _release(self, run: Run, owner: str, table: str, item_key: Key, item: Item) -> Step[None]:
         try:

@@ -212,13 +212,7 @@ class RecordView:
         try:
             yield from self.bodies.write(entries)
         except ValidationFailed as exc:
-            if "size" in str(exc).lower() and len(entries) == 1:
-                req = entries[0]
-                error = InvalidRequestError(
-                    too_large(), tx_id=self.tx_id, table=req.table, key=req.key
-                )
-                raise AddRefused(error) from exc
-            raise AddRefused(rejected(self.tx_id, entries, exc)) from exc
+            raise AddRefused(rejected(self.tx_id, entries, exc, sized=True)) from exc
 
     def take_over(self, local: Local, new_nonce: str) -> Step[tuple[Local, bool]]:
         """take over: a fresh nonce (the adder's late lock is stray); the request, and if ours."""
@@ -290,11 +284,16 @@ class Decided(Exception):
         self.header = header
 
 
-def rejected(tx_id: str, requests: list[Any], exc: Exception) -> InvalidRequestError:
-    """DynamoDB refused before writing anything: name the item when there is one."""
+def rejected(
+    tx_id: str, requests: list[Any], exc: Exception, *, sized: bool = False
+) -> InvalidRequestError:
+    """DynamoDB refused before writing anything: name the item when there is one
+    (``sized``: one item too large for its lock is said so exactly)."""
     one = requests[0] if len(requests) == 1 else None
     return InvalidRequestError(
-        f"DynamoDB rejected the request: {exc}",
+        too_large()
+        if sized and one and "size" in str(exc).lower()
+        else f"DynamoDB rejected the request: {exc}",
         tx_id=tx_id,
         table=one.table if one else None,
         key=one.key if one else None,

@@ -236,16 +236,6 @@ def _item_table(item_locks: list[dict[str, Any]]) -> "Table":
     return table
 
 
-def _operator(by: str | None) -> str:
-    """Who breaks a lock: ``--by``, else user@host."""
-    if by is not None:
-        return by
-    try:
-        return f"{getpass.getuser()}@{socket.gethostname()}"
-    except (OSError, KeyError) as exc:  # a container user with no passwd entry
-        raise CliError("cannot tell who you are: name yourself with --by") from exc
-
-
 def _app(state: dict[str, Options]) -> Any:
     """The typer app; its option callback leaves the parsed :class:`Options` in ``state``."""
     import typer
@@ -381,7 +371,12 @@ def _app(state: dict[str, Options]) -> Any:
         opts: Options = ctx.obj
         if not opts.locks_table:
             raise CliError("no locks table: name it with --locks-table / LOCKS_TABLE")
-        who = _operator(by)
+        who = by
+        if who is None:
+            try:
+                who = f"{getpass.getuser()}@{socket.gethostname()}"
+            except (OSError, KeyError) as exc:  # a container user with no passwd entry
+                raise CliError("cannot tell who you are: name yourself with --by") from exc
         console = _console()
 
         def watch(seconds: float) -> None:

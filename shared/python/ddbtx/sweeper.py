@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from . import schema as s
-from ._drive import Parallel, drive
+from ._drive import drive
 from ._effects import Step, gather, request
 from ._items import Item, flag
 from ._manager_steps import sweep
@@ -301,7 +301,17 @@ class Sweeper:
         step = self.full_step(deadline, segments=segments)
         # A pool of their own: on the manager's, their own gathers would queue behind them for ever.
         with ThreadPoolExecutor(segments, thread_name_prefix="ddbtx-sweep") as pool:
-            parallel = _segments_on(pool, self.tm.protocol.parallel)
+            driver, nested = threading.get_ident(), self.tm.protocol.parallel
+
+            # The segments' gather on ``pool``; any gather a segment yields, by ``nested``.
+            def parallel(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:
+                if threading.get_ident() != driver:
+                    return nested(run_one, steps)
+                futures = [pool.submit(run_one, step) for step in steps]
+                wait(futures)
+                # Results, or the exceptions in their place: the driver raises the first, in order.
+                return [f.result() if f.exception() is None else f.exception() for f in futures]
+
             return drive(step, self.client, self.tm.protocol.sleep, parallel)
 
     def full_step(
@@ -435,21 +445,6 @@ class Sweeper:
             },
             ExpressionAttributeValues={":header": {"S": s.TX_HEADER_SK}},
         )
-
-
-def _segments_on(pool: ThreadPoolExecutor, nested: Parallel) -> Parallel:
-    """The segments' gather on ``pool``; any gather a segment yields, by ``nested``."""
-    driver = threading.get_ident()
-
-    def parallel(run_one: Callable[[Step[Any]], Any], steps: list[Step[Any]]) -> list[Any]:
-        if threading.get_ident() != driver:
-            return nested(run_one, steps)
-        futures = [pool.submit(run_one, step) for step in steps]
-        wait(futures)
-        # Results, or the exceptions in their place: the driver raises the first, in order.
-        return [f.result() if f.exception() is None else f.exception() for f in futures]
-
-    return parallel
 
 
 def janitor_client(max_attempts: int = 5) -> Any:

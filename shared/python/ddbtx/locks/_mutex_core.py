@@ -90,16 +90,14 @@ class MutexSteps:
 
     def _acquire_token(self, resource: str) -> Step[int | None]:
         check_resource(resource)
-        rvn = new_id()
         sent = self._clock()
         now = self._wall()
         expired_rvn = self._expired(resource, sent)
-        # A fresh id as ":seen" matches no record: only free rows (or our replay) pass.
-        seen = expired_rvn if expired_rvn is not None else new_id()
         values = {
             ":owner": self.owner,
-            ":rvn": rvn,
-            ":seen": seen,
+            ":rvn": new_id(),
+            # A fresh id as ":seen" matches no record: only free rows (or our replay) pass.
+            ":seen": expired_rvn if expired_rvn is not None else new_id(),
             ":now": now,
             ":one": 1,
             ":exp": now + (self._expire_after or 0.0),
@@ -149,9 +147,8 @@ class MutexSteps:
             if rvn is None or get_str(item, OWNER) is None:
                 self._seen.pop(resource, None)  # freed meanwhile: nothing to watch
                 return
-            previous = self._seen.pop(resource, None)
             self._seen[resource] = observe(
-                previous, ("mutex", 0), rvn, self._expire_after, self._clock()
+                self._seen.pop(resource, None), ("mutex", 0), rvn, self._expire_after, self._clock()
             )
             while len(self._seen) > self._seen_limit:
                 self._seen.pop(next(iter(self._seen)))
