@@ -153,7 +153,7 @@ def sweep_pass(settings: JanitorSettings, client: Any, table: str, indexed: bool
         read.append(counts.items_read)
         requests.append(counts.total)
         released += report.locks_released
-        if report.complete:
+        if report.exhausted:
             break
     wall = time.perf_counter() - start
     tm.protocol.close()

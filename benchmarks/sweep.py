@@ -224,10 +224,10 @@ def clone(template: dict[str, Any], kind: str, rng: random.Random) -> dict[str, 
     row = dict(template)
     row[s.TX_PK] = {"S": tx_id}
     row[s.TX_UPDATED] = {"N": str(ts_ms)}
-    tag = s.STATE_PENDING if pending else s.STATE_FINISHED_TAG
+    tag = s.STATE_PENDING if pending else s.STATE_COMPLETED_TAG
     row[s.TX_SWEEP_KEY] = {"S": f"{tag}#{shard_of(tx_id)}"}
     if not pending:
-        # finalize writes ttl (seconds) = its clock + finished_ttl, in the same update as ts.
+        # finalize writes ttl (seconds) = its clock + completed_ttl, in the same update as ts.
         row[s.TX_TTL] = {"N": str(ts_ms // 1000 + 86_400)}
     return row
 
@@ -278,7 +278,7 @@ def check_settled(client: Any, tables: Tables, ids: Sequence[str], stale: int) -
             Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}},
             ConsistentRead=True,
         )["Item"]
-        if row[s.TX_STATE]["S"] != s.STATE_ROLLED_BACK or row.get(s.TX_FINISHED) != {"BOOL": True}:
+        if row[s.TX_STATE]["S"] != s.STATE_ROLLED_BACK or row.get(s.TX_COMPLETED) != {"BOOL": True}:
             raise RuntimeError(f"stale transaction {tx_id} was not rolled back and finished")
     accounts = set(stale_accounts(stale))
     items = [i for i in scan_all(client, tables.data) if i["pk"]["S"] in accounts]
@@ -318,7 +318,7 @@ def counted_sweep(sweeper: Sweeper, settings: JanitorSettings) -> tuple[Counted,
     """One ``run()`` as the janitor Lambda calls it, counted."""
     with count_requests(sweeper.client) as counts:
         report = sweeper.run(page_budget=settings.page_budget)
-    if not report.complete or report.errors:
+    if not report.exhausted or report.errors:
         raise RuntimeError(f"the sweep did not complete cleanly: {report.to_dict()}")
     return Counted.of(counts), report
 
@@ -334,7 +334,7 @@ def full_sweep(sweeper: Sweeper, table: str, segments: int, delay: float) -> Ful
         start = time.perf_counter()
         report = sweeper.run_full(segments=segments)
         wall = time.perf_counter() - start
-    if not report.complete or report.errors:
+    if not report.exhausted or report.errors:
         raise RuntimeError(f"the full sweep did not complete cleanly: {report.to_dict()}")
     return FullSweep(
         segments, Counted.of(counts), frozenset(seen), len(threads), calls.chain(), wall

@@ -281,7 +281,7 @@ class Janitors(Construct):
             construct_id="Sweeper",
             directory="sweeper",
             service=SWEEPER_SERVICE,
-            description="ddbtx sweeper: finishes or rolls back abandoned transactions",
+            description="ddbtx sweeper: rolls abandoned transactions forward or back",
             timeout=Duration.minutes(5),
             memory_mib=512,
             # Two sweepers would walk the same index pages and race for the same records:
@@ -295,7 +295,7 @@ class Janitors(Construct):
             construct_id="Recovery",
             directory="recovery",
             service=RECOVERY_SERVICE,
-            description="ddbtx recovery: settles one transaction on request",
+            description="ddbtx recovery: recovers one transaction on request",
             timeout=Duration.minutes(1),
             memory_mib=256,
             # Recoveries of different transactions are independent, so a few run at once;
@@ -336,7 +336,7 @@ class Janitors(Construct):
             )
             for shape in (sweeper_shape, recovery_shape)
         )
-        # Both settle transactions and sweep; only the recovery function breaks locks.
+        # Both recover transactions and sweep; only the recovery function breaks locks.
         tables.grant_janitor_access(self.sweeper.function, breaks_locks=False)
         tables.grant_janitor_access(self.recovery.function, breaks_locks=True)
 

@@ -20,7 +20,7 @@ SWEEP_OUTCOMES: Final = (
     "Scanned",
     "RolledBack",
     "RolledForward",
-    "Finalised",
+    "Completed",
     "Deleted",
     "OrphanImagesDeleted",
     "LocksReleased",
@@ -63,7 +63,7 @@ class Monitoring(Construct):
             "StuckTransactions",
             stuck,
             evaluation_periods=2,
-            description="The sweeper found transactions it could not settle in two sweeps "
+            description="The sweeper found transactions it could not recover in two sweeps "
             "in a row: look for Errors in the sweeper logs, then run the recovery function "
             "on the ids it logs.",
         )
@@ -71,7 +71,7 @@ class Monitoring(Construct):
             "SweepErrors",
             self._sweeper_metric("Errors", "Sum", sweep_period),
             evaluation_periods=1,
-            description="The sweeper failed to settle a transaction (its logs name it); "
+            description="The sweeper failed to recover a transaction (its logs name it); "
             "it retries on the next sweep.",
         )
         for janitor in janitors.all:

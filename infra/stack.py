@@ -14,7 +14,7 @@ from infra.monitoring import Monitoring
 from infra.streams import ChangeConsumer
 from infra.tables import Tables
 
-#: Example request for the recovery function: settle one transaction by id.
+#: Example request for the recovery function: recover one transaction by id.
 RECOVERY_PAYLOAD: Final = '{"action": "recover", "transaction_id": "<transaction id>"}'
 
 

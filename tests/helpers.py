@@ -81,7 +81,7 @@ def assert_clean(client: Any, tables: Tables) -> None:
     assert scan(client, tables.images) == []
     for record in scan(client, tables.tx):
         if record[s.TX_SK]["S"] == s.TX_HEADER_SK:
-            assert record.get(s.TX_FINISHED) == {"BOOL": True}, f"unfinished TX record {record}"
+            assert record.get(s.TX_COMPLETED) == {"BOOL": True}, f"unfinished TX record {record}"
 
 
 #: Indexes of :func:`create_read_table`: a global one (hash ``g``, range ``sk``) projecting

@@ -232,7 +232,7 @@ def test_given_an_item_another_coordinator_wrote_when_a_resumer_sends_the_same_r
 
 def _is_mark_completed(params: dict[str, Any], tables: Tables) -> bool:
     names = params.get("ExpressionAttributeNames") or {}
-    return params.get("TableName") == tables.tx and s.TX_FINISHED in names.values()
+    return params.get("TableName") == tables.tx and s.TX_COMPLETED in names.values()
 
 
 def test_given_a_taken_over_item_completed_when_its_stalled_coordinator_locks_it_late_then_once(

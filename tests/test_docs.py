@@ -72,7 +72,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any], str], bool]] = {
     "docs/getting-started.md": lambda ns, out: ns["accounts"].name == "Accounts",
     "docs/transactions.md": lambda ns, out: bob(ns) == 10 and "then AlreadyCommitted" in out,
     "docs/locks.md": lambda ns, out: "billing invoice-42" in out and "updating Moe" in out,
-    "docs/operations.md": lambda ns, out: ns["report"].complete is True,
+    "docs/operations.md": lambda ns, out: ns["report"].exhausted is True,
 }
 
 

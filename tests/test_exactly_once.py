@@ -137,7 +137,7 @@ def test_given_a_with_block_with_an_id_when_it_ends_then_the_record_is_kept_to_r
     # Then its record stays (finished, naming the id) and the alias names it
     (record,) = records(ddb, tables)
     assert record[s.TX_PK]["S"] == tx.id == named(tm)
-    assert record[s.TX_CALLER_ID] == {"S": ORDER} and record[s.TX_FINISHED] == {"BOOL": True}
+    assert record[s.TX_CALLER_ID] == {"S": ORDER} and record[s.TX_COMPLETED] == {"BOOL": True}
     # and deleting on exit, which would forget the id at once, is refused up front
     with pytest.raises(ValueError, match="forget"), tm.transaction(transaction_id="x", delete=True):
         pass

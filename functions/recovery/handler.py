@@ -1,4 +1,4 @@
-"""Manual recovery: inspect or settle one transaction, sweep now, break one stray item
+"""Manual recovery: inspect or recover one transaction, sweep now, break one stray item
 lock, or break one lock row (mutex, lease or FIFO) whose holder is gone.
 
 Invoked by an operator (``aws lambda invoke``). Events::

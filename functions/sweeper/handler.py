@@ -1,4 +1,5 @@
-"""Scheduled sweeper: finishes or rolls back abandoned ddbtx transactions and clears leftovers.
+"""Scheduled sweeper: rolls abandoned ddbtx transactions forward or back, completes them
+and clears leftovers.
 
 Run by an EventBridge schedule. All the work is :class:`ddbtx.sweeper.Sweeper`;
 this module reads the configuration at cold start, stops before the Lambda
@@ -34,7 +35,7 @@ METRIC_NAMES: Final = {
     "scanned": "Scanned",
     "rolled_back": "RolledBack",
     "rolled_forward": "RolledForward",
-    "finalised": "Finalised",
+    "completed": "Completed",
     "deleted": "Deleted",
     "orphan_images_deleted": "OrphanImagesDeleted",
     "locks_released": "LocksReleased",

@@ -430,7 +430,7 @@ class Interleaver:
             pk = key.get("pk", {}).get("S")
             if pk:
                 text += f" {pk}"
-        elif role == "tx" and s.TX_FINISHED in names.values():
+        elif role == "tx" and s.TX_COMPLETED in names.values():
             text += " complete"  # marks the record completed
         return text
 

@@ -60,7 +60,7 @@ class Record:
 
 
 def read_record(raw: Item) -> Record:
-    record = Record(raw[s.TX_STATE]["S"], raw.get(s.TX_FINISHED) == {"BOOL": True})
+    record = Record(raw[s.TX_STATE]["S"], raw.get(s.TX_COMPLETED) == {"BOOL": True})
     for rid, value in raw.get(s.TX_REQUESTS, {"M": {}})["M"].items():
         m = value["M"]
         pk = m["k"]["M"]["pk"]["S"]

@@ -292,7 +292,7 @@ class _Run:
         tx_id = self.tx0.id
         for _ in range(3):
             raw = self._header(tx_id)
-            if raw is None or raw.get(s.TX_FINISHED) == {"BOOL": True}:
+            if raw is None or raw.get(s.TX_COMPLETED) == {"BOOL": True}:
                 break
             tm.sweep(tx_id, rollback_after=timedelta(seconds=1), delete_after=KEEP)
         self.rows = self.world.rows()

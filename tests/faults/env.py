@@ -163,7 +163,7 @@ class Env:
                 (s.STATE_PENDING, pending_cut),
                 (s.STATE_COMMITTED, None),
                 (s.STATE_ROLLED_BACK, None),
-                (s.STATE_FINISHED_TAG, finished_cut),
+                (s.STATE_COMPLETED_TAG, finished_cut),
             ):
                 condition = "#sw = :sw"
                 values: dict[str, Any] = {":sw": {"S": f"{state}#{shard}"}}
@@ -260,7 +260,7 @@ class Env:
             if images:
                 problems.append(f"tx {tx_id} keeps {len(images)} image rows")
             header = self.header(tx_id)
-            if header is not None and header.get(s.TX_FINISHED) != {"BOOL": True}:
+            if header is not None and header.get(s.TX_COMPLETED) != {"BOOL": True}:
                 problems.append(f"tx {tx_id} record unfinished in state {header[s.TX_STATE]['S']}")
         return problems
 

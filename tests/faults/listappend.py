@@ -55,7 +55,7 @@ LEVELS = (Isolation.COMMITTED, Isolation.SERIALIZABLE)
 #: What ``tm.sweep`` of a crashed transaction tells of its outcome (others: not known).
 SWEPT = {
     SweepOutcome.ROLLED_BACK: FAIL,
-    SweepOutcome.FINALISED: FAIL,
+    SweepOutcome.COMPLETED: FAIL,
     SweepOutcome.ROLLED_FORWARD: OK,
 }
 

@@ -163,7 +163,7 @@ def sweep_until_complete(
 ) -> list[dict[str, Any]]:
     """Invoke the sweeper handler on scheduled ticks until a run completes; every report."""
     reports: list[dict[str, Any]] = []
-    while not reports or not reports[-1]["complete"]:
+    while not reports or not reports[-1]["exhausted"]:
         assert len(reports) < limit, "the sweep made no progress"
         reports.append(module.handler(scheduled_event(), LambdaContext(checks_left=checks_left)))
     return reports

@@ -140,7 +140,7 @@ def test_given_a_transfer_begun_under_a_callers_id_when_inspected_by_it_then_bot
 
     # Then the line names the internal id and the caller's, and its state
     assert status == 0
-    assert f"transaction {tx_id} (caller's id 'order-42'): pending, unfinished" in out
+    assert f"transaction {tx_id} (caller's id 'order-42'): pending, not completed" in out
     # And recovering it by the caller's id settles it
     status, out = ddbtx("recover", "order-42")
     assert status == 0 and "rolled_back" in out

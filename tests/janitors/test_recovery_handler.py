@@ -56,7 +56,7 @@ def test_given_an_abandoned_transaction_when_inspected_then_state_items_and_lock
     # Then both items are listed as locked by it with their writes applied
     assert answer["ok"] is True and answer["action"] == "inspect"
     result = answer["result"]
-    assert (result["found"], result["state"], result["finished"]) == (True, "pending", False)
+    assert (result["found"], result["state"], result["completed"]) == (True, "pending", False)
     assert result["locks_held"] == 2
     assert sorted(i["key"]["pk"]["S"] for i in result["items"]) == ["a", "b"]
     assert all(i["locked"] and i["write_applied"] for i in result["items"])
@@ -73,7 +73,7 @@ def test_given_an_abandoned_transaction_when_inspected_then_state_items_and_lock
     [
         ("pending", "rolled_back", SEEDED),
         ("committed", "rolled_forward", {**SEEDED, "a": 90, "b": 110}),
-        ("rolled_back", "finalised", SEEDED),
+        ("rolled_back", "completed", SEEDED),
     ],
 )
 def test_given_a_stuck_transaction_when_recovered_twice_then_it_completes_once(
@@ -96,11 +96,11 @@ def test_given_a_stuck_transaction_when_recovered_twice_then_it_completes_once(
 
     # Then it is driven to its outcome once, and the repeat changes nothing
     assert first["result"]["outcome"] == outcome
-    assert first["result"]["after"]["finished"] is True
+    assert first["result"]["after"]["completed"] is True
     assert first["result"]["after"]["locks_held"] == 0
     assert balances(ddb, janitor_env.data) == expected
     assert_clean(ddb, janitor_env)
-    assert second["result"]["outcome"] == "already_finished"
+    assert second["result"]["outcome"] == "already_completed"
     assert snapshot(ddb, janitor_env) == settled
 
 
@@ -205,7 +205,7 @@ def test_given_ages_in_the_event_when_sweeping_then_they_replace_the_configured_
     patient = invoke(recovery, {"action": "sweep", "rollback_after_seconds": 10**10, "full": full})
     # Then it is left alone
     assert patient["result"]["rolled_back"] == 0
-    assert patient["result"]["complete"] is True
+    assert patient["result"]["exhausted"] is True
 
     # When the sweep is requested with a rollback age of a minute
     eager = invoke(

@@ -84,15 +84,15 @@ def test_given_each_kind_of_stale_record_when_the_sweeper_runs_then_each_is_sett
 
     # Then the pending one is rolled back, the committed one rolled forward, the
     # rolled-back one finalised, the old finished record deleted, orphans removed
-    assert {k: report[k] for k in ("rolled_back", "rolled_forward", "finalised", "deleted")} == {
+    assert {k: report[k] for k in ("rolled_back", "rolled_forward", "completed", "deleted")} == {
         "rolled_back": 1,
         "rolled_forward": 1,
-        "finalised": 1,
+        "completed": 1,
         "deleted": 1,
     }
     assert report["orphan_images_deleted"] == 2
     assert report["stuck"] == 1 and report["stuck_ids"] == [pending]
-    assert report["errors"] == 0 and report["complete"] is True
+    assert report["errors"] == 0 and report["exhausted"] is True
     assert balances(ddb, t.data) == {**SEEDED, "c": 90, "d": 110, "g": 90, "h": 110}
     remaining = headers(ddb, t)
     assert set(remaining) == {pending, committed, rolled_back}
@@ -101,7 +101,7 @@ def test_given_each_kind_of_stale_record_when_the_sweeper_runs_then_each_is_sett
     # ... and every count is published as a metric in the ddbtx namespace
     published = emf_metrics(capsys.readouterr().out)
     assert published["RolledBack"] == 1 and published["RolledForward"] == 1
-    assert published["Finalised"] == 1 and published["Deleted"] == 1
+    assert published["Completed"] == 1 and published["Deleted"] == 1
     assert published["OrphanImagesDeleted"] == 2 and published["StuckTransactions"] == 1
     assert published["Errors"] == 0 and published["LocksReleased"] == 0
 
@@ -348,10 +348,10 @@ def test_given_concurrent_and_duplicate_invocations_then_the_work_is_done_once_a
 
     # Then nothing failed, the books balance, nothing is locked, and the repeat finds no work
     assert [r["errors"] for r in reports] == [0, 0]
-    assert all(r["complete"] for r in reports)
+    assert all(r["exhausted"] for r in reports)
     assert sum(balances(ddb, t.data).values()) == total
     assert_clean(ddb, t)
-    assert again["rolled_back"] == again["rolled_forward"] == again["finalised"] == 0
+    assert again["rolled_back"] == again["rolled_forward"] == again["completed"] == 0
     assert again["locks_released"] == again["orphan_images_deleted"] == 0
     # ... and the cursor row kept a consistent generation
     cursor_rows = [r for r in scan(ddb, t.tx) if r[s.TX_PK]["S"] == CURSOR_ID]

@@ -132,7 +132,7 @@ def test_given_stray_locks_in_an_indexed_table_when_swept_then_only_locked_items
         report = sweeper.run()
 
     # Then the lost transaction's locks are released and the live one's kept
-    assert (report.locks_released, report.errors, report.complete) == (STRAY, 0, True)
+    assert (report.locks_released, report.errors, report.exhausted) == (STRAY, 0, True)
     assert locked(ddb, tables.data) == {"k10": live, "k11": live}
     # ... and the data table was read through its index only: the 5 locked items
     assert [p.get("IndexName") for p in scans.params] == [s.LOCK_INDEX]
@@ -156,7 +156,7 @@ def test_given_a_table_without_the_index_when_swept_then_it_is_scanned_whole_and
         report = sweeper.run()
 
     # Then the same locks are released, by a scan of every item of the table
-    assert (report.locks_released, report.errors, report.complete) == (STRAY, 0, True)
+    assert (report.locks_released, report.errors, report.exhausted) == (STRAY, 0, True)
     assert locked(ddb, plain_table) == {"k10": live, "k11": live}
     assert [p.get("IndexName") for p in scans.params] == [None]
     assert scans.items_read == ITEMS
@@ -182,7 +182,7 @@ def test_given_a_table_scan_cursor_when_the_index_exists_then_the_index_pass_sta
     report = sweeper.run()
 
     # Then the index is read from its start and every stray lock is released
-    assert (report.locks_released, report.errors, report.complete) == (STRAY, 0, True)
+    assert (report.locks_released, report.errors, report.exhausted) == (STRAY, 0, True)
 
 
 def test_given_an_index_cursor_when_the_index_is_gone_then_the_scan_starts_over(
@@ -201,7 +201,7 @@ def test_given_an_index_cursor_when_the_index_is_gone_then_the_scan_starts_over(
     report = sweeper.run()
 
     # Then the table is scanned from its start and every stray lock is released
-    assert (report.locks_released, report.errors, report.complete) == (STRAY, 0, True)
+    assert (report.locks_released, report.errors, report.exhausted) == (STRAY, 0, True)
 
 
 def test_given_an_index_entry_outdated_by_the_time_it_is_read_then_the_new_lock_is_kept(

@@ -52,7 +52,7 @@ def test_given_a_stale_transfer_when_swept_then_only_its_index_entry_and_its_ite
         report = sweeper.run()
 
     # Then it is rolled back and both balances are back
-    assert (report.rolled_back, report.stuck, report.complete) == (1, 1, True)
+    assert (report.rolled_back, report.stuck, report.exhausted) == (1, 1, True)
     assert {pk: item["balance"]["N"] for pk, item in data_state(ddb, tables.data).items()} == {
         "a": "100",
         "b": "100",
@@ -128,7 +128,7 @@ def test_given_young_and_finished_records_when_fully_swept_then_only_the_stale_o
         report = sweeper.run_full(segments=2)
 
     # Then only the stale one is rolled back
-    assert (report.rolled_back, report.stuck, report.complete) == (1, 1, True)
+    assert (report.rolled_back, report.stuck, report.exhausted) == (1, 1, True)
     # And besides the scan of the five records, only its two items are read
     assert dict(counts.items_read_by_operation) == {"Scan": 5, "GetItem": 2}
     assert counts.by_operation["Scan"] == 2 + 1  # one page per segment, then the images
@@ -167,7 +167,7 @@ def test_given_a_stale_and_a_young_transfer_when_a_sweep_and_a_recover_interleav
     report, recovered = interleave(tm.client, janitor(tm).pass_step(), recover_step(tm, young.id))
 
     # Then the sweep rolled back the stale one and the operator the young one
-    assert (report.rolled_back, report.stuck, report.errors, report.complete) == (1, 1, 0, True)
+    assert (report.rolled_back, report.stuck, report.errors, report.exhausted) == (1, 1, 0, True)
     assert recovered["outcome"] == "rolled_back"
     assert recovered["after"]["locks_held"] == 0
     balances = {pk: item["balance"]["N"] for pk, item in data_state(ddb, tables.data).items()}

@@ -11,8 +11,8 @@ from ._effects import Step, insert_new, request
 from ._items import Item
 from .errors import ConditionFailed
 
-#: An alias outlives a completed record's ``finished_ttl`` by this much, from its creation:
-#: room for the transaction to run and be settled before its record's own TTL starts.
+#: An alias outlives a completed record's ``completed_ttl`` by this much, from its creation:
+#: room for the transaction to run and be completed before its record's own TTL starts.
 ALIAS_TTL_MARGIN = timedelta(days=7)
 
 #: create: the caller's id is free; the first attempt to claim it names its transaction.

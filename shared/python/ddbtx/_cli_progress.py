@@ -70,10 +70,10 @@ REPORT_ROWS = (
     ("stuck", "stuck (pending past the rollback age)"),
     ("rolled_back", "rolled back"),
     ("rolled_forward", "rolled forward"),
-    ("finalised", "finalised"),
+    ("completed", "completed (decided elsewhere)"),
     ("deleted", "TX records deleted"),
     ("orphan_images_deleted", "orphan images deleted"),
-    ("locks_released", "stray item locks released (record gone or finished)"),
+    ("locks_released", "stray item locks released (record gone or completed)"),
     ("lock_rows_deleted", "expired lock rows deleted"),
     ("errors", "errors"),
 )
@@ -86,5 +86,7 @@ def report_table(report: dict[str, Any], title: str) -> Any:
     table = Table("what", Column("count", justify="right"), title=title, show_header=False)
     for name, label in REPORT_ROWS:
         table.add_row(label, str(report[name]))
-    table.add_row("complete", "yes" if report["complete"] else f"no ({report['stopped_by']})")
+    table.add_row(
+        "covered everything", "yes" if report["exhausted"] else f"no ({report['stopped_by']})"
+    )
     return table

@@ -128,7 +128,7 @@ class ItemContention:
         if header.state != s.STATE_PENDING:
             return (yield from self._wait_for_decided(owner, header))
         if self.tx.manager.contention is Contention.ROLLBACK_HOLDER:
-            yield from self.p.settle(owner, by=self.tx.id)
+            yield from self.p.resolve(owner, by=self.tx.id)
             return False
         if self.tx.id < owner:
             return (yield from self._outwait_younger(owner, header))
@@ -153,7 +153,7 @@ class ItemContention:
     def _wait_for_older(self, owner: str, header: Header) -> Step[bool]:
         """Wound-wait: a younger transaction waits for an older, pending holder."""
         if self.holder_is_stale(owner, header.version):
-            yield from self.p.settle(owner, expect_version=header.version, by=self.tx.id)
+            yield from self.p.resolve(owner, expect_version=header.version, by=self.tx.id)
             return False
         if self.expired():
             raise self._waited_too_long(owner)
@@ -169,7 +169,7 @@ class ItemContention:
         while current is not None and current.state == s.STATE_PENDING and not current.completed:
             # wound: a younger holder that is blocked (could deadlock), or past its patience.
             if current.waiting or self.impatient():
-                yield from self.p.settle(owner, by=self.tx.id)
+                yield from self.p.resolve(owner, by=self.tx.id)
                 return False
             yield from self.pause()
             current = yield from self.p.records.read_header(owner)

@@ -74,7 +74,7 @@ class Ending:
                 raise (yield from tx.decided(header))
             # Still pending at another version: its requests are merged; catch them up.
         raise TransactionError(
-            "commit did not settle after repeated concurrent changes", tx_id=tx.id
+            "commit did not converge after repeated concurrent changes", tx_id=tx.id
         )
 
     def _commit_empty(self, caller_id: str) -> Step[None]:

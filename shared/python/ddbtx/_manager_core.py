@@ -57,7 +57,7 @@ class Settings(TypedDict, total=False):
     wound_patience: float
     contention: Contention
     max_workers: int
-    finished_ttl: timedelta
+    completed_ttl: timedelta
     key_schemas: Mapping[str, Sequence[str] | KeyTypes] | None
     rng: random.Random | None
 
@@ -84,7 +84,7 @@ class ManagerCore(Generic[Tx]):
         wound_patience: float = 0.5,
         contention: Contention = Contention.WOUND_WAIT,
         max_workers: int = 32,
-        finished_ttl: timedelta = timedelta(days=1),
+        completed_ttl: timedelta = timedelta(days=1),
         key_schemas: Mapping[str, Sequence[str] | KeyTypes] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -123,7 +123,7 @@ class ManagerCore(Generic[Tx]):
             images_table,
             clock=clock,
             max_workers=max_workers,
-            completed_ttl_seconds=int(finished_ttl.total_seconds()),
+            completed_ttl_seconds=int(completed_ttl.total_seconds()),
             sleep=sleep,
         )
         self.reads = Reads(self)

@@ -104,7 +104,7 @@ def sweep(
     if not header.completed:
         if header.state == s.STATE_PENDING and age_ms < rollback_after.total_seconds() * 1000:
             return SweepOutcome.ACTIVE
-        return (yield from p.settle(tx_id, header, expect_version=header.version))
+        return (yield from p.resolve(tx_id, header, expect_version=header.version))
     if age_ms < delete_after.total_seconds() * 1000:
         return SweepOutcome.KEPT
     yield from p.delete_record(header)

@@ -1,4 +1,4 @@
-"""Protocol steps shared by every coordinator and janitor: complete, undo, settle, delete
+"""Protocol steps shared by every coordinator and janitor: complete, undo, resolve, delete
 (docs/protocol.md). A lock whose nonce the record does not name is a *stray*, always undone."""
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ RELEASE_UNAPPLIED = "#l = :l AND attribute_not_exists(#ap)"
 
 
 class SweepOutcome(enum.Enum):
-    """What settling one TX record did: one vocabulary for coordinators and janitors."""
+    """What resolving one TX record did: one vocabulary for coordinators and janitors."""
 
     MISSING = "missing"
     ACTIVE = "active"  #: pending and recently changed (or changed since seen): left alone
     ROLLED_BACK = "rolled_back"  #: pending: decided rolled back and completed
     ROLLED_FORWARD = "rolled_forward"  #: committed but not completed: completed
-    FINALISED = "finalised"  #: rolled back but not completed: completed
+    COMPLETED = "completed"  #: rolled back but not completed: completed
     KEPT = "kept"  #: completed, younger than the delete age
     DELETED = "deleted"
 
@@ -222,7 +222,7 @@ class Protocol:
                 return
             except ConditionFailed:
                 item = None
-        raise RuntimeError(f"undo of tx {tx_id} in {table} did not settle")
+        raise RuntimeError(f"undo of tx {tx_id} in {table} did not converge")
 
     def complete_item(self, header: Header, entry: Entry, known: Item | None = None) -> Step[None]:
         """complete: one recorded request; ``known`` (saves a read) only with the recorded lock."""
@@ -270,7 +270,7 @@ class Protocol:
                 return
             except ConditionFailed:
                 item = None
-        raise RuntimeError(f"completion of tx {tx_id} in {entry.table} did not settle")
+        raise RuntimeError(f"completion of tx {tx_id} in {entry.table} did not converge")
 
     def _complete_or_skip(self, header: Header, entry: Entry, known: Item | None) -> Step[bool]:
         """:meth:`complete_item`, or False for an item DynamoDB rejects (it holds no lock)."""
@@ -332,7 +332,7 @@ class Protocol:
         yield from self.records.mark_completed(header)
         return done.count(False)
 
-    def settle(
+    def resolve(
         self,
         tx_id: str,
         header: Header | None = None,
@@ -359,7 +359,7 @@ class Protocol:
         yield from self.complete(header)
         if header.state == s.STATE_COMMITTED:
             return SweepOutcome.ROLLED_FORWARD
-        return SweepOutcome.ROLLED_BACK if rolled_back_here else SweepOutcome.FINALISED
+        return SweepOutcome.ROLLED_BACK if rolled_back_here else SweepOutcome.COMPLETED
 
     def delete_record(self, header: Header) -> Step[None]:
         """delete: a completed TX record and its body rows, its alias first (never orphaned)."""

@@ -165,7 +165,7 @@ def header_from_item(item: Item) -> Header:
         state=item[s.TX_STATE]["S"],
         version=int(item[s.TX_VERSION]["N"]),
         updated_ms=int(item[s.TX_UPDATED]["N"]),
-        completed=flag(item, s.TX_FINISHED),
+        completed=flag(item, s.TX_COMPLETED),
         entries={rid: entry_from_av(rid, av) for rid, av in requests.items()},
         raw_size=item_size(item),
         waiting=s.TX_WAITING in item,
@@ -283,8 +283,8 @@ class RecordStore:
     ) -> Step[bool]:
         """create, completed, no requests (False: it exists): an alias's fence, or an empty tx."""
         item = {
-            **self._new_header(tx_id, state, s.STATE_FINISHED_TAG, {}),
-            s.TX_FINISHED: {"BOOL": True},
+            **self._new_header(tx_id, state, s.STATE_COMPLETED_TAG, {}),
+            s.TX_COMPLETED: {"BOOL": True},
             s.TX_TTL: {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             s.TX_CALLER_ID: {"S": caller_id},
         }
@@ -427,7 +427,7 @@ class RecordStore:
     def mark_completed(self, header: Header) -> Step[None]:
         """complete (last step): every item is completed; TTL may delete the record later."""
         names = {
-            "#fin": s.TX_FINISHED,
+            "#fin": s.TX_COMPLETED,
             "#sw": s.TX_SWEEP_KEY,
             "#ts": s.TX_UPDATED,
             "#ttl": s.TX_TTL,
@@ -436,7 +436,7 @@ class RecordStore:
         }
         values = {
             ":t": {"BOOL": True},
-            ":sw": {"S": f"{s.STATE_FINISHED_TAG}#{shard_of(header.tx_id)}"},
+            ":sw": {"S": f"{s.STATE_COMPLETED_TAG}#{shard_of(header.tx_id)}"},
             ":now": {"N": str(self.now_ms())},
             ":ttl": {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
             ":st": {"S": header.state},
@@ -465,7 +465,7 @@ class RecordStore:
                 TableName=self.table,
                 Key=self.header_key(tx_id),
                 ConditionExpression=DELETE_COMPLETED,
-                ExpressionAttributeNames={"#fin": s.TX_FINISHED},
+                ExpressionAttributeNames={"#fin": s.TX_COMPLETED},
                 ExpressionAttributeValues={":t": {"BOOL": True}},
             )
         except ConditionFailed:

@@ -28,7 +28,7 @@ _CURSOR_BY: Final = "by"
 #: The index pass visits these (state tag, shard) partitions, in this order.
 PARTITIONS: Final = tuple(
     (tag, shard)
-    for tag in (s.STATE_PENDING, s.STATE_COMMITTED, s.STATE_ROLLED_BACK, s.STATE_FINISHED_TAG)
+    for tag in (s.STATE_PENDING, s.STATE_COMMITTED, s.STATE_ROLLED_BACK, s.STATE_COMPLETED_TAG)
     for shard in range(s.SWEEP_SHARDS)
 )
 #: Most stuck transaction ids a report lists.
@@ -149,7 +149,7 @@ class SweepReport:
     ----------
     scanned
         Rows examined: index hits plus rows the scans read.
-    rolled_back, rolled_forward, finalised, deleted
+    rolled_back, rolled_forward, completed, deleted
         TX records moved along, by :class:`SweepOutcome`.
     orphan_images_deleted
         Image rows whose TX record was gone or completed.
@@ -165,7 +165,7 @@ class SweepReport:
         Pending records older than the rollback age (ids in ``stuck_ids``, capped).
     pages
         Scan pages read (what the page budget limits).
-    complete
+    exhausted
         True when the sweep reached the end of every pass: the cursor is back at the start.
     stopped_by
         ``"deadline"`` or ``"page_budget"`` when the sweep stopped early, else None.
@@ -178,7 +178,7 @@ class SweepReport:
     scanned: int = 0
     rolled_back: int = 0
     rolled_forward: int = 0
-    finalised: int = 0
+    completed: int = 0
     deleted: int = 0
     orphan_images_deleted: int = 0
     locks_released: int = 0
@@ -187,7 +187,7 @@ class SweepReport:
     skipped_requests: int = 0
     stuck: int = 0
     pages: int = 0
-    complete: bool = False
+    exhausted: bool = False
     stopped_by: str | None = None
     cursor: dict[str, Any] = field(default_factory=lambda: Cursor().to_json())
     cursor_saved: bool = False

@@ -132,7 +132,7 @@ def _show_transaction(result: dict[str, Any]) -> None:
     rolled_back_by = f", rolled back by {result['decided_by']}" if result["decided_by"] else ""
     console.print(
         f"transaction {result['transaction_id']}{caller}: [bold]{result['state']}[/bold]"
-        f"{', finished' if result['finished'] else ', unfinished'}, version {result['version']},"
+        f", {'' if result['completed'] else 'not '}completed, version {result['version']},"
         f" last change {result['age_seconds']}s ago, {result['locks_held']} lock(s) held"
         f"{blocked}{rolled_back_by}"
     )
@@ -166,7 +166,7 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
                 header = tm.protocol.run(tm.protocol.records.read_header(owner))
                 state = "record gone" if header is None else recovery.STATE_NAMES[header.state]
                 if header is not None and header.completed:
-                    state += " (finished)"
+                    state += " (completed)"
                 rows.append(
                     {
                         "table": table,

@@ -222,7 +222,7 @@ class Health:
 
     raw_total: int
     committed_total: int
-    unfinished: Counter[str]
+    open_records: Counter[str]
     locked_items: int
     images: int
     lock_rows: int
@@ -231,7 +231,7 @@ class Health:
 
     def clean(self, expected: int) -> bool:
         return self.raw_total == self.committed_total == expected and not (
-            self.unfinished or self.locked_items or self.images or self.lock_rows
+            self.open_records or self.locked_items or self.images or self.lock_rows
         )
 
 
@@ -253,8 +253,8 @@ def health(tm: TransactionManager, accounts: tuple[str, ...]) -> Health:
     return Health(
         raw_total=raw,
         committed_total=committed,
-        unfinished=Counter(
-            STATE_NAMES[r[s.TX_STATE]["S"]] for r in headers if not flag(r, s.TX_FINISHED)
+        open_records=Counter(
+            STATE_NAMES[r[s.TX_STATE]["S"]] for r in headers if not flag(r, s.TX_COMPLETED)
         ),
         locked_items=sum(s.ATTR_LOCK in i for i in items),
         images=len(all_items(client, "scan", TableName=DEMO_TABLES["images"])),
@@ -276,8 +276,8 @@ def health_table(expected: int, *states: Health) -> Any:
     row(f"balances as stored (want {expected})", lambda h: h.raw_total)
     row(f"balances, COMMITTED reads (want {expected})", lambda h: h.committed_total)
     row(
-        "unfinished TX records",
-        lambda h: ", ".join(f"{n} {k}" for k, n in sorted(h.unfinished.items())) or "0",
+        "TX records not completed",
+        lambda h: ", ".join(f"{n} {k}" for k, n in sorted(h.open_records.items())) or "0",
     )
     row("items locked by a transaction", lambda h: h.locked_items)
     row("rows in the images table", lambda h: h.images)
@@ -291,8 +291,8 @@ def what_the_sweep_did(report: SweepReport, before: Health, after: Health) -> st
     return (
         f"the sweep unlocked {unlocked} item(s): {unlocked - report.locks_released} while rolling"
         f" {report.rolled_back} transaction(s) back and {report.rolled_forward} forward and"
-        f" finishing {report.finalised}, and {report.locks_released} stray lock(s) whose"
-        f" record was gone or finished; it deleted {report.deleted} finished record(s),"
+        f" completing {report.completed}, and {report.locks_released} stray lock(s) whose"
+        f" record was gone or completed; it deleted {report.deleted} completed record(s),"
         f" {before.images - after.images} image(s) and {report.lock_rows_deleted} expired"
         " lock row(s)"
     )
@@ -321,7 +321,7 @@ class DemoResult:
         report = self.report.to_dict()
         swept = {k: report[k] for k, _ in REPORT_ROWS if k != "scanned"}
         swept["deleted"] -= self.aborted_records
-        swept["complete"] = report["complete"]
+        swept["exhausted"] = report["exhausted"]
         return {
             "plan": self.plan,
             "committed": self.outcome.committed,
@@ -392,7 +392,7 @@ def run_demo(
         before = health(tm, plan.accounts)
         aborted = len(before.records - outcome.killed_ids)
         out.print(
-            f"conflicts retried: {outcome.retries}, leaving {aborted} finished TX record(s) of"
+            f"conflicts retried: {outcome.retries}, leaving {aborted} completed TX record(s) of"
             " aborted attempts for the sweeper (these two counts alone vary from run to run:"
             " they depend on how the threads interleave)"
         )
@@ -411,7 +411,7 @@ def run_demo(
     if result.clean:
         out.print(
             f"[bold green]CLEAN[/bold green]: balances add up to {expected}, nothing is locked,"
-            " no transaction is left unfinished"
+            " no transaction is left uncompleted"
         )
     else:
         out.print("[bold red]NOT CLEAN[/bold red]: see the table above")

@@ -90,7 +90,7 @@ def inspect_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
         "found": True,
         "caller_id": header.caller_id,
         "state": STATE_NAMES.get(header.state, header.state),
-        "finished": header.completed,
+        "completed": header.completed,
         "version": header.version,
         "updated_ms": header.updated_ms,
         "age_seconds": round((tm.protocol.now_ms() - header.updated_ms) / 1000, 3),
@@ -118,7 +118,7 @@ def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
     tx_id, before = yield from _find(tm, tx_id)
     if before is None:
         return {"transaction_id": tx_id, "outcome": "missing", "state_before": None}
-    outcome = "already_finished" if before.completed else (yield from _settle(tm, before))
+    outcome = "already_completed" if before.completed else (yield from _resolve(tm, before))
     logger.info("recover %s: %s", tx_id, outcome)
     return {
         "transaction_id": tx_id,
@@ -128,10 +128,12 @@ def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
     }
 
 
-def _settle(tm: TransactionManager, header: Header) -> Step[str]:
+def _resolve(tm: TransactionManager, header: Header) -> Step[str]:
     """Roll back and complete, conditioned on the version read (changed since: read again)."""
     for _ in range(5):
-        outcome = yield from tm.protocol.settle(header.tx_id, header, expect_version=header.version)
+        outcome = yield from tm.protocol.resolve(
+            header.tx_id, header, expect_version=header.version
+        )
         if outcome is not SweepOutcome.ACTIVE:
             return str(outcome.value)
         current = yield from tm.protocol.records.read_header(header.tx_id)
@@ -166,9 +168,9 @@ def break_lock_step(tm: TransactionManager, table: str, key: Item) -> Step[dict[
             **result,
             "outcome": "refused",
             "reason": f"transaction {owner} is {STATE_NAMES.get(header.state, header.state)} "
-            "and unfinished: recover it instead",
+            "and not completed: recover it instead",
         }
     # The lock is stray: undo restores the item's image under the lock's own condition.
     yield from tm.protocol.undo(owner, table, key, item)
     logger.info("broke lock of %s on %s %s", owner, table, key)
-    return {**result, "outcome": "released", "record": "finished" if header else "missing"}
+    return {**result, "outcome": "released", "record": "completed" if header else "missing"}

@@ -42,7 +42,7 @@ TX_STATE: Final = "st"  #: "P" pending, "C" committed, "R" rolled back
 TX_VERSION: Final = "v"  #: N, bumped by every change to the header
 TX_UPDATED: Final = "ts"  #: N, epoch ms of the last change (coordinator's clock)
 TX_REQUESTS: Final = "rq"  #: M, request id -> request descriptor
-TX_FINISHED: Final = "fin"  #: BOOL, every item is unlocked and every image gone
+TX_COMPLETED: Final = "fin"  #: BOOL, every item is unlocked and every image gone
 TX_TTL: Final = "ttl"  #: N, epoch seconds after which DynamoDB TTL may delete the record
 TX_SWEEP_KEY: Final = "sw"  #: S, "<state>#<shard>" hash key of the sparse sweep index
 #: S, id of the older transaction whose lock this pending one waits for (not a change).
@@ -83,4 +83,4 @@ LOCK_TTL: Final = "ttl"  #: N, epoch seconds; garbage collection only, never tru
 STATE_PENDING: Final = "P"
 STATE_COMMITTED: Final = "C"
 STATE_ROLLED_BACK: Final = "R"
-STATE_FINISHED_TAG: Final = "F"
+STATE_COMPLETED_TAG: Final = "F"

@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 _COUNTED: Final = {
     SweepOutcome.ROLLED_BACK,
     SweepOutcome.ROLLED_FORWARD,
-    SweepOutcome.FINALISED,
+    SweepOutcome.COMPLETED,
     SweepOutcome.DELETED,
 }
 
@@ -162,7 +162,7 @@ def _check_lock_grace(value: Any) -> None:
 
 
 class Sweeper:
-    """Finds abandoned transactions and what they left behind, and settles them.
+    """Rolls abandoned transactions forward or back, completes them and clears their leftovers.
 
     Parameters
     ----------
@@ -195,7 +195,7 @@ class Sweeper:
     ...                   delete_after=timedelta(days=1), data_tables=["Accounts"])
     >>> report = sweeper.run(deadline=lambda: ctx.get_remaining_time_in_millis() / 1000,
     ...                      page_budget=50)                                 # doctest: +SKIP
-    >>> report.rolled_back, report.complete                                 # doctest: +SKIP
+    >>> report.rolled_back, report.exhausted                                 # doctest: +SKIP
     (2, True)
     """
 
@@ -281,7 +281,7 @@ class Sweeper:
         try:
             cursor = yield from self._index_pass(run, cursor)
             cursor = yield from self.scans.run(run, cursor)
-            run.report.complete = True
+            run.report.exhausted = True
         except Stop:
             cursor = run.stop_cursor
         report = run.report
@@ -291,7 +291,7 @@ class Sweeper:
             report.cursor_saved = yield from self.cursors.save(generation, cursor)
         logger.info(
             "sweep %s: %s",
-            "complete" if report.complete else f"stopped by {report.stopped_by}",
+            "covered everything" if report.exhausted else f"stopped by {report.stopped_by}",
             {k: v for k, v in report.to_dict().items() if k not in ("stuck_ids",)},
         )
         return report
@@ -326,7 +326,7 @@ class Sweeper:
         try:
             yield from gather(self._scan_segment(run, i, segments) for i in range(segments))
             yield from self.scans.run(run, Cursor())
-            run.report.complete = True
+            run.report.exhausted = True
         except Stop:
             pass
         run.report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
@@ -345,7 +345,7 @@ class Sweeper:
             s.STATE_PENDING: self.rollback_after,
             s.STATE_COMMITTED: self.decided_grace,
             s.STATE_ROLLED_BACK: self.decided_grace,
-            s.STATE_FINISHED_TAG: self.delete_after,
+            s.STATE_COMPLETED_TAG: self.delete_after,
         }[tag]
         return self.tm.protocol.now_ms() - int(age.total_seconds() * 1000)
 
@@ -398,7 +398,7 @@ class Sweeper:
             outcome = SweepOutcome.ACTIVE
             if stale_since is not None:
                 # Rolled back unread, conditioned on the ts seen: it returns the record to undo.
-                outcome = yield from self.tm.protocol.settle(tx_id, expect_updated_ms=stale_since)
+                outcome = yield from self.tm.protocol.resolve(tx_id, expect_updated_ms=stale_since)
             if outcome is SweepOutcome.ACTIVE:  # not seen stale, or changed since: judge afresh
                 protocol = self.tm.protocol
                 outcome = yield from sweep(protocol, tx_id, self.rollback_after, self.delete_after)
@@ -414,14 +414,14 @@ class Sweeper:
 
     def _scan_segment(self, run: Run, segment: int, total: int) -> Step[None]:
         rollback_cutoff = self._cutoff_ms(s.STATE_PENDING)
-        delete_cutoff = self._cutoff_ms(s.STATE_FINISHED_TAG)
+        delete_cutoff = self._cutoff_ms(s.STATE_COMPLETED_TAG)
 
         def visit(record: Item, header: Headers) -> Step[None]:
             updated = int(record[s.TX_UPDATED]["N"])
-            finished = flag(record, s.TX_FINISHED)
-            pending = not finished and record[s.TX_STATE]["S"] == s.STATE_PENDING
+            completed = flag(record, s.TX_COMPLETED)
+            pending = not completed and record[s.TX_STATE]["S"] == s.STATE_PENDING
             # Kept or active records are skipped; a decided one is completed whatever its age.
-            cutoff = delete_cutoff if finished else rollback_cutoff if pending else None
+            cutoff = delete_cutoff if completed else rollback_cutoff if pending else None
             if cutoff is None or updated < cutoff:
                 stale = updated if pending else None
                 yield from self._sweep_record(run, record[s.TX_PK]["S"], stale_since=stale)
@@ -441,7 +441,7 @@ class Sweeper:
                 "#id": s.TX_PK,
                 "#st": s.TX_STATE,
                 "#ts": s.TX_UPDATED,
-                "#fin": s.TX_FINISHED,
+                "#fin": s.TX_COMPLETED,
             },
             ExpressionAttributeValues={":header": {"S": s.TX_HEADER_SK}},
         )

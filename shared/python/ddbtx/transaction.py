@@ -63,7 +63,7 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         :class:`Contention` policy, wound-wait by default.
     max_workers
         Bound on concurrent per-item steps (completion, catch-up); 1 is serial.
-    finished_ttl
+    completed_ttl
         How long a completed TX record is kept before DynamoDB TTL may delete it.
     key_schemas
         Key attributes per data table, hash first, to skip ``DescribeTable``:

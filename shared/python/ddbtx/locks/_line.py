@@ -112,7 +112,7 @@ class LineWaiter:
         try:
             return (yield from step)
         except BaseException as exc:
-            if isinstance(exc, GeneratorExit):  # a step closed unfinished sends nothing
+            if isinstance(exc, GeneratorExit):  # a step closed early sends nothing
                 raise
             try:
                 yield from self.leave()
