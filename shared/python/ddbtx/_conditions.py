@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from ._items import comparable
+
 Item = dict[str, Any]
 #: A document path: attribute and map-key names, and list indexes.
 Path = tuple[str | int, ...]
@@ -190,29 +192,9 @@ def _kind(value: Item | None) -> str | None:
     return next(iter(value)) if value else None
 
 
-#: Each type's raw value in a form that Python's ``==`` compares as DynamoDB's ``=``
-#: does (lists and maps recurse in :func:`equal`; other types compare as they are).
-_COMPARABLE: dict[str, Callable[[Any], Any]] = {
-    "N": Decimal,
-    "B": _bytes,
-    "SS": set,
-    "NS": lambda raw: {Decimal(n) for n in raw},
-    "BS": lambda raw: {_bytes(v) for v in raw},
-}
-
-
 def equal(a: Item | None, b: Item | None) -> bool:
     """DynamoDB's ``=`` on two AttributeValues (a missing one equals nothing)."""
-    kind = _kind(a)
-    if kind is None or kind != _kind(b):
-        return False
-    x, y = a[kind], b[kind]  # type: ignore[index]
-    if kind == "L":
-        return len(x) == len(y) and all(equal(p, q) for p, q in zip(x, y, strict=True))
-    if kind == "M":
-        return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
-    comparable = _COMPARABLE.get(kind, lambda raw: raw)
-    return bool(comparable(x) == comparable(y))
+    return bool(a) and bool(b) and bool(comparable(a) == comparable(b))
 
 
 def _ordered(value: Item) -> Any:

@@ -6,19 +6,14 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+from . import errors
 from ._effects import Step
-from ._items import canonical_number, strip
+from ._items import comparable, strip
 from ._protocol import Protocol
 from ._record import Header
 from ._requests import Request
 from ._responses import return_values, wrap
 from ._view import COMMIT_ROUNDS, Local, RecordView
-from .errors import (
-    InvalidTransactionIdError,
-    TransactionError,
-    TransactionIdReusedError,
-    TransactionRolledBackError,
-)
 
 #: Longest caller's id, in UTF-8 bytes: with the alias prefix it stays far within
 #: DynamoDB's 2,048-byte partition key, and the record that repeats it stays small.
@@ -28,17 +23,19 @@ MAX_TRANSACTION_ID_BYTES = 1024
 def check_transaction_id(value: object) -> str:
     """The caller's id, or :class:`InvalidTransactionIdError` naming what is wrong."""
     if not isinstance(value, str):
-        raise InvalidTransactionIdError(f"transaction_id must be a str, not {type(value).__name__}")
+        raise errors.InvalidTransactionIdError(
+            f"transaction_id must be a str, not {type(value).__name__}"
+        )
     if not value:
-        raise InvalidTransactionIdError("transaction_id must not be empty")
+        raise errors.InvalidTransactionIdError("transaction_id must not be empty")
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise InvalidTransactionIdError(
+        raise errors.InvalidTransactionIdError(
             "transaction_id must be valid Unicode text (it has a lone surrogate)"
         ) from exc
     if size > MAX_TRANSACTION_ID_BYTES:
-        raise InvalidTransactionIdError(
+        raise errors.InvalidTransactionIdError(
             f"transaction_id is {size} bytes in UTF-8; at most {MAX_TRANSACTION_ID_BYTES} "
             "are allowed"
         )
@@ -62,25 +59,9 @@ class Resumed(typing.Protocol):
     def abort(self) -> Step[None]: ...
 
 
-def _canonical(value: dict[str, Any]) -> Any:
-    """An AttributeValue in a form where equal values compare equal (numbers, sets, binary)."""
-    ((kind, raw),) = value.items()
-    if kind in ("NS", "BS", "SS"):
-        return kind, frozenset(_canonical({kind[0]: member})[1] for member in raw)
-    if kind == "M":
-        return kind, tuple(sorted((k, _canonical(v)) for k, v in raw.items()))
-    if kind == "L":
-        return kind, tuple(_canonical(v) for v in raw)
-    if kind == "N":
-        return kind, canonical_number(raw)
-    if kind == "B":
-        return kind, raw.encode() if isinstance(raw, str) else bytes(raw)
-    return kind, raw
-
-
 def _canonical_params(req: Request) -> dict[str, Any]:
     return {
-        name: {k: _canonical(v) for k, v in value.items()}
+        name: {k: comparable(v) for k, v in value.items()}
         if name in ("Item", "Key", "ExpressionAttributeValues")
         else value
         for name, value in req.params.items()
@@ -160,7 +141,7 @@ class Replay:
             yield from tx.catch_up([local])
             local = tx.record.current(local)
         else:
-            raise TransactionError("a recorded request kept moving", tx_id=tx.id)
+            raise errors.TransactionError("a recorded request kept moving", tx_id=tx.id)
         if local.transient:
             return {}
         if local.pre is None:  # a later write learnt its earlier ones from the item: read it
@@ -177,16 +158,16 @@ class Replay:
             return
         if self.added:
             yield from self.tx.abort()  # our own requests must not commit with another work's
-        raise TransactionIdReusedError(
+        raise errors.TransactionIdReusedError(
             f"commit before {len(missing)} recorded request(s) were made again: the "
             "transaction_id carries other work",
             tx_id=self.tx.id,
         )
 
-    def _start_over(self, req: Request, what: str) -> Step[TransactionRolledBackError]:
+    def _start_over(self, req: Request, what: str) -> Step[errors.TransactionRolledBackError]:
         """A request whose answer the record does not keep: roll back (the work starts over)."""
         yield from self.tx.abort()
-        return TransactionRolledBackError(
+        return errors.TransactionRolledBackError(
             f"resumed by its transaction_id, the transaction cannot answer {what} to this "
             "item; it was rolled back so that the work runs again from the start",
             tx_id=self.tx.id,
@@ -194,8 +175,8 @@ class Replay:
             key=req.key,
         )
 
-    def _reused(self, req: Request, why: str) -> TransactionIdReusedError:
-        return TransactionIdReusedError(
+    def _reused(self, req: Request, why: str) -> errors.TransactionIdReusedError:
+        return errors.TransactionIdReusedError(
             f"transaction_id {self.tx.transaction_id!r:.80} is pending with other work: {why}",
             tx_id=self.tx.id,
             table=req.table,
@@ -213,7 +194,7 @@ def join(tx: Resumed, locals_: list[Local]) -> Step[list[Local] | None]:
         if mine is None:
             return None
         if mine is not local and not same_request(mine.request, local.request):
-            raise TransactionIdReusedError(
+            raise errors.TransactionIdReusedError(
                 "another attempt with this transaction_id recorded a different request on "
                 "this item",
                 tx_id=tx.id,

@@ -95,6 +95,28 @@ def canonical_number(text: Any) -> str:
     return format(Decimal((sign, tuple(map(int, stripped)), exponent)), "f")
 
 
+def comparable(value: Any) -> Any:
+    """An AttributeValue in a form where the values DynamoDB's ``=`` finds equal compare
+    equal (numbers by value, sets in any order, binary as bytes); a malformed one as it is."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return value
+    ((kind, raw),) = value.items()
+    try:
+        if kind == "N":
+            return kind, canonical_number(raw)
+        if kind in ("SS", "NS", "BS"):
+            return kind, frozenset(comparable({kind[0]: member})[1] for member in raw)
+        if kind == "M":
+            return kind, tuple(sorted((k, comparable(v)) for k, v in raw.items()))
+        if kind == "L":
+            return kind, tuple(comparable(v) for v in raw)
+        if kind == "B":
+            return kind, raw.encode() if isinstance(raw, str) else bytes(raw)
+    except (ValueError, TypeError, AttributeError):
+        pass
+    return kind, raw
+
+
 def canonical_key_value(value: dict[str, Any]) -> dict[str, Any]:
     """One form per key value: numbers as DynamoDB spells them, binary (even a str) as bytes."""
     ((kind, raw),) = value.items()

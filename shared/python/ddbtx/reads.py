@@ -9,20 +9,13 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from . import errors
 from . import schema as s
 from ._effects import Step, pause, request
 from ._items import Item, applied, flag, key_of, lock_owner, request_id, strip
 from ._protocol import Protocol, user_view
 from ._read_plan import IndexInfo, Level, ReadOp, ReadPlan, plan, validate
 from ._requests import KeySchemas, build
-from .errors import (
-    DynamoDBError,
-    InvalidRequestError,
-    TransactionConflictError,
-    TransactionError,
-    TransactionRolledBackError,
-    ValidationFailed,
-)
 
 #: Keys per BatchGetItem (DynamoDB's limit).
 BATCH_KEYS = 100
@@ -167,7 +160,7 @@ class Reads:
         """Run ``work`` in a short read-locking transaction; the commit makes it a snapshot
         (one wounded meanwhile is refused and tried again, as old as its first try)."""
         first: str | None = None
-        wounded: TransactionRolledBackError | None = None
+        wounded: errors.TransactionRolledBackError | None = None
         for _ in range(ATTEMPTS):
             tx = self.tm.new_transaction(first)
             first = first or tx.id
@@ -175,14 +168,14 @@ class Reads:
                 result = yield from work(tx)
                 yield from tx.end.commit()
                 return result
-            except TransactionRolledBackError as exc:
+            except errors.TransactionRolledBackError as exc:
                 wounded = exc
             finally:
                 if tx.state == s.STATE_PENDING:
                     yield from tx.end.rollback()
                 yield from tx.end.delete()
         assert wounded is not None
-        raise TransactionConflictError(
+        raise errors.TransactionConflictError(
             f"a serializable read was rolled back by an older transaction on each of its "
             f"{ATTEMPTS} tries; retry it later",
             other_tx_id=wounded.other_tx_id,
@@ -203,12 +196,12 @@ class Reads:
     ) -> Step[tuple[dict[str, ReadPlan], dict[str, list[Item]]]]:
         """One plan per table of a BatchGetItem, and each table's keys in canonical form."""
         if not isinstance(params, Mapping) or set(params) - _BATCH_PARAMS:
-            raise InvalidRequestError(
+            raise errors.InvalidRequestError(
                 "batch_get_item takes RequestItems (and ReturnConsumedCapacity)"
             )
         items = params.get("RequestItems")
         if not isinstance(items, Mapping) or not items:
-            raise InvalidRequestError("RequestItems must map table names to their Keys")
+            raise errors.InvalidRequestError("RequestItems must map table names to their Keys")
         reads: dict[str, ReadPlan] = {}
         keys: dict[str, list[Item]] = {}
         for table, table_params in items.items():
@@ -216,12 +209,12 @@ class Reads:
             key_types = yield from self.tm.schemas.types(table)
             table_keys = table_params.get("Keys")
             if not isinstance(table_keys, list) or not table_keys:
-                raise InvalidRequestError("Keys must be a non-empty list", table=table)
+                raise errors.InvalidRequestError("Keys must be a non-empty list", table=table)
             built = [
                 build("get", {"TableName": table, "Key": key}, key_types) for key in table_keys
             ]
             if len({r.rid for r in built}) != len(built):
-                raise InvalidRequestError("Keys has duplicates", table=table)
+                raise errors.InvalidRequestError("Keys has duplicates", table=table)
             keys[table] = [r.key for r in built]
             as_get = {"TableName": table, **_without(table_params, "Keys")}
             reads[table] = plan("get", as_get, level, tuple(key_types))
@@ -242,7 +235,7 @@ class Reads:
             }
             self._indexes[table] = known
         if not isinstance(name, str) or name not in known:
-            raise InvalidRequestError(f"table {table!r} has no index {name!r}", table=table)
+            raise errors.InvalidRequestError(f"table {table!r} has no index {name!r}", table=table)
         return known[name]
 
     def send(self, read: ReadPlan) -> Step[dict[str, Any]]:
@@ -253,8 +246,10 @@ class Reads:
     def _call(self, operation: str, table: str | None, **params: Any) -> Step[dict[str, Any]]:
         try:
             response: dict[str, Any] = yield from request(operation, **params)
-        except ValidationFailed as exc:
-            raise InvalidRequestError(f"DynamoDB rejected the read: {exc}", table=table) from exc
+        except errors.ValidationFailed as exc:
+            raise errors.InvalidRequestError(
+                f"DynamoDB rejected the read: {exc}", table=table
+            ) from exc
         return response
 
     def judge_all(self, read: ReadPlan, items: list[Item]) -> Step[list[Item]]:
@@ -310,7 +305,7 @@ class Reads:
             image = (yield from self.images([x])).get(x)
             if image is not None:
                 return image
-        raise TransactionError(f"an item in {table} kept changing under a committed read")
+        raise errors.TransactionError(f"an item in {table} kept changing under a committed read")
 
     def images(self, refs: list[_External]) -> Step[dict[_External, Item]]:
         """External images by reference (absent: removed by a completion)."""
@@ -342,7 +337,7 @@ class Reads:
                     break
                 yield from pause(0.05 * 2**attempt)
             else:
-                raise DynamoDBError(
+                raise errors.DynamoDBError(
                     f"BatchGetItem left {len(wanted)} keys of {table} unprocessed",
                     code="UnprocessedKeys",
                     operation="BatchGetItem",
@@ -418,7 +413,7 @@ def _settled_page(
         if not held:
             return response, []  # an empty page: nothing listed, nothing to hold
         response = yield from reads.send(read)
-    raise TransactionConflictError(
+    raise errors.TransactionConflictError(
         f"a serializable {read.op} page of {read.table} kept gaining items under it "
         f"({ATTEMPTS} reads); retry it later",
         tx_id=tx.id,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from . import schema as s
-from ._items import Item, applied, canonical_number, flag, lock_owner, strip
+from ._items import Item, applied, comparable, flag, lock_owner, strip
 from .errors import DdbtxError
 
 __all__ = [
@@ -306,37 +306,7 @@ def _has_protocol(item: Item | None) -> bool:
 
 def _same(a: Item, b: Item) -> bool:
     """Equal items, as DynamoDB compares them: sets in any order, numbers by value."""
-    return bool(_canonical({"M": a}) == _canonical({"M": b}))
-
-
-def _number(raw: Any) -> Any:
-    """A number's one spelling; a malformed one as it is."""
-    try:
-        return canonical_number(raw)
-    except ValueError:
-        return raw
-
-
-def _canonical(value: Any) -> Any:
-    if not isinstance(value, Mapping) or len(value) != 1:
-        return value
-    ((kind, raw),) = value.items()
-    case = _CANONICAL.get(kind)
-    if case is None or not isinstance(raw, case[0]):
-        return (kind, raw)
-    return (kind, case[1](raw))
-
-
-#: Each type's one form for comparing: the raw value it applies to (a malformed one is
-#: compared as it is), and the form (sets sorted, numbers spelled one way).
-_CANONICAL: dict[str, tuple[type, Callable[[Any], Any]]] = {
-    "N": (object, _number),
-    "SS": (list, lambda raw: tuple(sorted(raw, key=repr))),
-    "NS": (list, lambda raw: tuple(sorted((_number(m) for m in raw), key=repr))),
-    "BS": (list, lambda raw: tuple(sorted(raw, key=repr))),
-    "M": (Mapping, lambda raw: tuple(sorted((k, _canonical(v)) for k, v in raw.items()))),
-    "L": (list, lambda raw: tuple(_canonical(v) for v in raw)),
-}
+    return bool(comparable({"M": a}) == comparable({"M": b}))
 
 
 def record_handler(on_change: Callable[[Change], None]) -> Callable[..., None]:

@@ -12,17 +12,8 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 from .._drive import drive
 from .._effects import Step
 from ..errors import ConditionFailed, LockLostError
+from . import _rows as rows
 from ._pace import Pace
-from ._rows import (
-    Item,
-    check_fraction,
-    check_lease,
-    check_owner,
-    check_polls,
-    new_id,
-    update_row,
-    was_retried,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +37,7 @@ class HeldLockSteps:
         lock_client: LockClientSteps,
         *,
         hold: str,
-        row_key: Item,
+        row_key: rows.Item,
         resource: str,
         fencing_token: int,
         confirmed_at: float,
@@ -85,15 +76,15 @@ class HeldLockSteps:
         values: dict[str, object],
         names: dict[str, str] | None = None,
         **params: Any,
-    ) -> Step[Item]:
+    ) -> Step[rows.Item]:
         """One conditional write of this grant's row; the row after it, if ``params`` ask."""
         values = {":hold": self._hold, **self._extra_values, **values}
         names = {**self._extra_names, **(names or {})}
-        return update_row(self._lc.table, self._key, *texts, values, names, **params)
+        return rows.update_row(self._lc.table, self._key, *texts, values, names, **params)
 
-    def _renew(self, **params: Any) -> Step[Item]:
+    def _renew(self, **params: Any) -> Step[rows.Item]:
         expires = self._lc._wall() + self.lease_duration
-        return self._write(self._renew_write, {":rvn": new_id(), ":exp": expires}, **params)
+        return self._write(self._renew_write, {":rvn": rows.new_id(), ":exp": expires}, **params)
 
     def _end(self) -> Step[None]:
         yield from self._write(self._release_write, {})
@@ -146,7 +137,7 @@ class HeldLockSteps:
         except ConditionFailed as exc:
             # A retried release that fails met our own applied first attempt, or a takeover,
             # which needs our lease to run out first: sent within it, the release came first.
-            if not (was_retried(exc) and started - self._confirmed < self.lease_duration):
+            if not (rows.was_retried(exc) and started - self._confirmed < self.lease_duration):
                 self._state = "lost"
                 return False
         except BaseException:
@@ -395,13 +386,13 @@ class LockClientSteps:
         wall_clock: Clock = time.time,
         sleep: Callable[[float], Any] | None = None,
     ) -> None:
-        self.owner = check_owner(owner)
-        self.lease_duration, self.heartbeat_period = check_lease(
+        self.owner = rows.check_owner(owner)
+        self.lease_duration, self.heartbeat_period = rows.check_lease(
             self._default_lease if lease_duration is None else lease_duration,
             self._default_heartbeat if heartbeat_period is None else heartbeat_period,
         )
-        self._polls = check_polls(min_poll, max_poll, self.heartbeat_period)
-        self.danger_fraction = check_fraction(danger_fraction, "danger_fraction")
+        self._polls = rows.check_polls(min_poll, max_poll, self.heartbeat_period)
+        self.danger_fraction = rows.check_fraction(danger_fraction, "danger_fraction")
         for name, callback in (("on_lost", on_lost), ("on_danger", on_danger)):
             if callback is not None and not callable(callback):
                 raise ValueError(f"{name} must be callable, not {type(callback).__name__}")

@@ -10,24 +10,8 @@ from typing import Any
 
 from .._effects import Step
 from ..errors import ConditionFailed
+from . import _rows as rows
 from ._held import Clock, Watch, observe
-from ._rows import (
-    FENCE,
-    MUTEX_SK,
-    OWNER,
-    RVN,
-    check_duration,
-    check_owner,
-    check_resource,
-    get_int,
-    get_str,
-    key,
-    new_id,
-    read_row,
-    returned_row,
-    update_row,
-    was_retried,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +46,9 @@ class MutexSteps:
     ) -> None:
         self.client = client
         self.table = table
-        self.owner = check_owner(owner)
+        self.owner = rows.check_owner(owner)
         self._expire_after = (
-            None if expire_after is None else check_duration(expire_after, "expire_after")
+            None if expire_after is None else rows.check_duration(expire_after, "expire_after")
         )
         self._clock = clock
         self._wall = wall_clock
@@ -89,15 +73,15 @@ class MutexSteps:
         return None if acquired is None else acquired[1]
 
     def _acquire_token(self, resource: str) -> Step[int | None]:
-        check_resource(resource)
+        rows.check_resource(resource)
         sent = self._clock()
         now = self._wall()
         expired_rvn = self._expired(resource, sent)
         values = {
             ":owner": self.owner,
-            ":rvn": new_id(),
+            ":rvn": rows.new_id(),
             # A fresh id as ":seen" matches no record: only free rows (or our replay) pass.
-            ":seen": expired_rvn if expired_rvn is not None else new_id(),
+            ":seen": expired_rvn if expired_rvn is not None else rows.new_id(),
             ":now": now,
             ":one": 1,
             ":exp": now + (self._expire_after or 0.0),
@@ -107,9 +91,9 @@ class MutexSteps:
             no_exp=", #exp" if self._expire_after is None else "",
         )
         try:
-            row = yield from update_row(
+            row = yield from rows.update_row(
                 self.table,
-                key(resource, MUTEX_SK),
+                rows.key(resource, rows.MUTEX_SK),
                 MUTEX_ACQUIRE,
                 update,
                 values,
@@ -119,7 +103,7 @@ class MutexSteps:
         except ConditionFailed as exc:
             yield from self._watch(resource, exc)
             return None
-        token = get_int(row, FENCE) or 0
+        token = rows.get_int(row, rows.FENCE) or 0
         with self._mutex:
             self._seen.pop(resource, None)
             self._acquired[resource] = (sent, token)
@@ -139,12 +123,12 @@ class MutexSteps:
         """Remember the record that refused us, if we may ever take it over."""
         if self._expire_after is None:
             return
-        item = returned_row(exc)
+        item = rows.returned_row(exc)
         if not item:  # dynalite does not return the row with the failure: read it
-            item = yield from read_row(self.table, key(resource, MUTEX_SK))
-        rvn = get_str(item, RVN)
+            item = yield from rows.read_row(self.table, rows.key(resource, rows.MUTEX_SK))
+        rvn = rows.get_str(item, rows.RVN)
         with self._mutex:
-            if rvn is None or get_str(item, OWNER) is None:
+            if rvn is None or rows.get_str(item, rows.OWNER) is None:
                 self._seen.pop(resource, None)  # freed meanwhile: nothing to watch
                 return
             self._seen[resource] = observe(
@@ -154,15 +138,19 @@ class MutexSteps:
                 self._seen.pop(next(iter(self._seen)))
 
     def _release(self, resource: str) -> Step[bool]:
-        check_resource(resource)
+        rows.check_resource(resource)
         ours = self.is_held(resource)
         with self._mutex:
             self._acquired.pop(resource, None)
         try:
-            yield from update_row(
-                self.table, key(resource, MUTEX_SK), MUTEX_RELEASE, _RELEASE, {":owner": self.owner}
+            yield from rows.update_row(
+                self.table,
+                rows.key(resource, rows.MUTEX_SK),
+                MUTEX_RELEASE,
+                _RELEASE,
+                {":owner": self.owner},
             )
         except ConditionFailed as exc:
             # Only our own first attempt can have freed a row we held unexpired.
-            return ours and was_retried(exc)
+            return ours and rows.was_retried(exc)
         return True

@@ -12,27 +12,9 @@ from .._drive import drive
 from .._effects import Step, request
 from ..errors import ConditionFailed, TableNotFound
 from ..tables import ensure_table
+from . import _rows as rows
 from ._line import Entry
 from ._line import entries as line_entries
-from ._rows import (
-    ACQUIRED_AT,
-    EXPIRES,
-    FENCE,
-    HOLD,
-    LEASE_SK,
-    MUTEX_SK,
-    NEXT,
-    OWNER,
-    RVN,
-    Item,
-    all_items,
-    check_positive,
-    expressions,
-    get_int,
-    get_num,
-    get_str,
-    parse_fifo_sk,
-)
 from .breaking import Kind
 
 logger = logging.getLogger(__name__)
@@ -56,7 +38,8 @@ _FREE = "REMOVE #owner, #rvn, #at, #exp"
 #: sweeper update the locks table with these only, so it cannot break a lock (a break
 #: always writes ``brk``, and lease and FIFO holders live in other attributes).
 SWEEP_FREE_ATTRIBUTES: Final = (
-    schema.LOCK_PK, schema.LOCK_SK, OWNER, RVN, ACQUIRED_AT, EXPIRES, FENCE,
+    schema.LOCK_PK, schema.LOCK_SK,
+    rows.OWNER, rows.RVN, rows.ACQUIRED_AT, rows.EXPIRES, rows.FENCE,
 )  # fmt: skip
 # Sweep delete: the row is exactly as read (rvn and TTL) and still carries no counter.
 SWEEP_DELETE = (
@@ -131,13 +114,13 @@ class LockRow:
     record_version: str | None = None
 
 
-def _rows(item: Item) -> list[LockRow]:
+def _rows(item: rows.Item) -> list[LockRow]:
     """What one table row says: one lock row, or a FIFO head's holder and waiters."""
-    resource = get_str(item, schema.LOCK_PK) or ""
-    sort_key = get_str(item, schema.LOCK_SK) or ""
-    if sort_key in (MUTEX_SK, LEASE_SK):
-        return _single_rows(item, resource, "mutex" if sort_key == MUTEX_SK else "lease")
-    parsed = parse_fifo_sk(sort_key)
+    resource = rows.get_str(item, schema.LOCK_PK) or ""
+    sort_key = rows.get_str(item, schema.LOCK_SK) or ""
+    if sort_key in (rows.MUTEX_SK, rows.LEASE_SK):
+        return _single_rows(item, resource, "mutex" if sort_key == rows.MUTEX_SK else "lease")
+    parsed = rows.parse_fifo_sk(sort_key)
     if parsed is None:
         return []
     namespace, ticket = parsed
@@ -145,7 +128,7 @@ def _rows(item: Item) -> list[LockRow]:
         return []  # a queue row of the earlier layout: nobody reads it, the sweeper removes it
     queue = line_entries(item)
     if not queue:
-        return [LockRow(resource, "fifo", namespace, "free", None, get_int(item, NEXT))]
+        return [LockRow(resource, "fifo", namespace, "free", None, rows.get_int(item, rows.NEXT))]
     holder, *waiters = queue
     return [
         LockRow(resource, "fifo", namespace, "held", holder.owner, holder.ticket, None, None,
@@ -154,16 +137,16 @@ def _rows(item: Item) -> list[LockRow]:
     ]  # fmt: skip
 
 
-def _single_rows(item: Item, resource: str, kind: Literal["mutex", "lease"]) -> list[LockRow]:
+def _single_rows(item: rows.Item, resource: str, kind: Literal["mutex", "lease"]) -> list[LockRow]:
     """A mutex or lease row: its holder, and who waits in its line."""
-    owner = get_str(item, OWNER)
+    owner = rows.get_str(item, rows.OWNER)
     # A mutex written before mutexes kept their row (no counter) is held while it exists.
-    held = get_str(item, HOLD) or (kind == "mutex" and owner is not None)
+    held = rows.get_str(item, rows.HOLD) or (kind == "mutex" and owner is not None)
     state: Literal["held", "free"] = "held" if held else "free"
-    expiry = get_num(item, EXPIRES) or get_num(item, schema.LOCK_TTL)
+    expiry = rows.get_num(item, rows.EXPIRES) or rows.get_num(item, schema.LOCK_TTL)
     return [
-        LockRow(resource, kind, None, state, owner, get_int(item, FENCE), None, None,
-                expiry, get_str(item, RVN)),
+        LockRow(resource, kind, None, state, owner, rows.get_int(item, rows.FENCE), None, None,
+                expiry, rows.get_str(item, rows.RVN)),
         *_waiting(resource, kind, None, line_entries(item)),
     ]  # fmt: skip
 
@@ -184,11 +167,11 @@ def list_locks(client: Any, table: str) -> list[LockRow]:
     >>> for row in list_locks(client, "Locks"):          # doctest: +SKIP
     ...     print(row.resource, row.kind, row.state, row.owner, row.fencing_token)
     """
-    rows = [row for item in all_items(client, "scan", TableName=table) for row in _rows(item)]
-    rows.sort(key=lambda r: (r.resource, r.kind, r.namespace or "", r.ticket or 0))
+    found = [row for item in rows.all_items(client, "scan", TableName=table) for row in _rows(item)]
+    found.sort(key=lambda r: (r.resource, r.kind, r.namespace or "", r.ticket or 0))
     positioned: list[LockRow] = []
     place = 0
-    for row in rows:
+    for row in found:
         if row.state == "waiting":
             place += 1
             row = replace(row, queue_position=place)
@@ -204,7 +187,7 @@ class SweepResult:
 
     deleted: int
     scanned: int
-    next_key: Item | None
+    next_key: rows.Item | None
 
 
 def _check_sweep_times(now: float, grace: float) -> float:
@@ -223,7 +206,7 @@ def sweep_expired_page(
     *,
     now: float,
     grace: float,
-    start_key: Item | None = None,
+    start_key: rows.Item | None = None,
     page_size: int = 100,
 ) -> SweepResult:
     """Sweep one scan page (see :func:`sweep_expired_rows`); resumable.
@@ -246,12 +229,12 @@ def expired_page(
     *,
     now: float,
     grace: float,
-    start_key: Item | None = None,
+    start_key: rows.Item | None = None,
     page_size: int = 100,
 ) -> Step[SweepResult]:
     """The step of :func:`sweep_expired_page`, for any driver (the sweeper's scan pass)."""
     cutoff = _check_sweep_times(now, grace)
-    check_positive("page_size", page_size)
+    rows.check_positive("page_size", page_size)
     params: dict[str, Any] = {"Limit": page_size}
     if start_key:
         params["ExclusiveStartKey"] = start_key
@@ -260,13 +243,17 @@ def expired_page(
         TableName=table,
         ConsistentRead=True,
         **params,
-        **expressions({":cutoff": cutoff, ":mutex": MUTEX_SK}, FilterExpression=SWEEP_FILTER),
+        **rows.expressions(
+            {":cutoff": cutoff, ":mutex": rows.MUTEX_SK}, FilterExpression=SWEEP_FILTER
+        ),
     )
     deleted = 0
     # One row at a time, in scan order: each write is conditioned on the row as scanned.
     for item in response.get("Items", []):
         deleted += yield from (
-            _free_expired_mutex(table, item) if FENCE in item else _delete_expired_row(table, item)
+            _free_expired_mutex(table, item)
+            if rows.FENCE in item
+            else _delete_expired_row(table, item)
         )
     return SweepResult(
         deleted=deleted,
@@ -275,31 +262,33 @@ def expired_page(
     )
 
 
-def _delete_expired_row(table: str, item: Item) -> Step[int]:
-    sort_key = get_str(item, schema.LOCK_SK) or ""
-    parsed = parse_fifo_sk(sort_key)
+def _delete_expired_row(table: str, item: rows.Item) -> Step[int]:
+    sort_key = rows.get_str(item, schema.LOCK_SK) or ""
+    parsed = rows.parse_fifo_sk(sort_key)
     is_queue_row = parsed is not None and parsed[1] is not None
-    rvn = get_str(item, RVN)
-    expiry = get_num(item, schema.LOCK_TTL)
-    if not (sort_key == MUTEX_SK or is_queue_row) or rvn is None or expiry is None:
+    rvn = rows.get_str(item, rows.RVN)
+    expiry = rows.get_num(item, schema.LOCK_TTL)
+    if not (sort_key == rows.MUTEX_SK or is_queue_row) or rvn is None or expiry is None:
         return 0  # not a row this package wrote: leave it alone
-    texts = expressions({":rvn": rvn, ":ttl": expiry}, ConditionExpression=SWEEP_DELETE)
+    texts = rows.expressions({":rvn": rvn, ":ttl": expiry}, ConditionExpression=SWEEP_DELETE)
     return (yield from _unchanged(table, item, "delete_item", texts))
 
 
-def _free_expired_mutex(table: str, item: Item) -> Step[int]:
-    rvn, expiry = get_str(item, RVN), get_num(item, EXPIRES)
+def _free_expired_mutex(table: str, item: rows.Item) -> Step[int]:
+    rvn, expiry = rows.get_str(item, rows.RVN), rows.get_num(item, rows.EXPIRES)
     if rvn is None or expiry is None:
         return 0
     values = {":rvn": rvn, ":exp": expiry}
-    texts = expressions(values, ConditionExpression=SWEEP_FREE, UpdateExpression=_FREE)
+    texts = rows.expressions(values, ConditionExpression=SWEEP_FREE, UpdateExpression=_FREE)
     freed = yield from _unchanged(table, item, "update_item", texts)
     if freed:
-        logger.info("freed mutex %s of %s: expired", item[schema.LOCK_PK], get_str(item, OWNER))
+        logger.info(
+            "freed mutex %s of %s: expired", item[schema.LOCK_PK], rows.get_str(item, rows.OWNER)
+        )
     return freed
 
 
-def _unchanged(table: str, item: Item, operation: str, texts: dict[str, Any]) -> Step[int]:
+def _unchanged(table: str, item: rows.Item, operation: str, texts: dict[str, Any]) -> Step[int]:
     """One write of a scanned row on condition it is unchanged; 1 if it was written."""
     key = {n: item[n] for n in (schema.LOCK_PK, schema.LOCK_SK)}
     try:
@@ -319,7 +308,7 @@ def sweep_expired_rows(client: Any, table: str, *, now: float, grace: float) -> 
     0
     """
     total = 0
-    start: Item | None = None
+    start: rows.Item | None = None
     while True:
         page = sweep_expired_page(client, table, now=now, grace=grace, start_key=start)
         total += page.deleted

@@ -14,38 +14,9 @@ from .. import schema
 from .._drive import drive
 from .._items import as_json
 from ..errors import ConditionFailed, LockNotFoundError
+from . import _rows as rows
 from ._held import Clock, Sleep
 from ._line import LEAVE, entries, entry_names
-from ._rows import (
-    BROKEN,
-    COUNT,
-    EXPIRES,
-    FENCE,
-    HOLD,
-    LEASE,
-    LEASE_SK,
-    MAX_OWNER_BYTES,
-    MUTEX_SK,
-    NEXT,
-    OWNER,
-    RVN,
-    Item,
-    all_items,
-    check_name,
-    check_namespace,
-    check_resource,
-    expressions,
-    fifo_head_sk,
-    get_int,
-    get_num,
-    get_str,
-    key,
-    new_id,
-    parse_fifo_sk,
-    read_row,
-    update_row,
-    was_retried,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -176,8 +147,8 @@ def break_lock(
     >>> result.outcome, result.owner, result.fencing_token             # doctest: +SKIP
     ('broken', 'host-a', 17)
     """
-    check_resource(resource)
-    check_name(by, "by", MAX_OWNER_BYTES)
+    rows.check_resource(resource)
+    rows.check_name(by, "by", rows.MAX_OWNER_BYTES)
     kind = _check_kind(kind, namespace)
     if not isinstance(force, bool):
         raise ValueError(f"force must be a bool, not {type(force).__name__}")
@@ -200,7 +171,7 @@ def _check_kind(kind: Kind | None, namespace: str | None) -> Kind | None:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     if namespace is None:
         return kind
-    check_namespace(namespace)
+    rows.check_namespace(namespace)
     if kind not in (None, "fifo"):
         raise ValueError(f"a namespace names a FIFO lock, not a {kind}")
     return "fifo"
@@ -233,13 +204,11 @@ class _Breaker:
                 return verdict
         return self.write(holder, force)
 
-    def find(self, kind: Kind | None, namespace: str | None) -> tuple[Kind, str | None, Item]:
-        rows = self.rows()
-        wanted = [
-            r for r in rows if kind in (None, r[0]) and namespace in (None, r[1])
-        ]  # fmt: skip
+    def find(self, kind: Kind | None, namespace: str | None) -> tuple[Kind, str | None, rows.Item]:
+        found = self.lock_rows()
+        wanted = [r for r in found if kind in (None, r[0]) and namespace in (None, r[1])]
         if not wanted:
-            there = ", ".join(_name(k, ns) for k, ns, _ in rows) or "none"
+            there = ", ".join(_name(k, ns) for k, ns, _ in found) or "none"
             raise LockNotFoundError(
                 f"no {_asked(kind, namespace)}lock row for resource {self.resource!r} in "
                 f"{self.table!r} (its lock rows: {there})"
@@ -252,43 +221,49 @@ class _Breaker:
             )
         return wanted[0]
 
-    def rows(self) -> list[tuple[Kind, str | None, Item]]:
+    def lock_rows(self) -> list[tuple[Kind, str | None, rows.Item]]:
         """The resource's lock rows: each one's kind, namespace (FIFO only) and item."""
-        query = expressions({":pk": self.resource}, KeyConditionExpression="#pk = :pk")
-        rows: list[tuple[Kind, str | None, Item]] = []
-        for item in all_items(self.client, "query", TableName=self.table, **query):
-            sort_key = get_str(item, schema.LOCK_SK) or ""
-            parsed = parse_fifo_sk(sort_key)
-            if sort_key in (MUTEX_SK, LEASE_SK):
-                rows.append(("mutex" if sort_key == MUTEX_SK else "lease", None, item))
+        query = rows.expressions({":pk": self.resource}, KeyConditionExpression="#pk = :pk")
+        found: list[tuple[Kind, str | None, rows.Item]] = []
+        for item in rows.all_items(self.client, "query", TableName=self.table, **query):
+            sort_key = rows.get_str(item, schema.LOCK_SK) or ""
+            parsed = rows.parse_fifo_sk(sort_key)
+            if sort_key in (rows.MUTEX_SK, rows.LEASE_SK):
+                found.append(("mutex" if sort_key == rows.MUTEX_SK else "lease", None, item))
             elif parsed is not None and parsed[1] is None:
-                rows.append(("fifo", parsed[0], item))
-        return rows
+                found.append(("fifo", parsed[0], item))
+        return found
 
-    def holder(self, item: Item) -> _Holder | None:
+    def holder(self, item: rows.Item) -> _Holder | None:
         if self.kind == "fifo":
             return _first_in_line(item)
-        owner = get_str(item, OWNER)
-        rvn = get_str(item, RVN) or ""
-        before = {k: as_json(v) for k, v in item.items() if k != BROKEN}
-        token = get_int(item, FENCE)
+        owner = rows.get_str(item, rows.OWNER)
+        rvn = rows.get_str(item, rows.RVN) or ""
+        before = {k: as_json(v) for k, v in item.items() if k != rows.BROKEN}
+        token = rows.get_int(item, rows.FENCE)
         if self.kind == "mutex":
             if owner is None:
                 return None
-            return _Holder(rvn, owner, rvn, token, None, get_num(item, EXPIRES), before)
-        hold = get_str(item, HOLD)
+            return _Holder(rvn, owner, rvn, token, None, rows.get_num(item, rows.EXPIRES), before)
+        hold = rows.get_str(item, rows.HOLD)
         if hold is None:
             return None
         return _Holder(
-            hold, owner, rvn, token, get_num(item, LEASE) or 0.0, get_num(item, EXPIRES), before
+            hold,
+            owner,
+            rvn,
+            token,
+            rows.get_num(item, rows.LEASE) or 0.0,
+            rows.get_num(item, rows.EXPIRES),
+            before,
         )
 
-    def read(self) -> Item:
-        return drive(read_row(self.table, self.key()), self.client)
+    def read(self) -> rows.Item:
+        return drive(rows.read_row(self.table, self.key()), self.client)
 
-    def key(self) -> Item:
-        sort_key = {"mutex": MUTEX_SK, "lease": LEASE_SK}.get(self.kind)
-        return key(self.resource, sort_key or fifo_head_sk(self.namespace or ""))
+    def key(self) -> rows.Item:
+        sort_key = {"mutex": rows.MUTEX_SK, "lease": rows.LEASE_SK}.get(self.kind)
+        return rows.key(self.resource, sort_key or rows.fifo_head_sk(self.namespace or ""))
 
     def judge(self, holder: _Holder, seen: Seen | None, max_wait: float) -> BreakResult | None:
         """``None`` if the holder is dead (so the break may go ahead), else why not."""
@@ -330,7 +305,7 @@ class _Breaker:
         )
 
     def write(self, holder: _Holder, force: bool) -> BreakResult:
-        mark_id = new_id()
+        mark_id = rows.new_id()
         owner, token = holder.owner or "", holder.token or 0
         mark = {
             "id": mark_id, "by": self.by, "at": self.wall(), "owner": owner, "token": token,
@@ -344,9 +319,12 @@ class _Breaker:
         condition, update = _BREAKS[self.kind]
         names = entry_names(holder.hold) if self.kind == "fifo" else None
         try:
-            drive(update_row(self.table, self.key(), condition, update, values, names), self.client)
+            drive(
+                rows.update_row(self.table, self.key(), condition, update, values, names),
+                self.client,
+            )
         except ConditionFailed as exc:
-            if not (was_retried(exc) and self.marked(mark_id)):
+            if not (rows.was_retried(exc) and self.marked(mark_id)):
                 return self.refused(holder, "the row changed since it was read: look again")
         logger.warning(
             "lock broken by %s: %s held by %s (token %s)%s; row before: %s",
@@ -357,8 +335,8 @@ class _Breaker:
 
     def marked(self, mark_id: str) -> bool:
         """Whether the row carries our own break's mark (a retry after a lost answer)."""
-        mark = self.read().get(BROKEN, {}).get("M", {})
-        return get_str(mark, "id") == mark_id
+        mark = self.read().get(rows.BROKEN, {}).get("M", {})
+        return rows.get_str(mark, "id") == mark_id
 
     @property
     def what(self) -> str:
@@ -383,13 +361,13 @@ class _Breaker:
         return self.result("observing", holder, reason, seen)
 
 
-def _first_in_line(item: Item) -> _Holder | None:
+def _first_in_line(item: rows.Item) -> _Holder | None:
     """Who holds a FIFO lock: the first entry in its head row's line."""
     line = entries(item)
     if not line:
         return None
     first = line[0]
-    names = (NEXT, COUNT, *entry_names(first.hold).values())
+    names = (rows.NEXT, rows.COUNT, *entry_names(first.hold).values())
     before = {n: as_json(item[n]) for n in names if n in item}
     return _Holder(
         first.hold, first.owner, first.rvn, first.ticket, first.lease, first.expires, before

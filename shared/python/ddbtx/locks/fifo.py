@@ -8,6 +8,7 @@ from typing import cast
 
 from .._effects import Step
 from ..errors import LockNotGrantedError
+from . import _rows as rows
 from ._held import HeldLock, HeldLockSteps, LockClient, LockClientSteps
 from ._line import (
     LEAVE,
@@ -19,15 +20,6 @@ from ._line import (
     Entry,
     LineWaiter,
     entries,
-)
-from ._rows import (
-    DEFAULT_NAMESPACE,
-    Item,
-    check_namespace,
-    check_resource,
-    check_wait,
-    fifo_head_sk,
-    key,
 )
 
 # The head's line (see ``_line``): entering is taking a ticket.
@@ -60,9 +52,9 @@ class FifoSteps(LockClientSteps):
 
     def _acquire(self, resource: str, namespace: str, wait: float) -> Step[FifoHeldSteps]:
         """The acquire step, its arguments checked now (before any driver runs it)."""
-        check_resource(resource)
-        check_namespace(namespace)
-        wait = check_wait(wait)
+        rows.check_resource(resource)
+        rows.check_namespace(namespace)
+        wait = rows.check_wait(wait)
         self._check_open()
         waiter = _Waiter(self, resource, namespace, self._clock() + wait, self._lock_type)
         return waiter.leaving(waiter.run(try_once=wait == 0))
@@ -86,7 +78,7 @@ class FifoLock(FifoSteps, LockClient):
     _lock_type = FifoHeldLock
 
     def acquire(
-        self, resource: str, *, namespace: str = DEFAULT_NAMESPACE, wait: float = math.inf
+        self, resource: str, *, namespace: str = rows.DEFAULT_NAMESPACE, wait: float = math.inf
     ) -> FifoHeldLock:
         """Acquire ``resource`` in ``namespace`` after every earlier live ticket; a waiter
         whose ``wait`` runs out raises :class:`~ddbtx.errors.LockNotGrantedError`."""
@@ -106,8 +98,8 @@ class _Waiter(LineWaiter):
         deadline: float,
         lock_type: type[FifoHeldSteps],
     ) -> None:
-        head_sk = fifo_head_sk(namespace)
-        super().__init__(fifo, resource, key(resource, head_sk), head_sk, deadline)
+        head_sk = rows.fifo_head_sk(namespace)
+        super().__init__(fifo, resource, rows.key(resource, head_sk), head_sk, deadline)
         self.namespace = namespace
         self.lock_type = lock_type  # the driver's held-lock class
 
@@ -124,11 +116,11 @@ class _Waiter(LineWaiter):
             raise self.not_granted()
         return cast(FifoHeldSteps, (yield from self.wait_in_line(head)))
 
-    def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
+    def at_front(self, row: rows.Item, now: float) -> Step[HeldLockSteps | rows.Item | float]:
         lock = yield from self._granted()  # the lowest ticket holds the lock
         return lock if lock is not None else (yield from self.read())
 
-    def counter(self, row: Item, line: list[Entry]) -> int:
+    def counter(self, row: rows.Item, line: list[Entry]) -> int:
         return line[0].ticket
 
     def not_granted(self) -> LockNotGrantedError:

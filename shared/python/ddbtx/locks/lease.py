@@ -11,29 +11,9 @@ from typing import Any, cast
 
 from .._effects import Step
 from ..errors import ConditionFailed, LockError, LockNotGrantedError
+from . import _rows as rows
 from ._held import HeldLock, HeldLockSteps, LockClient, LockClientSteps, Watch, observe
 from ._line import Entry, LineWaiter, entries, entry_names
-from ._rows import (
-    DATA,
-    FENCE,
-    HOLD,
-    LEASE,
-    LEASE_SK,
-    RVN,
-    Item,
-    check_resource,
-    check_wait,
-    get_bytes,
-    get_int,
-    get_num,
-    get_str,
-    key,
-    new_id,
-    read_row,
-    returned_row,
-    update_row,
-    was_retried,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +57,13 @@ _HANDOFF = (
 )
 
 
-def _holder(item: Item, default_lease: float) -> tuple[str | None, str, float]:
+def _holder(item: rows.Item, default_lease: float) -> tuple[str | None, str, float]:
     """The grant on a lease row: its hold id (``None``: free), rvn and lease."""
-    return get_str(item, HOLD), get_str(item, RVN) or "", get_num(item, LEASE) or default_lease
+    return (
+        rows.get_str(item, rows.HOLD),
+        rows.get_str(item, rows.RVN) or "",
+        rows.get_num(item, rows.LEASE) or default_lease,
+    )
 
 
 def _signs_of_life(rvn: str, lease: float, line: list[Entry]) -> tuple[str, float]:
@@ -96,7 +80,7 @@ class LeaseLockSteps(HeldLockSteps):
     _release_write = (LEASE_RELEASE, _RELEASE)
     _next: Entry | None = None
 
-    def _renew(self, **params: Any) -> Step[Item]:
+    def _renew(self, **params: Any) -> Step[rows.Item]:
         row = yield from super()._renew(ReturnValues="ALL_NEW")
         line = entries(row, self.lease_duration)
         self._next = line[0] if line else None
@@ -108,7 +92,7 @@ class LeaseLockSteps(HeldLockSteps):
             values: dict[str, object] = {
                 ":next": following.hold,
                 ":nowner": following.owner or "",
-                ":nrvn": new_id(),
+                ":nrvn": rows.new_id(),
                 ":nlease": following.lease,
                 ":nexp": self._lc._wall() + following.lease,
                 ":one": 1,
@@ -122,9 +106,9 @@ class LeaseLockSteps(HeldLockSteps):
                 return
             except ConditionFailed as exc:
                 # Within our lease nobody else takes it: a retried handoff applied the first time.
-                if was_retried(exc) and sent - self._confirmed < self.lease_duration:
-                    row = yield from read_row(self._lc.table, self._key)
-                    if get_str(row, HOLD) != self._hold:
+                if rows.was_retried(exc) and sent - self._confirmed < self.lease_duration:
+                    row = yield from rows.read_row(self._lc.table, self._key)
+                    if rows.get_str(row, rows.HOLD) != self._hold:
                         return
                 # That waiter left the line (or this grant is gone: the release finds it).
         yield from super()._end()
@@ -150,8 +134,8 @@ class LeaseClientSteps(LockClientSteps):
 
     def _acquire(self, resource: str, wait: float, data: bytes | None) -> Step[LeaseLockSteps]:
         """The acquire step, its arguments checked now (before any driver runs it)."""
-        check_resource(resource)
-        wait = check_wait(wait)
+        rows.check_resource(resource)
+        wait = rows.check_wait(wait)
         if data is not None and not isinstance(data, bytes):
             raise ValueError(f"data must be bytes or None, not {type(data).__name__}")
         self._check_open()
@@ -176,7 +160,7 @@ class LeaseClientSteps(LockClientSteps):
         condition: str,
         values: dict[str, object],
         entry: dict[str, str] | None = None,
-    ) -> Step[LeaseLockSteps | Item | None]:
+    ) -> Step[LeaseLockSteps | rows.Item | None]:
         """The lock, else the row a failed condition found (or ``None``); ``entry`` removed."""
         values = {
             ":owner": self.owner,
@@ -194,10 +178,10 @@ class LeaseClientSteps(LockClientSteps):
             count="" if entry is None else ", #n :minus",
             entry="" if entry is None else ", #t, #w",
         )
-        row_key = key(resource, LEASE_SK)
+        row_key = rows.key(resource, rows.LEASE_SK)
         sent = self._clock()
         try:
-            item = yield from update_row(
+            item = yield from rows.update_row(
                 self.table,
                 row_key,
                 condition,
@@ -208,28 +192,28 @@ class LeaseClientSteps(LockClientSteps):
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ConditionFailed as exc:
-            if was_retried(exc):  # the first attempt may have been applied
-                item = yield from read_row(self.table, row_key)
-                if get_str(item, HOLD) != hold:
+            if rows.was_retried(exc):  # the first attempt may have been applied
+                item = yield from rows.read_row(self.table, row_key)
+                if rows.get_str(item, rows.HOLD) != hold:
                     return item
             else:
-                return returned_row(exc) or None
+                return rows.returned_row(exc) or None
         return (yield from self._held(resource, hold, item, sent))
 
     def _held(
-        self, resource: str, hold: str, item: Item, confirmed_at: float
+        self, resource: str, hold: str, item: rows.Item, confirmed_at: float
     ) -> Step[LeaseLockSteps | None]:
         """The handle of our grant ``hold`` (``None``: taken over before we knew of it)."""
         line = entries(item, self.lease_duration)
-        self._pace(resource, LEASE_SK).crowded = bool(line)
+        self._pace(resource, rows.LEASE_SK).crowded = bool(line)
         lock = self._lock_type(
             self,
             hold=hold,
-            row_key=key(resource, LEASE_SK),
+            row_key=rows.key(resource, rows.LEASE_SK),
             resource=resource,
-            fencing_token=get_int(item, FENCE) or 0,
+            fencing_token=rows.get_int(item, rows.FENCE) or 0,
             confirmed_at=confirmed_at,
-            data=get_bytes(item, DATA),
+            data=rows.get_bytes(item, rows.DATA),
         )
         lock._next = line[0] if line else None
         if not (yield from lock._confirm(self.heartbeat_period)):
@@ -275,14 +259,16 @@ class _Acquire(LineWaiter):
     def __init__(
         self, lc: LeaseClientSteps, resource: str, data: bytes | None, wait: float
     ) -> None:
-        super().__init__(lc, resource, key(resource, LEASE_SK), LEASE_SK, lc._clock() + wait)
+        super().__init__(
+            lc, resource, rows.key(resource, rows.LEASE_SK), rows.LEASE_SK, lc._clock() + wait
+        )
         self.data = data
         self.wait = wait
         self.holder: Watch | None = None
 
     def grant(
         self, condition: str, values: dict[str, object], *, in_line: bool = False
-    ) -> Step[LeaseLockSteps | Item | None]:
+    ) -> Step[LeaseLockSteps | rows.Item | None]:
         lock = yield from self.lc._grant(
             self.resource,
             self.hold,
@@ -308,7 +294,7 @@ class _Acquire(LineWaiter):
             raise LockError(f"could not queue for {self.resource!r}")
         return cast(LeaseLockSteps, (yield from self.wait_in_line(row)))
 
-    def at_front(self, row: Item, now: float) -> Step[HeldLockSteps | Item | float]:
+    def at_front(self, row: rows.Item, now: float) -> Step[HeldLockSteps | rows.Item | float]:
         """First in line: take the free lock, or take over a holder whose rvn we
         watched unchanged for its lease; else sleep at most until then."""
         hold, rvn, lease = _holder(row, self.lc.lease_duration)
@@ -326,12 +312,12 @@ class _Acquire(LineWaiter):
         self.holder = fresh
         return fresh.remaining(now)
 
-    def counter(self, row: Item, line: list[Entry]) -> int:
-        return get_int(row, FENCE) or 0
+    def counter(self, row: rows.Item, line: list[Entry]) -> int:
+        return rows.get_int(row, rows.FENCE) or 0
 
-    def handed(self, row: Item) -> Step[HeldLockSteps | None]:
+    def handed(self, row: rows.Item) -> Step[HeldLockSteps | None]:
         """The holder's release handed us the lock (and removed our entry)."""
-        if get_str(row, HOLD) != self.hold:
+        if rows.get_str(row, rows.HOLD) != self.hold:
             return None
         self.entered = False
         lc = self.lc
@@ -348,7 +334,7 @@ class _Acquire(LineWaiter):
 
     def left_too_late(self) -> Step[None]:
         """Our wait ran out while a release handed us the lock: release it."""
-        if get_str((yield from self.read()), HOLD) != self.hold:
+        if rows.get_str((yield from self.read()), rows.HOLD) != self.hold:
             return
         with contextlib.suppress(ConditionFailed):
             yield from self.update(LEASE_RELEASE, _RELEASE, {":hold": self.hold}, {})
@@ -359,7 +345,7 @@ class _Acquire(LineWaiter):
             f"lease on {self.resource!r} not granted to {self.lc.owner!r} within {self.wait}s"
         )
 
-    def try_once(self, item: Item | None) -> Step[LeaseLockSteps]:
+    def try_once(self, item: rows.Item | None) -> Step[LeaseLockSteps]:
         """``wait=0``: take over what an earlier ``wait=0`` call saw unchanged a lease ago
         (dead entries in line removed first); else remember what is there and give up."""
         lc = self.lc
