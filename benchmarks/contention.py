@@ -200,7 +200,7 @@ def check(db: LocalDynamo, tables: Tables, accounts: Sequence[str]) -> Invariant
         if header is None:
             locks["holder record gone"] += 1
         else:
-            locks[f"holder {header.state}{', finished' if header.completed else ''}"] += 1
+            locks[f"holder {header.state}{', completed' if header.completed else ''}"] += 1
     return Invariants(total, BALANCE * len(accounts), locks)
 
 

@@ -268,8 +268,8 @@ def run_one(
     )
     with metered(client, tables) as swept:
         if name.startswith("crash"):
-            sweeper.run()  # settle the record (its state moves on in the index)...
-        sweeper.run()  # ...and delete it (finished records are deleted at once here)
+            sweeper.run()  # complete the record (its state moves on in the index)...
+        sweeper.run()  # ...and delete it (completed records are deleted at once here)
     rescuer.protocol.close()
     seconds = time.perf_counter() - started
     expected = "old" if name in ("rollback", "crash, locking") else "new"

@@ -1,6 +1,6 @@
 """Items one sweep reads: proportional to the stuck work, not to the transactions table.
 
-Issue 7, target 5: with 20,000 young or finished records and 100 stale ones,
+Issue 7, target 5: with 20,000 young or completed records and 100 stale ones,
 one :meth:`Sweeper.run` reads at most 3 items per stale record plus a
 constant, and a full-table sweep (:meth:`Sweeper.run_full`), when asked for,
 runs in parallel segments.
@@ -15,12 +15,12 @@ The transactions table, on each emulator:
     pre-write image in the item).
 *records that need no work* (``--records``, 20,000)
     A quarter young pending, half committed and a quarter rolled back, the
-    decided ones finished but younger than the delete age. Two real
+    decided ones completed but younger than the delete age. Two real
     transactions of each kind are run first (the pending ones left open); the
     rest are clones of their TX record rows, written with BatchWriteItem under
     fresh transaction ids, with ``ts`` spread over the last 50 seconds
-    (pending) or 23 hours (finished), ``sw`` = "<P|F>#<shard of the new id>"
-    and, for the finished, ``ttl`` as the protocol writes them. Cloned pending
+    (pending) or 23 hours (completed), ``sw`` = "<P|F>#<shard of the new id>"
+    and, for the completed, ``ttl`` as the protocol writes them. Cloned pending
     records name their template's items without locking them; being young,
     no sweep touches them. The bulk load is not counted.
 
@@ -39,7 +39,7 @@ and data tables (for stray locks; page-budgeted, and proportional to those
 tables, not to the transactions table) and the records of the locks that scan
 finds (here the young pending templates'); the index pass reads nothing.
 *stale*: one sweep with them; afterwards every stale record must be rolled
-back and finished, and every account unlocked with its balance restored
+back and completed, and every account unlocked with its balance restored
 (checked, else the benchmark fails). Items read per stale record =
 (stale - idle) / stale. The baseline is a plain Scan of the whole
 transactions table, what a scan-based sweep reads on every run.
@@ -227,7 +227,7 @@ def clone(template: dict[str, Any], kind: str, rng: random.Random) -> dict[str, 
     tag = s.STATE_PENDING if pending else s.STATE_COMPLETED_TAG
     row[s.TX_SWEEP_KEY] = {"S": f"{tag}#{shard_of(tx_id)}"}
     if not pending:
-        # finalize writes ttl (seconds) = its clock + completed_ttl, in the same update as ts.
+        # complete writes ttl (seconds) = its clock + completed_ttl, in the same update as ts.
         row[s.TX_TTL] = {"N": str(ts_ms // 1000 + 86_400)}
     return row
 
@@ -270,8 +270,8 @@ def stale_accounts(stale: int) -> list[str]:
     return [f"stale-{i}-{side}" for i in range(stale) for side in "ab"]
 
 
-def check_settled(client: Any, tables: Tables, ids: Sequence[str], stale: int) -> int:
-    """Every stale record rolled back and finished, every account restored; locks left."""
+def check_recovered(client: Any, tables: Tables, ids: Sequence[str], stale: int) -> int:
+    """Every stale record rolled back and completed, every account restored; locks left."""
     for tx_id in ids:
         row = client.get_item(
             TableName=tables.tx,
@@ -279,7 +279,7 @@ def check_settled(client: Any, tables: Tables, ids: Sequence[str], stale: int) -
             ConsistentRead=True,
         )["Item"]
         if row[s.TX_STATE]["S"] != s.STATE_ROLLED_BACK or row.get(s.TX_COMPLETED) != {"BOOL": True}:
-            raise RuntimeError(f"stale transaction {tx_id} was not rolled back and finished")
+            raise RuntimeError(f"stale transaction {tx_id} was not rolled back and completed")
     accounts = set(stale_accounts(stale))
     items = [i for i in scan_all(client, tables.data) if i["pk"]["S"] in accounts]
     if len(items) != len(accounts):
@@ -362,7 +362,7 @@ def measure(
     idle, _ = counted_sweep(sweeper, settings)
     ids = abandon_stale(client, tables, stale)
     swept, report = counted_sweep(sweeper, settings)
-    locks_left = check_settled(client, tables, ids, stale)
+    locks_left = check_recovered(client, tables, ids, stale)
     with count_requests(client) as counts:
         rows = len(scan_all(client, tables.tx))
     baseline = Counted.of(counts)
@@ -443,7 +443,7 @@ def report(r: SweepResult) -> str:
         f"\nbaseline: a plain Scan of the transactions table reads {r.baseline.items_read:,} items"
         f" ({r.table_rows:,} rows) on every run: {r.baseline.items_read / r.swept.items_read:.0f}x"
         f" the stale sweep"
-        f"\nafter the sweep: {r.rolled_back} of {r.stale} rolled back and finished, every account"
+        f"\nafter the sweep: {r.rolled_back} of {r.stale} rolled back and completed, every account"
         f" restored, {r.locks_left} locks left"
     )
     if r.full:

@@ -74,14 +74,14 @@ def data_state(client: Any, table: str) -> dict[str, dict[str, Any]]:
 
 
 def assert_clean(client: Any, tables: Tables) -> None:
-    """No protocol attribute on any item, no image, no unfinished TX record."""
+    """No protocol attribute on any item, no image, no TX record left not completed."""
     for item in scan(client, tables.data):
         leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
         assert not leftover, f"protocol attributes left on {item['pk']}: {leftover}"
     assert scan(client, tables.images) == []
     for record in scan(client, tables.tx):
         if record[s.TX_SK]["S"] == s.TX_HEADER_SK:
-            assert record.get(s.TX_COMPLETED) == {"BOOL": True}, f"unfinished TX record {record}"
+            assert record.get(s.TX_COMPLETED) == {"BOOL": True}, f"TX record not completed {record}"
 
 
 #: Indexes of :func:`create_read_table`: a global one (hash ``g``, range ``sk``) projecting
@@ -141,7 +141,7 @@ def crash_run(tm: Any, kind: str, index: int, work: Any) -> tuple[Any, Chaos]:
 
 def rescue(make_tm: Any, tx_id: str) -> Any:
     """Two rescuers of a transaction whose coordinator died: another coordinator resumes
-    and commits it (if it still can), then a sweep settles whatever is left. Returns the
+    and commits it (if it still can), then a sweep completes whatever is left. Returns the
     sweeping manager (its record is kept: delete it with ``sweep(..., delete_after=0)``)."""
     with contextlib.suppress(DdbtxError):
         make_tm().resume(tx_id).commit()

@@ -3,7 +3,7 @@ aiobotocore client, with coroutines, ``async with`` and ``async for``.
 
 Each scenario is a coroutine run on the session's event-loop thread, against moto and
 dynalite. A sync and an asyncio coordinator share one transaction, and a sync
-sweeper finishes what a dead asyncio coordinator left; the request counts of the two
+sweeper completes what a dead asyncio coordinator left; the request counts of the two
 drivers are equal, request for request.
 """
 

@@ -94,7 +94,7 @@ def test_given_a_holder_without_progress_when_waited_on_past_stale_after_then_it
     assert_clean(ddb, tables)
 
 
-def test_given_a_committed_but_unfinished_holder_when_its_item_is_needed_then_it_rolls_forward(
+def test_given_a_committed_but_not_completed_holder_when_its_item_is_needed_then_it_rolls_forward(
     make_tm: Any, ddb: Any, tables: Tables, seed: Any
 ) -> None:
     seed(x=0)

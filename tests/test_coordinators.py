@@ -66,7 +66,7 @@ def dies_before_locking(make_tm: Any, tables: Tables, tx: Any, pk: str, amount: 
     crash.close()
 
 
-def settle_and_check(
+def complete_and_check(
     make_tm: Any,
     ddb: Any,
     tables: Tables,
@@ -124,7 +124,7 @@ def test_given_three_rescuers_when_one_take_over_loses_to_another_then_no_unappl
         r.commit()
     # Then (after a sweep) the record and the items agree: b was applied if it committed
     assert fired
-    settle_and_check(
+    complete_and_check(
         make_tm, ddb, tables, tx.id, before={"a": N(0), "b": N(0)}, committed={"a": N(5), "b": N(7)}
     )
 
@@ -164,7 +164,7 @@ def test_given_a_request_taken_over_and_committed_when_its_first_coordinator_wak
         pass  # V learns that another coordinator committed its transaction
     # Then b keeps the committed +10: a=90, b=10
     assert stalled
-    state = settle_and_check(
+    state = complete_and_check(
         make_tm,
         ddb,
         tables,
@@ -269,7 +269,7 @@ def test_given_a_taken_over_item_completed_when_its_stalled_coordinator_locks_it
         pass  # V learns that another coordinator committed its transaction
     # Then completion undid V's stray lock with its write: b holds the committed +10 once
     assert stalled
-    state = settle_and_check(
+    state = complete_and_check(
         make_tm,
         ddb,
         tables,

@@ -1,10 +1,10 @@
-"""Crash safety: a coordinator dies around any DynamoDB call; another one finishes the job.
+"""Crash safety: a coordinator dies around any DynamoDB call; another one completes the job.
 
 For each fault kind and every call index of a transaction that locks, inserts,
 updates, deletes and read-locks items and then commits (or rolls back), the
 coordinator is killed there; a fresh coordinator then sweeps (or resumes) the
 transaction. The result must be all or nothing, matching the decided state,
-with no lock attribute, image or unfinished TX record left.
+with no lock attribute, image or TX record left not completed.
 """
 
 from __future__ import annotations
@@ -72,13 +72,13 @@ def expected_for(tm: TransactionManager, tx_id: str) -> dict[str, int]:
     return AFTER_COMMIT if committed else SEED
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
 # Throttling past the retries is also covered by a single test below; here it is slow.
 @pytest.mark.parametrize(
     "kind", ["before", "after", pytest.param("throttle", marks=pytest.mark.slow)]
 )
-def test_given_a_crash_at_any_call_when_a_sweeper_finishes_then_all_or_nothing(
-    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, finish: str
+def test_given_a_crash_at_any_call_when_a_sweeper_completes_then_all_or_nothing(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, ending: str
 ) -> None:
     schedules = 0
     for index in range(200):
@@ -91,7 +91,7 @@ def test_given_a_crash_at_any_call_when_a_sweeper_finishes_then_all_or_nothing(
         tx = victim.begin()
         try:
             run_requests(tx, tables.data)
-            getattr(tx, finish)()
+            getattr(tx, ending)()
         except (Crash, DdbtxError):
             pass
         if not chaos.fired:
@@ -126,9 +126,9 @@ def test_given_a_crash_during_commit_when_another_coordinator_resumes_then_it_co
         assert_clean(ddb, tables)
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
 def test_given_lost_responses_at_any_call_when_the_sdk_retries_then_the_transaction_succeeds(
-    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, finish: str
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, ending: str
 ) -> None:
     """Each write is applied, its response lost, and botocore sends it again."""
     for index in range(200):
@@ -138,10 +138,10 @@ def test_given_lost_responses_at_any_call_when_the_sdk_retries_then_the_transact
         chaos.arm("lost", at=index)
         tx = coordinator.begin()
         run_requests(tx, tables.data)
-        getattr(tx, finish)()
+        getattr(tx, ending)()
         if not chaos.fired:
             break
-        assert balances(ddb, tables) == (AFTER_COMMIT if finish == "commit" else SEED), index
+        assert balances(ddb, tables) == (AFTER_COMMIT if ending == "commit" else SEED), index
         assert_clean(ddb, tables)
 
 
@@ -255,10 +255,10 @@ def test_given_throttling_past_the_sdk_retries_then_the_caller_sees_it_and_a_swe
     assert_clean(ddb, tables)
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
-@pytest.mark.parametrize("record", ["finished", "deleted"])
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+@pytest.mark.parametrize("record", ["completed", "deleted"])
 def test_given_a_coordinator_paused_past_the_rollback_age_when_it_wakes_then_it_leaves_nothing(
-    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, record: str, finish: str
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, record: str, ending: str
 ) -> None:
     # Given a coordinator that stalls right before locking its second item...
     reset(ddb, tables)
@@ -288,7 +288,7 @@ def test_given_a_coordinator_paused_past_the_rollback_age_when_it_wakes_then_it_
     )
     # When it goes on to commit (and learns it was rolled back, even once the record is
     # gone: to the caller it was rolled back), or to roll back itself (quietly: it was)
-    if finish == "commit":
+    if ending == "commit":
         with pytest.raises(TransactionRolledBackError):
             tx.commit()
     else:

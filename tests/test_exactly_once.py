@@ -134,7 +134,7 @@ def test_given_a_with_block_with_an_id_when_it_ends_then_the_record_is_kept_to_r
     # Given a with block with an id
     with tm.transaction(transaction_id=ORDER) as tx:
         work(tx)
-    # Then its record stays (finished, naming the id) and the alias names it
+    # Then its record stays (completed, naming the id) and the alias names it
     (record,) = records(ddb, tables)
     assert record[s.TX_PK]["S"] == tx.id == named(tm)
     assert record[s.TX_CALLER_ID] == {"S": ORDER} and record[s.TX_COMPLETED] == {"BOOL": True}
@@ -401,7 +401,7 @@ def test_given_a_coordinator_that_claimed_the_id_and_died_when_retried_then_it_i
     assert records(ddb, tables) == []
     # When the work is retried
     assert make_tm().run(work, transaction_id=ORDER) == "paid"
-    # Then the claimed transaction is fenced (rolled back, finished) and a new one commits
+    # Then the claimed transaction is fenced (rolled back, completed) and a new one commits
     reader = make_tm().protocol
     fence = reader.run(reader.records.read_header(claimed))
     assert fence is not None and fence.state == s.STATE_ROLLED_BACK and fence.completed
@@ -542,7 +542,7 @@ def committed(tm: TransactionManager) -> bool:
 
 
 def sweep_all(tm: TransactionManager, ddb: Any, tables: Tables) -> None:
-    """A sweeper that rolls back every pending record at once and finishes the rest."""
+    """A sweeper that rolls back every pending record at once and completes the rest."""
     for record in records(ddb, tables):
         tm.sweep(record[s.TX_PK]["S"], rollback_after=timedelta(0), delete_after=timedelta(days=1))
 

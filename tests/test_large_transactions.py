@@ -316,18 +316,18 @@ def sweep_then_check(
     outcomes: tuple[dict[str, Any], dict[str, Any]],
     committed: bool,
 ) -> None:
-    """A sweeper settles whatever a fault left, then deletes it; all or nothing must remain."""
+    """A sweeper completes whatever a fault left, then deletes it; all or nothing must remain."""
     old, new = outcomes
-    # When a sweeper settles whatever is left, then deletes it
+    # When a sweeper completes whatever is left, then deletes it
     sweeper = Sweeper(make_tm(), rollback_after=timedelta(0), delete_after=timedelta(0))
     clock.advance(1)
     sweeper.run()
     clock.advance(1)
     sweeper.run()
-    # Then the items are all old or all new (new whenever the coordinator finished)
+    # Then the items are all old or all new (new whenever the coordinator's commit went through)
     values = {pk: item["v"] for pk, item in data_state(ddb, tables.data).items()}
     assert values in (old, new)
-    assert values == new if committed else True, "the coordinator finished: it committed"
+    assert values == new if committed else True, "the commit went through: it committed"
     assert_clean(ddb, tables)
     # And only body rows its record never named may be left, to expire by TTL
     left = record_rows(ddb, tables)

@@ -99,10 +99,11 @@ def part_rows(ddb: Any, tables: Tables) -> tuple[int, int]:
 
 
 def run_both_ways(
-    tm: TransactionManager, ddb: Any, tables: Tables, twin: str, size: int, finish: str
+    tm: TransactionManager, ddb: Any, tables: Tables, twin: str, size: int, ending: str
 ) -> None:
     """Send the requests natively to ``twin`` and through one transaction to the data table,
-    check the answers match and that the copies spanned several rows, then finish."""
+    check the answers match and that the copies spanned several rows, then commit or roll back
+    (``ending``)."""
     seed_items(ddb, tables.data, size)
     seed_items(ddb, twin, size)
     before = data_state(ddb, tables.data)
@@ -113,28 +114,28 @@ def run_both_ways(
         assert through.get("Attributes") == native.get("Attributes"), method
     bodies, images = part_rows(ddb, tables)
     assert bodies >= 2 and images >= 2, "the copies should span several rows"
-    getattr(tx, finish)()
-    expected = data_state(ddb, twin) if finish == "commit" else before
+    getattr(tx, ending)()
+    expected = data_state(ddb, twin) if ending == "commit" else before
     assert data_state(ddb, tables.data) == expected
     assert_clean(ddb, tables)
     tx.delete()
     assert scan(ddb, tables.tx) == []
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
 def test_given_copies_spanning_several_rows_when_a_transaction_writes_then_it_is_as_native(
-    small_rows: None, tm: TransactionManager, ddb: Any, tables: Tables, twin: str, finish: str
+    small_rows: None, tm: TransactionManager, ddb: Any, tables: Tables, twin: str, ending: str
 ) -> None:
     # Given items whose saved images and request bodies each span several rows
     # When a transaction replaces, updates, deletes and inserts them, then commits or
     # rolls back, Then every answer and the final items are the native ones (or the
     # originals), and no row of the protocol is left
-    run_both_ways(tm, ddb, tables, twin, 3000, finish)
+    run_both_ways(tm, ddb, tables, twin, 3000, ending)
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
 def test_given_items_64_bytes_under_400_kb_when_a_transaction_writes_them_then_it_is_as_native(
-    backend: Any, tm: TransactionManager, ddb: Any, tables: Tables, twin: str, finish: str
+    backend: Any, tm: TransactionManager, ddb: Any, tables: Tables, twin: str, ending: str
 ) -> None:
     if backend.kind == "moto":
         # AWS stores items up to 400 KB counted as names plus values (Developer Guide,
@@ -142,7 +143,7 @@ def test_given_items_64_bytes_under_400_kb_when_a_transaction_writes_them_then_i
         pytest.skip("moto refuses a 409,536-byte item that AWS accepts")
     # Given items 64 bytes under DynamoDB's limit (their copies cannot fit in one row)
     # When one transaction writes all four kinds of request, Then as natively
-    run_both_ways(tm, ddb, tables, twin, NEAR_LIMIT, finish)
+    run_both_ways(tm, ddb, tables, twin, NEAR_LIMIT, ending)
 
 
 def balances_of(ddb: Any, table: str) -> dict[str, int | None]:
@@ -205,7 +206,7 @@ def test_given_a_crash_at_any_call_when_a_coordinator_and_a_sweeper_rescue_then_
             break
         schedules += 1
         # When a second coordinator resumes it (reading bodies back from their parts) and
-        # commits what is still pending, then a sweeper settles the rest
+        # commits what is still pending, then a sweeper completes the rest
         sweeper = rescue(make_tm, tx.id)
         # Then the record's decision holds for every item it names
         assert balances_of(ddb, tables.data) == expected(ddb, tables, original, tx.id), index

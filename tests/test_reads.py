@@ -480,7 +480,7 @@ def test_given_a_crash_at_any_call_of_a_locking_query_when_swept_then_nothing_is
         chaos.close()
         if not chaos.fired:
             break
-        # When a sweeper finishes its transaction
+        # When a sweeper completes its transaction
         make_tm().sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(0))
         # Then every lock is gone and every item as it was
         assert sorted(map(repr, scan(ddb, table))) == before, f"{kind} at call {index}"

@@ -166,15 +166,15 @@ SEQUENCES = [
 
 @pytest.mark.parametrize("exists", [True, False], ids=["existing", "absent"])
 @pytest.mark.parametrize("names", SEQUENCES, ids=["-".join(q) for q in SEQUENCES])
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
-def test_given_several_writes_to_one_item_when_finished_then_native_or_as_before(
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_given_several_writes_to_one_item_when_ended_then_native_or_as_before(
     tm: TransactionManager,
     ddb: Any,
     tables: Tables,
     twin: str,
     exists: bool,
     names: list[str],
-    finish: str,
+    ending: str,
 ) -> None:
     # Given an item, and a transaction writing it several times (with ALL_NEW answers)
     start(ddb, tables, twin, exists)
@@ -185,9 +185,9 @@ def test_given_several_writes_to_one_item_when_finished_then_native_or_as_before
             ddb, *request(name, twin, rv=rv)
         ), name
     # When it commits or rolls back
-    getattr(tx, finish)()
+    getattr(tx, ending)()
     # Then the item is DynamoDB's after the same writes, or as it was before them
-    expected = data_state(ddb, twin) if finish == "commit" else ({"a": ORIGINAL} if exists else {})
+    expected = data_state(ddb, twin) if ending == "commit" else ({"a": ORIGINAL} if exists else {})
     assert data_state(ddb, tables.data) == expected
     assert_clean(ddb, tables)
 
@@ -246,7 +246,7 @@ def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_recor
         if not chaos.fired:
             break
         schedules += 1
-        # When another coordinator resumes and commits, and a sweeper settles the rest
+        # When another coordinator resumes and commits, and a sweeper completes the rest
         rescuer = rescue(make_tm, tx.id)
         # Then each item is as the recorded writes left it if committed, else as before
         header = rescuer.protocol.run(rescuer.protocol.records.read_header(tx.id))

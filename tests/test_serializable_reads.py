@@ -119,12 +119,12 @@ def test_given_an_older_writer_that_wounds_the_reader_then_the_page_has_all_of_i
 ) -> None:
     # Given X (older, pending, appended 1 to p/2), which during the reader's first wait
     # for p/2 appends 2 to p/1 (wounding the reader, which holds it) and commits
-    def x_finishes() -> None:
+    def x_commits() -> None:
         append(older, lists_table, 1, 2)
         older.commit()
 
     waits: list[int] = []
-    tm = reader(first_of(waits, x_finishes))
+    tm = reader(first_of(waits, x_commits))
     # When the reader reads both items at SERIALIZABLE
     items = READS[read](tm, lists_table)
     # Then it returns X's two appends, not one of them: the wounded page was retried

@@ -424,9 +424,9 @@ def test_given_a_read_lock_on_a_missing_item_when_an_insert_follows_then_its_con
 # --- resume and sweep ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
-def test_given_a_coordinator_gone_mid_transaction_when_another_resumes_then_it_finishes(
-    make_tm: Any, ddb: Any, tables: Tables, seed: Any, finish: str
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_given_a_coordinator_gone_mid_transaction_when_another_resumes_then_it_completes(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, ending: str
 ) -> None:
     seed(a=100, b=0)
     before = data_state(ddb, tables.data)
@@ -435,10 +435,10 @@ def test_given_a_coordinator_gone_mid_transaction_when_another_resumes_then_it_f
     add_to(first, tables.data, "b", 10)
     # When another process takes over
     other = make_tm().resume(first.id)
-    getattr(other, finish)()
+    getattr(other, ending)()
     # Then
     state = data_state(ddb, tables.data)
-    if finish == "commit":
+    if ending == "commit":
         assert (state["a"]["balance"], state["b"]["balance"]) == (N(90), N(10))
     else:
         assert state == before
@@ -540,7 +540,7 @@ def test_given_an_unknown_id_when_resumed_then_not_found(tm: TransactionManager)
 def test_given_records_of_every_age_when_swept_then_each_moves_along(
     tm: TransactionManager, clock: Any, ddb: Any, tables: Tables, seed: Any
 ) -> None:
-    # Given: a stale pending tx, a young pending tx, a finished tx
+    # Given: a stale pending tx, a young pending tx, a completed tx
     seed(a=100, b=0)
     before_a = data_state(ddb, tables.data)["a"]
     stale = tm.begin()
@@ -564,7 +564,7 @@ def test_given_records_of_every_age_when_swept_then_each_moves_along(
     assert_clean(ddb, tables)
 
 
-def test_given_a_committed_but_unfinished_record_when_swept_then_it_rolls_forward(
+def test_given_a_committed_but_not_completed_record_when_swept_then_it_rolls_forward(
     tm: TransactionManager, ddb: Any, tables: Tables, seed: Any
 ) -> None:
     seed(a=100)
@@ -590,13 +590,13 @@ def test_given_large_requests_and_images_when_committed_or_rolled_back_then_all_
     for pk in ("big1", "big2"):
         ddb.put_item(TableName=tables.data, Item={"pk": S(pk), "blob": S(blob)})
     before = data_state(ddb, tables.data)
-    for finish in ("rollback", "commit"):
+    for ending in ("rollback", "commit"):
         tx = tm.begin()
         for pk in ("big1", "big2"):
             tx.put_item(TableName=tables.data, Item={"pk": S(pk), "blob": S(blob + pk)})
         # The committed view comes from the images table meanwhile
         assert tm.get_item(TableName=tables.data, Key=key("big1"))["Item"] == before["big1"]
-        getattr(tx, finish)()
+        getattr(tx, ending)()
         tx.delete()
         assert scan(ddb, tables.tx) == [] and scan(ddb, tables.images) == []
     assert data_state(ddb, tables.data)["big2"]["blob"] == S(blob + "big2")

@@ -360,7 +360,7 @@ class Interleaver:
             return
         kind = self._fault_at(strand)
         if strand.label.endswith(" complete") and self._wake_stalled(owner):
-            # Items settled, record not yet marked: the completer dies, the stalled one
+            # Items completed, record not yet marked: the completer dies, the stalled one
             # goes on, and the record is completed again later.
             self.kill(owner)
             self._resume(strand, _crash(f"{owner}: crash before marking the record completed"))

@@ -54,7 +54,7 @@ class Listed:
 @dataclass
 class Record:
     state: str
-    finished: bool
+    completed: bool
     listed: dict[str, Listed] = field(default_factory=dict)  #: by item
     spilled_rows: set[str] = field(default_factory=set)  #: sort keys of named body rows
 
@@ -181,8 +181,8 @@ def check(
         state = s.STATE_ROLLED_BACK  # never recorded: nothing may have changed
     else:
         state = record.state
-        if state == s.STATE_PENDING or not record.finished:
-            problems.append(f"record left unfinished in state {state}")
+        if state == s.STATE_PENDING or not record.completed:
+            problems.append(f"record left not completed in state {state}")
     listed = record.listed if record is not None and state == s.STATE_COMMITTED else {}
     chains = {pk: chain_of(entry, seen) for pk, entry in listed.items()}
     for pk in INITIAL:

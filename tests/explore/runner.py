@@ -192,8 +192,8 @@ class _Run:
             params = request_params(name, op, pk, self.put_value(name))
             action = f"{name} {op} {pk}"
             yield from self.attempt(owner, action, tx.request(op, params), [(name, op, pk)])
-        end = tx.end.commit() if script.finish == "commit" else tx.end.rollback()
-        yield from self.attempt(owner, script.finish, end)
+        end = tx.end.commit() if script.ending == "commit" else tx.end.rollback()
+        yield from self.attempt(owner, script.ending, end)
 
     @staticmethod
     def put_value(name: str) -> int:
@@ -215,7 +215,7 @@ class _Run:
 
         def probe() -> Step[Any]:
             # An operator who finds the items locked tries break_lock on each first: a
-            # lock of an unfinished transaction (pending or decided) must be refused.
+            # lock of a transaction not completed (pending or decided) must be refused.
             for pk in ITEMS:
                 key = {"pk": {"S": pk}}
                 yield from self.attempt(
@@ -269,14 +269,14 @@ class _Run:
                 self.problems.append(f"{owner} died: {type(error).__name__}: {error}")
         if driver.problem:
             self.problems.append(driver.problem)
-        raw, items, residue = self.settle()
+        raw, items, residue = self.final_sweep()
         problems = self.problems + check(raw, items, residue, self.seen, self.put_items)
         choices = self.policy.taken if isinstance(self.policy, Forced) else []
         return Result(sc, problems, self.seen, driver.trace, driver.fired, choices, driver.calls)
 
     # -- the end: drive everything to its end, then look ---------------------------------
 
-    def settle(self) -> tuple[Item | None, dict[str, Item], list[str]]:
+    def final_sweep(self) -> tuple[Item | None, dict[str, Item], list[str]]:
         """A final sweep (no gate, no fault), then the record, the items and any residue."""
         tm = TransactionManager(
             self.world.final_client,

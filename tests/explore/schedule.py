@@ -5,7 +5,7 @@ Its one-line text form (``spec``) is what a failure prints and ``--replay`` read
     seed=7 pol=pct3 mw=4 c0=ua,pb:commit c1=:rollback c2=gc,db:commit/w sw=1 rc=0 aio=c1.c2
     fault=c1:lost@3
 
-``c<i>=<requests>:<finish>``: requests are an op letter (``p``ut, ``u``pdate,
+``c<i>=<requests>:<ending>``: requests are an op letter (``p``ut, ``u``pdate,
 ``d``elete, ``g``et) and an item (``a``, ``b``, ``c``); ``/w`` sends the
 writes in one ``write_all``. ``c0`` begins the transaction, the others
 ``resume`` it. ``sw``: a sweeper pass, ``rc``: an operator's ``break_lock`` on each
@@ -27,7 +27,7 @@ FAULT_KINDS = ("before", "after", "lost", "pause", "stall")
 
 ITEMS = ("a", "b", "c")
 OPS = {"p": "put", "u": "update", "d": "delete", "g": "get"}
-FINISHES = ("commit", "rollback")
+ENDINGS = ("commit", "rollback")
 POLICIES = ("rand", "pct2", "pct3", "pct4")
 #: Highest call index a random fault aims at (the later ones mostly do not fire).
 MAX_FAULT_CALL = 14
@@ -63,23 +63,23 @@ class Fault:
 @dataclass(frozen=True)
 class Script:
     requests: tuple[str, ...]  #: e.g. ("ua", "pb")
-    finish: str = "commit"
+    ending: str = "commit"
     batch: bool = False  #: writes go in one write_all
 
     def spec(self) -> str:
-        return ",".join(self.requests) + ":" + self.finish + ("/w" if self.batch else "")
+        return ",".join(self.requests) + ":" + self.ending + ("/w" if self.batch else "")
 
     @classmethod
     def parse(cls, text: str) -> Script:
-        body, _, finish = text.partition(":")
-        finish, _, flags = finish.partition("/")
+        body, _, ending = text.partition(":")
+        ending, _, flags = ending.partition("/")
         requests = tuple(r for r in body.split(",") if r)
         for r in requests:
             if len(r) != 2 or r[0] not in OPS or r[1] not in ITEMS:
                 raise ValueError(f"request must be one of {list(OPS)} + one of {ITEMS}: {r!r}")
-        if finish not in FINISHES:
-            raise ValueError(f"finish must be one of {FINISHES}, not {finish!r}")
-        return cls(requests, finish, flags == "w")
+        if ending not in ENDINGS:
+            raise ValueError(f"ending must be one of {ENDINGS}, not {ending!r}")
+        return cls(requests, ending, flags == "w")
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,8 @@ def _script(rng: random.Random, least: int) -> Script:
     for _ in range(rng.randint(least, 2)):
         requests.append(rng.choice("uuppdg") + rng.choice(ITEMS))
     writes = [r for r in requests if r[0] != "g"]
-    finish = "commit" if rng.random() < 0.75 else "rollback"
-    return Script(tuple(requests), finish, len(writes) >= 2 and rng.random() < 0.4)
+    ending = "commit" if rng.random() < 0.75 else "rollback"
+    return Script(tuple(requests), ending, len(writes) >= 2 and rng.random() < 0.4)
 
 
 def random_schedule(rng: random.Random) -> Schedule:

@@ -159,7 +159,7 @@ FOUND_BEFORE_THE_FIXES = {
     "c1=db,pb:commit c2=pa:commit sw=0 rc=0 fault=c2:before@2",
     # c0's lock of a landed but its answer was lost; before botocore resent it, c1
     # adopted that lock, applied the update, committed and completed a. The resent lock
-    # found a settled, unlocked item, locked it again and the update was applied twice
+    # found a completed, unlocked item, locked it again and the update was applied twice
     # (n=102 for one recorded update). A resent lock now checks the record first.
     "late-resent-lock": "seed=507202113 pol=pct4 mw=1 c0=ua:rollback c1=pb,pc:commit sw=1 "
     "rc=0 fault=c0:lost@1",

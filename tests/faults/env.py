@@ -39,7 +39,7 @@ def event_loop() -> EventLoopThread:
 
 #: Seconds without a change after which the sweeper rolls a pending transaction back.
 ROLLBACK_AGE = 60.0
-#: Keep finished records this long in the sweeps that check outcomes (deleted later).
+#: Keep completed records this long in the sweeps that check outcomes (deleted later).
 KEEP = timedelta(hours=1)
 
 
@@ -154,16 +154,16 @@ class Env:
     def stale_records(
         self, tm: TransactionManager, rollback_after: float, delete_after: timedelta
     ) -> Iterator[str]:
-        """TX ids the sweep index lists: stale pending, decided unfinished, finished and old."""
+        """TX ids the sweep index lists: stale pending, decided not completed, completed and old."""
         now = tm.clock()
         pending_cut = str(int((now - rollback_after) * 1000))
-        finished_cut = str(int((now - delete_after.total_seconds()) * 1000))
+        completed_cut = str(int((now - delete_after.total_seconds()) * 1000))
         for shard in range(s.SWEEP_SHARDS):
             for state, cut in (
                 (s.STATE_PENDING, pending_cut),
                 (s.STATE_COMMITTED, None),
                 (s.STATE_ROLLED_BACK, None),
-                (s.STATE_COMPLETED_TAG, finished_cut),
+                (s.STATE_COMPLETED_TAG, completed_cut),
             ):
                 condition = "#sw = :sw"
                 values: dict[str, Any] = {":sw": {"S": f"{state}#{shard}"}}
@@ -198,7 +198,7 @@ class Env:
         rollback_after: float = 0.0,
         delete_after: timedelta = KEEP,
     ) -> Counter[SweepOutcome]:
-        """The sweeper: move every stale or unfinished TX record along, found through the index.
+        """The sweeper: move every stale or not completed TX record along (found by the index).
 
         Stands in for the sweeper Lambda's core until it lands: the same index
         query per shard, then :meth:`TransactionManager.sweep` per record.
@@ -261,7 +261,8 @@ class Env:
                 problems.append(f"tx {tx_id} keeps {len(images)} image rows")
             header = self.header(tx_id)
             if header is not None and header.get(s.TX_COMPLETED) != {"BOOL": True}:
-                problems.append(f"tx {tx_id} record unfinished in state {header[s.TX_STATE]['S']}")
+                state = header[s.TX_STATE]["S"]
+                problems.append(f"tx {tx_id} record not completed in state {state}")
         return problems
 
 

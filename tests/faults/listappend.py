@@ -251,7 +251,7 @@ class ListAppend:
             status = INFO
         except DdbtxError as exc:
             self.recorder.count(f"error {type(exc).__name__}")
-            status = proc.settle(attempts[-1][0]) if attempts else FAIL
+            status = proc.resolve(attempts[-1][0]) if attempts else FAIL
         finally:
             if fault is not None:
                 fault.close()
@@ -320,7 +320,7 @@ class ListAppend:
         except TransactionCommittedError:
             return OK, how
         except TransactionError:
-            return INFO, how  # rolled back, or gone (a janitor settled it): not known here
+            return INFO, how  # rolled back, or gone (a janitor completed it): not known here
         return INFO, how  # left to the Sweeper
 
     # -- observers ---------------------------------------------------------------------

@@ -36,7 +36,7 @@ from .single import check_schedule, parse, run_single
 class Size:
     """How much of each workload one run does."""
 
-    single_sample: int | None  # combinations of shape, finish, fault and rescuer (None: all)
+    single_sample: int | None  # combinations of shape, ending, fault and rescuer (None: all)
     histories: int  # list-append histories
     history_txs: int  # transactions per process in each list-append history
     bank_runs: int

@@ -97,7 +97,7 @@ class Process:
         except Crash:
             status = INFO
         except DdbtxError:
-            status = self.settle(tx)
+            status = self.resolve(tx)
         finally:
             if fault is not None:
                 fault.close()
@@ -108,7 +108,7 @@ class Process:
         self.sim.tick()
         return status, result
 
-    def settle(self, tx: Transaction) -> str:
+    def resolve(self, tx: Transaction) -> str:
         """After an error, roll back: the outcome is then known (or the process died)."""
         try:
             tx.rollback()
@@ -210,7 +210,7 @@ class Simulation:
                 self.errors.append(f"process {process.number}: {exc!r}")
 
     def recover(self) -> None:
-        """After the run: time passes beyond any skew, and the sweeper settles everything."""
+        """After the run: time passes beyond any skew, and the sweeper completes everything."""
         self.env.clock.advance(10 * ROLLBACK_AGE)
         for _ in range(2):
             self._sweep_once()

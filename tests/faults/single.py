@@ -2,7 +2,7 @@
 
 A *schedule* is a transaction shape (1 to 3 items, each inserted, updated,
 deleted or read-locked), how the victim ends it (commit or roll back), a fault
-kind, the index of the DynamoDB call it hits, and who finishes the job (the
+kind, the index of the DynamoDB call it hits, and who completes the job (the
 sweeper, or another coordinator resuming the transaction). Every schedule must
 end atomic and matching the decided state, with nothing left behind.
 """
@@ -28,7 +28,7 @@ from .inject import KINDS, Fault
 from .report import Report
 
 OPS = ("insert", "update", "delete", "read")
-FINISHES = ("commit", "rollback")
+ENDINGS = ("commit", "rollback")
 RESCUERS = ("sweeper", "resume")
 DRIVERS = ("sync", "aio")
 #: What the intruder writes to every item of the paused victim's transaction.
@@ -52,7 +52,7 @@ def shapes(max_items: int = 3) -> list[tuple[str, ...]]:
 @dataclass(frozen=True)
 class Schedule:
     shape: tuple[str, ...]
-    finish: str
+    ending: str
     kind: str
     index: int
     rescuer: str
@@ -63,14 +63,14 @@ class Schedule:
     def spec(self) -> str:
         """Text form for ``--schedule`` (see :func:`parse`)."""
         shape = ",".join(self.shape)
-        spec = f"{shape}/{self.finish}/{self.kind}/{self.index}/{self.rescuer}/{self.skew:g}"
+        spec = f"{shape}/{self.ending}/{self.kind}/{self.index}/{self.rescuer}/{self.skew:g}"
         return spec if self.driver == "sync" else f"{spec}/{self.driver}"
 
 
 def parse(spec: str) -> Schedule:
-    shape, finish, kind, index, rescuer, skew, *driver = spec.split("/")
+    shape, ending, kind, index, rescuer, skew, *driver = spec.split("/")
     return Schedule(
-        tuple(shape.split(",")), finish, kind, int(index), rescuer, float(skew), *driver
+        tuple(shape.split(",")), ending, kind, int(index), rescuer, float(skew), *driver
     )
 
 
@@ -167,8 +167,8 @@ class Run:
         try:
             for pk, op in zip(self.keys, sc.shape, strict=True):
                 reads[pk] = run_request(tx, env.data_table, op, pk)
-            getattr(tx, sc.finish)()
-            outcome = "committed" if sc.finish == "commit" else "rolled_back"
+            getattr(tx, sc.ending)()
+            outcome = "committed" if sc.ending == "commit" else "rolled_back"
         except Crash:
             outcome = "crashed"
         except DdbtxError as exc:
@@ -201,7 +201,7 @@ class Run:
             try:
                 tx = rescuer.resume(tx_id)
                 if tx.state == s.STATE_PENDING:
-                    getattr(tx, self.sc.finish)()
+                    getattr(tx, self.sc.ending)()
             except TransactionNotFoundError:
                 pass  # the victim died before its TX record was written
             except DdbtxError as exc:
@@ -225,7 +225,7 @@ class Run:
         if self.sc.kind == "pause" and self.at_pause != "unpaused":
             base = {pk: {"pk": {"S": pk}, "balance": {"N": str(COMPETITOR_BALANCE)}} for pk in base}
             if self.at_pause is not None:
-                return base  # the victim's work was settled before the competitor wrote
+                return base  # the victim's work was completed before the competitor wrote
         if state != s.STATE_COMMITTED:
             return base
         header = self.env.header(tx_id) or {}
@@ -255,12 +255,12 @@ class Run:
             if seen.get("Item", {}) != (expected[pk] or {}):
                 self.problems.append(f"{pk}: expected {expected[pk]}, committed view {seen}")
         self.problems.extend(env.residue(self.keys, self.tx_ids))
-        # The sweeper's last step: finished records past the delete age go.
+        # The sweeper's last step: completed records past the delete age go.
         env.sweep_ids(
             env.coordinator(), self.tx_ids, rollback_after=ROLLBACK_AGE, delete_after=timedelta(0)
         )
         if any(env.header(t) is not None for t in self.tx_ids):
-            self.problems.append("a finished TX record survived the delete sweep")
+            self.problems.append("a completed TX record survived the delete sweep")
 
 
 def run_schedule(env: Env, schedule: Schedule) -> Run | None:
@@ -271,20 +271,20 @@ def run_schedule(env: Env, schedule: Schedule) -> Run | None:
 
 def combinations(
     shapes_: list[tuple[str, ...]],
-    finishes: tuple[str, ...],
+    endings: tuple[str, ...],
     kinds: tuple[str, ...],
     rng: random.Random,
     skew: bool,
 ) -> list[Schedule]:
-    """Every (shape, finish, kind, rescuer) at call index 0, each with a seeded clock skew;
+    """Every (shape, ending, kind, rescuer) at call index 0, each with a seeded clock skew;
     every other one's victim runs on the asyncio driver (the schedules are shared between
     the drivers, not doubled)."""
     out = []
-    product = itertools.product(shapes_, finishes, kinds, RESCUERS)
-    for n, (shape, finish, kind, rescuer) in enumerate(product):
+    product = itertools.product(shapes_, endings, kinds, RESCUERS)
+    for n, (shape, ending, kind, rescuer) in enumerate(product):
         offset = rng.uniform(-2 * ROLLBACK_AGE, 2 * ROLLBACK_AGE) if skew else 0.0
         driver = DRIVERS[n % len(DRIVERS)]
-        out.append(Schedule(shape, finish, kind, 0, rescuer, round(offset, 3), driver))
+        out.append(Schedule(shape, ending, kind, 0, rescuer, round(offset, 3), driver))
     return out
 
 
@@ -295,7 +295,7 @@ def run_single(
     max_items: int = 3,
     kinds: tuple[str, ...] = KINDS,
     shape_filter: list[tuple[str, ...]] | None = None,
-    finishes: tuple[str, ...] = FINISHES,
+    endings: tuple[str, ...] = ENDINGS,
     sample: int | None = None,
     skew: bool = True,
     stop_after: int | None = None,
@@ -305,7 +305,7 @@ def run_single(
     ``sample`` picks that many combinations at random (seeded); None runs them all.
     """
     rng = random.Random(report.seed)
-    todo = combinations(shape_filter or shapes(max_items), finishes, kinds, rng, skew)
+    todo = combinations(shape_filter or shapes(max_items), endings, kinds, rng, skew)
     if sample is not None:
         todo = rng.sample(todo, min(sample, len(todo)))
     for combo in todo:

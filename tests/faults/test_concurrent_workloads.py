@@ -22,7 +22,7 @@ def test_given_transfers_crashes_and_pauses_when_swept_then_every_committed_audi
     # Given three processes making conditional transfers and audits, crashing and pausing,
     # with two sweepers running between them
     report = make_report("bank")
-    # When the run ends and the sweeper settles everything
+    # When the run ends and the sweeper completes everything
     run_bank(env, report, rounds=12)
     # Then each committed audit summed to the total, the total holds and nothing is locked
     assert report.counts["transactions"] >= 12

@@ -17,9 +17,9 @@ from .single import Schedule, check_schedule, run_single
 pytest_plugins = ("faults.fixtures",)
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
-def test_given_one_crash_at_any_call_when_the_sweeper_finishes_then_all_or_nothing_and_clean(
-    env: Env, make_report: Callable[[str], Report], finish: str
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_given_one_crash_at_any_call_when_the_sweeper_completes_then_all_or_nothing_and_clean(
+    env: Env, make_report: Callable[[str], Report], ending: str
 ) -> None:
     # Given an insert, an update and a delete, and each crash kind at each call index
     report = make_report("single")
@@ -28,7 +28,7 @@ def test_given_one_crash_at_any_call_when_the_sweeper_finishes_then_all_or_nothi
         env,
         report,
         shape_filter=[("insert", "update", "delete")],
-        finishes=(finish,),
+        endings=(ending,),
         kinds=("before", "after", "lost", "throttle"),
         sample=2,
     )
@@ -44,21 +44,21 @@ def test_given_a_read_lock_and_an_update_when_the_coordinator_pauses_then_the_co
     # while a sweeper rolls it back and a competitor overwrites its items
     report = make_report("single")
     run_single(
-        env, report, shape_filter=[("read", "update")], finishes=("commit",), kinds=("pause",)
+        env, report, shape_filter=[("read", "update")], endings=("commit",), kinds=("pause",)
     )
     # Then the competitor's writes stand and the paused coordinator's late calls change nothing
     assert report.counts["schedules"] >= 8
     assert_no_anomalies(report)
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
-def test_given_a_pause_before_the_lock_call_when_the_victim_finishes_then_no_lock_is_left(
-    env: Env, make_report: Callable[[str], Report], finish: str
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_given_a_pause_before_the_lock_call_when_the_victim_ends_then_no_lock_is_left(
+    env: Env, make_report: Callable[[str], Report], ending: str
 ) -> None:
     """Regression: these schedules found stray locks, fixed in a4f65fd and 021d5c7."""
-    # Given a victim paused just before locking its item, rolled back and finished meanwhile
+    # Given a victim paused just before locking its item, rolled back and completed meanwhile
     report = make_report("single")
     # When it wakes up, locks the item, applies its write, then commits or rolls back
-    assert check_schedule(env, Schedule(("update",), finish, "pause", 1, "sweeper"), report)
+    assert check_schedule(env, Schedule(("update",), ending, "pause", 1, "sweeper"), report)
     # Then it undoes its late lock: the competitor's write stands and nothing is left
     assert_no_anomalies(report)

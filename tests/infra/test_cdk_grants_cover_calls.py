@@ -2,7 +2,7 @@
 
 The grants are exact (action, table) pairs, so a protocol step that starts
 using a new API call would fail in AWS with AccessDenied while every emulator
-test passed. Here the sweeper settles the worst mess it meets (a large
+test passed. Here the sweeper recovers the worst mess it meets (a large
 crashed transaction with request-body rows, a decided one, a stray lock, an
 orphaned image, an expired lock row) while a hook records what it calls; and
 the recovery function breaks a lock of each kind, which the sweeper's grant on
@@ -143,7 +143,7 @@ def test_given_every_kind_of_leftover_when_swept_then_each_call_is_granted(
     dead = Mutex(ddb, locks, owner="dead", expire_after=60, wall_clock=clock.time)
     assert dead.acquire("job")
     clock.advance(7200)
-    # When the sweeper runs (twice: settle, then delete) while every call is recorded
+    # When the sweeper runs (twice: complete, then delete) while every call is recorded
     janitor = make_tm()
     sweeper = Sweeper(
         janitor,
@@ -156,7 +156,7 @@ def test_given_every_kind_of_leftover_when_swept_then_each_call_is_granted(
     )
     with recorded(janitor.client) as calls, lock_updates(janitor.client, locks) as updates:
         sweeper.run()
-        clock.advance(1)  # finished records are deleted once older than delete_after
+        clock.advance(1)  # completed records are deleted once older than delete_after
         sweeper.run()
         sweeper.run_full(segments=2)
     # Then it did the work, and every call it made is one the CDK app grants

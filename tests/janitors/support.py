@@ -110,7 +110,7 @@ def abandon(
     (internal) id. ``caller_id``: begun under that caller's id.
 
     ``pending``: both items locked and written, no decision. ``committed`` /
-    ``rolled_back``: decided, nothing completed. ``finished``: committed and
+    ``rolled_back``: decided, nothing completed. ``completed``: committed and
     completed, the record kept.
     """
     tx = transfer(tm, table, pair[0], pair[1], 10, caller_id)
@@ -118,7 +118,7 @@ def abandon(
         tm.protocol.run(tm.protocol.records.decide(tx.id, schema.STATE_COMMITTED))
     elif stage == "rolled_back":
         tm.protocol.run(tm.protocol.records.decide(tx.id, schema.STATE_ROLLED_BACK))
-    elif stage == "finished":
+    elif stage == "completed":
         tx.commit()
     else:
         assert stage == "pending", stage

@@ -82,7 +82,7 @@ def bare_ddbtx(
     return run
 
 
-def test_given_a_stuck_transfer_when_on_call_inspects_lists_and_recovers_then_it_is_settled(
+def test_given_a_stuck_transfer_when_on_call_inspects_lists_and_recovers_then_it_is_completed(
     ddbtx: Callable[..., tuple[int, str]],
     endpoint_env: Any,
     young_tm: TransactionManager,
@@ -141,7 +141,7 @@ def test_given_a_transfer_begun_under_a_callers_id_when_inspected_by_it_then_bot
     # Then the line names the internal id and the caller's, and its state
     assert status == 0
     assert f"transaction {tx_id} (caller's id 'order-42'): pending, not completed" in out
-    # And recovering it by the caller's id settles it
+    # And recovering it by the caller's id completes it
     status, out = ddbtx("recover", "order-42")
     assert status == 0 and "rolled_back" in out
     assert_clean(ddb, janitor_tables)
@@ -180,7 +180,7 @@ def test_given_stale_records_when_on_call_sweeps_then_the_report_is_printed(
     # When on-call sweeps now, as a full scan
     status, out = ddbtx("sweep", "--full")
 
-    # Then the report shows the roll-forward and the books are settled
+    # Then the report shows the roll-forward and the books are balanced
     assert status == 0
     row = next(line for line in out.splitlines() if "rolled forward" in line)
     assert row.split()[-2] == "1"

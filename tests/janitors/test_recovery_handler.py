@@ -91,7 +91,7 @@ def test_given_a_stuck_transaction_when_recovered_twice_then_it_completes_once(
 
     # When an operator recovers it, and then repeats the request
     first = invoke(recovery, {"action": "recover", "transaction_id": tx_id})
-    settled = snapshot(ddb, janitor_env)
+    recovered = snapshot(ddb, janitor_env)
     second = invoke(recovery, {"action": "recover", "transaction_id": tx_id})
 
     # Then it is driven to its outcome once, and the repeat changes nothing
@@ -101,7 +101,7 @@ def test_given_a_stuck_transaction_when_recovered_twice_then_it_completes_once(
     assert balances(ddb, janitor_env.data) == expected
     assert_clean(ddb, janitor_env)
     assert second["result"]["outcome"] == "already_completed"
-    assert snapshot(ddb, janitor_env) == settled
+    assert snapshot(ddb, janitor_env) == recovered
 
 
 def test_given_a_stuck_transaction_begun_under_a_callers_id_then_that_id_inspects_and_recovers_it(
@@ -245,14 +245,14 @@ def test_given_a_lock_whose_record_is_gone_when_broken_twice_then_it_is_released
     ("stage", "recovered"),
     [
         ("pending", SEEDED),
-        # Decided but unfinished: the committed writes stand, and undoing a lock would
+        # Decided but not completed: the committed writes stand, and undoing a lock would
         # put the image back over one of them
         ("committed", {**SEEDED, "a": 90, "b": 110}),
         ("rolled_back", SEEDED),
     ],
     ids=["pending", "committed", "rolled_back"],
 )
-def test_given_an_unfinished_transactions_lock_when_broken_then_it_is_refused(
+def test_given_the_lock_of_a_transaction_not_completed_when_broken_then_it_is_refused(
     recovery: Any,
     young_tm: TransactionManager,
     janitor_env: JanitorTables,
@@ -261,7 +261,7 @@ def test_given_an_unfinished_transactions_lock_when_broken_then_it_is_refused(
     stage: str,
     recovered: dict[str, int],
 ) -> None:
-    # Given a transfer of 10 from a to b left at `stage`, its record in place and unfinished
+    # Given a transfer of 10 from a to b left at `stage`, its record in place and not completed
     tx_id = abandon(young_tm, janitor_env.data, stage, ("a", "b"))
     before = snapshot(ddb, janitor_env)
     key = {"pk": {"S": "a"}}
@@ -277,7 +277,7 @@ def test_given_an_unfinished_transactions_lock_when_broken_then_it_is_refused(
         assert result["transaction_id"] == tx_id
         assert tx_id in result["reason"] and "recover it" in result["reason"]
     assert snapshot(ddb, janitor_env) == before
-    # And recovering the transaction, as the reason says, settles it as its record says
+    # And recovering the transaction, as the reason says, completes it as its record says
     # (a committed transfer keeps both writes)
     invoke(recovery, {"action": "recover", "transaction_id": tx_id})
     assert balances(ddb, janitor_env.data) == recovered
@@ -333,7 +333,7 @@ def test_given_a_malformed_event_when_invoked_then_the_field_is_named_and_nothin
     event: Any,
     field: str,
 ) -> None:
-    # Given a stale pending transfer that any valid action here would settle
+    # Given a stale pending transfer that any valid action here would recover
     tx_id = abandon(old_tm, janitor_env.data, "pending", ("a", "b"))
     before = snapshot(ddb, janitor_env)
 

@@ -60,7 +60,7 @@ def put_image(ddb: Any, tables: JanitorTables, tx_id: str, rid: str) -> None:
     )
 
 
-def test_given_each_kind_of_stale_record_when_the_sweeper_runs_then_each_is_settled(
+def test_given_each_kind_of_stale_record_when_the_sweeper_runs_then_each_is_recovered(
     sweeper: Callable[[], Any],
     old_tm: TransactionManager,
     janitor_env: JanitorTables,
@@ -68,22 +68,22 @@ def test_given_each_kind_of_stale_record_when_the_sweeper_runs_then_each_is_sett
     ddb: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given coordinators that died long ago: pending, committed, rolled back, and a finished record
+    # Given coordinators that died long ago: pending, committed, rolled back, and a completed record
     t = janitor_env
     pending = abandon(old_tm, t.data, "pending", ("a", "b"))
     committed = abandon(old_tm, t.data, "committed", ("c", "d"))
     rolled_back = abandon(old_tm, t.data, "rolled_back", ("e", "f"))
-    finished = abandon(old_tm, t.data, "finished", ("g", "h"))
-    # ... and an image whose record is gone, and one whose record is finished
+    completed = abandon(old_tm, t.data, "completed", ("g", "h"))
+    # ... and an image whose record is gone, and one whose record is completed
     put_image(ddb, t, "0000000000000000-gone00000000", "r1")
-    put_image(ddb, t, finished, "r2")
+    put_image(ddb, t, completed, "r2")
     capsys.readouterr()
 
     # When the scheduled sweeper runs
     report = sweeper().handler(scheduled_event(), LambdaContext())
 
     # Then the pending one is rolled back, the committed one rolled forward, the
-    # rolled-back one finalised, the old finished record deleted, orphans removed
+    # rolled-back one completed, the old completed record deleted, orphans removed
     assert {k: report[k] for k in ("rolled_back", "rolled_forward", "completed", "deleted")} == {
         "rolled_back": 1,
         "rolled_forward": 1,
@@ -129,7 +129,7 @@ def test_given_young_transactions_when_the_sweeper_runs_then_they_are_left_alone
     assert len(scan(ddb, t.images)) == 1
 
 
-def test_given_locks_whose_record_is_gone_or_finished_when_swept_then_items_are_restored(
+def test_given_locks_whose_record_is_gone_or_completed_when_swept_then_items_are_restored(
     sweeper: Callable[[], Any],
     young_tm: TransactionManager,
     janitor_env: JanitorTables,
@@ -137,7 +137,7 @@ def test_given_locks_whose_record_is_gone_or_finished_when_swept_then_items_are_
     ddb: Any,
 ) -> None:
     # Given a transfer whose TX record vanished while it held both locks (a fresh
-    # one, so only the data-table scan can find it), and a stray lock of a finished one
+    # one, so only the data-table scan can find it), and a stray lock of a completed one
     t = janitor_env
     gone = abandon(young_tm, t.data, "pending", ("a", "b"))
     drop_record(ddb, t, gone)

@@ -105,7 +105,7 @@ def test_given_a_stale_record_when_it_moves_on_after_the_index_listed_it_then_it
     assert balances == {"a": "90", "b": "110", "c": "101"}
 
 
-def test_given_young_and_finished_records_when_fully_swept_then_only_the_stale_one_is_read_again(
+def test_given_young_and_completed_records_when_fully_swept_then_only_the_stale_one_is_read_again(
     make_tm: Callable[..., TransactionManager],
     clock: FakeClock,
     tables: Tables,

@@ -200,7 +200,7 @@ def test_given_a_row_renewed_after_the_scan_when_swept_then_it_is_kept(
     ]
 
 
-def test_given_a_page_budget_when_swept_page_by_page_then_resuming_finishes_the_job(
+def test_given_a_page_budget_when_swept_page_by_page_then_resuming_completes_the_job(
     expired_rows: Callable[[], None], ddb: Any, locks: str
 ) -> None:
     # Given

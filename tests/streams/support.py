@@ -15,7 +15,7 @@ Value = dict[str, Any] | None
 
 class Ledger:
     """The committed values of every item of a table, as a list per key: a snapshot of the
-    table after each settled step (no transaction of it still holding a lock), recording a
+    table after each completed step (no transaction of it still holding a lock), recording a
     value whenever it differs from the item's last one (None: no item)."""
 
     def __init__(self, ddb: Any, table: str) -> None:
@@ -26,7 +26,7 @@ class Ledger:
         items = {item["pk"]["S"]: item for item in scan(self.ddb, self.table)}
         for item in items.values():
             assert not [a for a in item if a.startswith(s.RESERVED_PREFIX)], (
-                f"a snapshot is taken only when every transaction has settled: {item['pk']}"
+                f"a snapshot is taken only when every transaction has completed: {item['pk']}"
             )
         for pk in set(items) | set(self.values):
             history = self.values.setdefault(pk, [None])

@@ -1,6 +1,6 @@
 """The adapter on a real stream (moto): exactly the committed values, item by item.
 
-Every step of :func:`workload.run_everything` settles before the next, and the
+Every step of :func:`workload.run_everything` completes before the next, and the
 ledger snapshots the table after each, so each item's list of committed values
 is known. The changes the adapter emits from the table's stream must take each
 item through exactly that list: no value that never committed, none missing.
@@ -37,7 +37,7 @@ def test_given_every_kind_of_transaction_when_the_stream_is_read_then_only_commi
     workload: Workload, reader: StreamReader, ledger: Ledger
 ) -> None:
     # Given commits, roll backs, failed conditions, a wound, several writes per item,
-    # large items, read locks and plain writes, each settled before the next
+    # large items, read locks and plain writes, each completed before the next
     run_everything(workload)
     # When the adapter reads the table's whole stream
     records = reader.read()

@@ -46,20 +46,20 @@ def work(table: str, prefix: str) -> Callable[[Any], None]:
 
 
 def crash_run(
-    victim: TransactionManager, kind: str, index: int, work: Callable[[Any], None], finish: str
+    victim: TransactionManager, kind: str, index: int, work: Callable[[Any], None], ending: str
 ) -> tuple[Any, Chaos]:
-    """``work(tx)`` then ``finish`` (commit or rollback), the coordinator dying at call
-    ``index`` (helpers.crash_run, with the finish chosen)."""
+    """``work(tx)`` then ``ending`` (commit or rollback), the coordinator dying at call
+    ``index`` (helpers.crash_run, with the ending chosen)."""
     chaos = Chaos(victim.client)
     chaos.arm(kind, at=index)  # type: ignore[arg-type]
     tx = victim.begin()
     with contextlib.suppress(Crash, DdbtxError):
         work(tx)
-        getattr(tx, finish)()
+        getattr(tx, ending)()
     return tx, chaos
 
 
-@pytest.mark.parametrize("finish", ["commit", "rollback"])
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
 @pytest.mark.parametrize(
     "kind", ["before", "after", "lost", pytest.param("throttle", marks=pytest.mark.slow)]
 )
@@ -70,7 +70,7 @@ def test_given_a_crash_at_every_call_when_rescued_then_the_changes_are_the_commi
     reader: StreamReader,
     ledger: Ledger,
     kind: str,
-    finish: str,
+    ending: str,
 ) -> None:
     committed: set[str] = set()
     schedules = 0
@@ -80,7 +80,7 @@ def test_given_a_crash_at_every_call_when_rescued_then_the_changes_are_the_commi
         seed(ddb, tables.data, prefix)
         ledger.snapshot()
         victim = make_tm(max_workers=1, max_attempts=1)
-        tx, chaos = crash_run(victim, kind, index, work(tables.data, prefix), finish=finish)
+        tx, chaos = crash_run(victim, kind, index, work(tables.data, prefix), ending=ending)
         if not chaos.fired:
             # Past its last call: the transaction ran to its end, uninterrupted
             if tx.state == s.STATE_COMMITTED:
@@ -88,9 +88,9 @@ def test_given_a_crash_at_every_call_when_rescued_then_the_changes_are_the_commi
             ledger.snapshot()
             break
         schedules += 1
-        # When a sweeper alone settles it (rolls a pending record back, a committed one
+        # When a sweeper alone completes it (rolls a pending record back, a committed one
         # forward), or, every other schedule, another coordinator first resumes it
-        # (committing it if it still can) and the sweeper settles what is left
+        # (committing it if it still can) and the sweeper completes what is left
         if index % 2:
             rescuer = rescue(make_tm, tx.id)
         else:
@@ -114,6 +114,6 @@ def test_given_a_crash_at_every_call_when_rescued_then_the_changes_are_the_commi
     assert all(passes_filters(r) for r in records if committed_change(r) is not None)
     # And, for a commit, transactions were rolled forward; and where the crash kills the
     # coordinator (a lost answer is only retried), others were rolled back
-    if finish == "commit":
+    if ending == "commit":
         assert committed
         assert kind in ("lost", "throttle") or len(committed) < schedules

@@ -1,6 +1,6 @@
 """Transactions that make a data table's stream show every protocol step, one step at a time.
 
-Each step settles before the next begins (commit, roll back, or a rescue), so a
+Each step completes before the next begins (commit, roll back, or a rescue), so a
 snapshot of the table after each step holds exactly the committed values.
 """
 
@@ -73,19 +73,19 @@ class Workload:
         self.ddb.put_item(TableName=self.table, Item=item)
         self.after_step()
 
-    def run(self, work: Callable[[Any], None], *, finish: str = "commit") -> str:
-        """``work(tx)`` then ``finish`` (commit or rollback) on a fresh coordinator; a failed
+    def run(self, work: Callable[[Any], None], *, ending: str = "commit") -> str:
+        """``work(tx)`` then ``ending`` (commit or rollback) on a fresh coordinator; a failed
         condition rolls the transaction back. Returns the transaction's id."""
         tx = self.make_tm().begin()
         try:
             work(tx)
-            getattr(tx, finish)()
+            getattr(tx, ending)()
         except ConditionalCheckFailedError:
             tx.rollback()
-        self.settled(tx.id, tx.state)
+        self.record_outcome(tx.id, tx.state)
         return tx.id
 
-    def settled(self, tx_id: str, state: str) -> None:
+    def record_outcome(self, tx_id: str, state: str) -> None:
         (self.committed if state == s.STATE_COMMITTED else self.rolled_back).add(tx_id)
         self.after_step()
 
@@ -105,26 +105,26 @@ def run_everything(w: Workload) -> None:
     w.after_step()
     # transfers: committed, rolled back, and one whose condition fails after a write applied
     w.run(lambda tx: transfer(tx, t, "a", "b", 10))
-    w.run(lambda tx: transfer(tx, t, "a", "b", 10), finish="rollback")
+    w.run(lambda tx: transfer(tx, t, "a", "b", 10), ending="rollback")
     w.run(lambda tx: (add(tx, t, "b", 1), add(tx, t, "a", -1000, at_least=1000)))
     # inserts and deletes, committed and rolled back
     w.run(lambda tx: put(tx, t, "n1", 1))
-    w.run(lambda tx: put(tx, t, "n2", 2), finish="rollback")
+    w.run(lambda tx: put(tx, t, "n2", 2), ending="rollback")
     w.run(lambda tx: delete(tx, t, "c"))
-    w.run(lambda tx: delete(tx, t, "d"), finish="rollback")
+    w.run(lambda tx: delete(tx, t, "d"), ending="rollback")
     # read locks, on an item and on a missing one, next to a write
     reads = (tx_get(t, "b"), tx_get(t, "missing"))
     w.run(lambda tx: (reads[0](tx), reads[1](tx), add(tx, t, "e", 5)))
-    w.run(lambda tx: (reads[0](tx), reads[1](tx), add(tx, t, "e", 5)), finish="rollback")
+    w.run(lambda tx: (reads[0](tx), reads[1](tx), add(tx, t, "e", 5)), ending="rollback")
     # several writes per item, in both outcomes
-    for finish in ("rollback", "commit"):
-        w.run(lambda tx: several_writes(tx, t), finish=finish)
+    for ending in ("rollback", "commit"):
+        w.run(lambda tx: several_writes(tx, t), ending=ending)
     # a write that changes nothing: committed, it is no change
     w.unchanging.add(w.run(lambda tx: put(tx, t, "b", balance_of(w, "b"))))
     # large items: the image is kept in the images table
     w.plain_put("big", 1, blob=LARGE)
     w.run(lambda tx: add(tx, t, "big", 1))
-    w.run(lambda tx: add(tx, t, "big", 1), finish="rollback")
+    w.run(lambda tx: add(tx, t, "big", 1), ending="rollback")
     w.run(lambda tx: (add(tx, t, "big", 1), delete(tx, t, "big")))
     w.run(lambda tx: put(tx, t, "big2", 1, blob=LARGE))
     # a wound: the older transaction rolls the younger holder back and commits
