@@ -73,5 +73,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     publish(report)
     if report.stuck_ids:
         logger.warning("stuck transactions found", extra={"transaction_ids": report.stuck_ids})
-    logger.info("sweep finished", extra={"report": report.to_dict()})
+    logger.info("sweep done", extra={"report": report.to_dict()})
     return report.to_dict()
