@@ -27,7 +27,9 @@ class HeldLock(HeldLockSteps):
     ...     await write(batch, fence=lock.fencing_token)
     """
 
-    _io_type = asyncio.Lock
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._io = asyncio.Lock()  # as the sync lock's: one write at a time
 
     async def heartbeat(self) -> bool:
         """As :meth:`ddbtx.locks.HeldLock.heartbeat`."""
