@@ -15,17 +15,9 @@ from ..locks.lease import LeaseClientSteps, LeaseLockSteps
 from ._drive import drive
 from ._held import Acquiring, HeldLock, LockClient
 
-__all__ = [
-    "Acquiring",
-    "FifoHeldLock",
-    "FifoLock",
-    "HeldLock",
-    "LeaseLock",
-    "LeaseLockClient",
-    "LockClient",
-    "Mutex",
-    "create_lock_table",
-]
+#: The asyncio twins of :mod:`ddbtx.locks`' names, and the awaitable an acquire returns.
+__all__ = ["Acquiring", "HeldLock", "LockClient", "Mutex", "create_lock_table"]
+__all__ += ["FifoHeldLock", "FifoLock", "LeaseLock", "LeaseLockClient"]
 
 
 async def create_lock_table(client: Any, table: str) -> None:
