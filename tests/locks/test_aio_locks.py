@@ -10,7 +10,9 @@ event-loop thread; time that must pass (a lease) is virtual, never waited for.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from ddbtx.aio import locks as aio
+from ddbtx.aio._held import HeartbeatTask
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from ddbtx.locks import FifoLock, LeaseLockClient, LockLostError, LockNotGrantedError, list_locks
@@ -355,3 +358,30 @@ def test_given_sync_and_async_fifo_clients_then_one_ticket_line(
         sync.close()
     # Then
     assert (first, got) == (1, [2])
+
+
+def test_given_a_heartbeat_task_left_pending_when_its_loop_is_dropped_then_nothing_is_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a heartbeat task started on a loop of its own, waiting for its next beat
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    loop = asyncio.new_event_loop()
+    keeper = HeartbeatTask(period=60.0, name="beats")
+
+    async def start(beats: HeartbeatTask) -> bool:
+        beats.add(object(), lambda: None)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        task = beats._task  # started, and waiting for its next beat
+        return task is not None and not task.done()
+
+    assert loop.run_until_complete(start(keeper))
+
+    # When the program drops the loop without closing the client, and the task is collected
+    loop.close()
+    del keeper, loop
+    gc.collect()
+
+    # Then closing its coroutine outside any loop raises nothing (asyncio alone says the
+    # task was destroyed while pending)
+    assert [str(r.exc_value) for r in reported] == []

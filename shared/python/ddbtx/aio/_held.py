@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, Self, TypeVar, cast
@@ -89,8 +90,10 @@ class HeartbeatTask(Keeper):
                 for beat in list(self._locks.values()):
                     await beat()
         finally:
-            if self._task is asyncio.current_task():
-                self._task = None
+            # No loop runs when the collector closes a task its loop left pending.
+            with contextlib.suppress(RuntimeError):
+                if self._task is asyncio.current_task():
+                    self._task = None
 
 
 class LockClient(LockClientSteps):
