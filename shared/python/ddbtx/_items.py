@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -101,20 +102,27 @@ def comparable(value: Any) -> Any:
     if not isinstance(value, dict) or len(value) != 1:
         return value
     ((kind, raw),) = value.items()
-    try:
-        if kind == "N":
-            return kind, canonical_number(raw)
-        if kind in ("SS", "NS", "BS"):
-            return kind, frozenset(comparable({kind[0]: member})[1] for member in raw)
-        if kind == "M":
-            return kind, tuple(sorted((k, comparable(v)) for k, v in raw.items()))
-        if kind == "L":
-            return kind, tuple(comparable(v) for v in raw)
-        if kind == "B":
-            return kind, raw.encode() if isinstance(raw, str) else bytes(raw)
-    except (ValueError, TypeError, AttributeError):
-        pass
+    form = _COMPARABLE.get(kind)
+    if form is not None:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            return kind, form(raw)
     return kind, raw
+
+
+def _as_bytes(raw: Any) -> bytes:
+    return raw.encode() if isinstance(raw, str) else bytes(raw)
+
+
+#: Each type's comparable form of its raw value (other types compare as they are).
+_COMPARABLE: dict[str, Callable[[Any], Any]] = {
+    "N": canonical_number,
+    "B": _as_bytes,
+    "SS": frozenset,
+    "NS": lambda raw: frozenset(canonical_number(member) for member in raw),
+    "BS": lambda raw: frozenset(_as_bytes(member) for member in raw),
+    "M": lambda raw: tuple(sorted((k, comparable(v)) for k, v in raw.items())),
+    "L": lambda raw: tuple(comparable(v) for v in raw),
+}
 
 
 def canonical_key_value(value: dict[str, Any]) -> dict[str, Any]:
