@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from ._items import comparable
+from ._items import as_bytes, comparable
 
 Item = dict[str, Any]
 #: A document path: attribute and map-key names, and list indexes.
@@ -184,10 +184,6 @@ class _Parser:
         return ("path", self.path())
 
 
-def _bytes(raw: Any) -> bytes:
-    return raw.encode() if isinstance(raw, str) else bytes(raw)
-
-
 def _kind(value: Item | None) -> str | None:
     return next(iter(value)) if value else None
 
@@ -204,7 +200,7 @@ def _ordered(value: Item) -> Any:
         return Decimal(raw)
     if kind == "S":
         return raw  # code point order, which is the UTF-8 byte order DynamoDB uses
-    return _bytes(raw)
+    return as_bytes(raw)
 
 
 def _compare(op: str, a: Item | None, b: Item | None) -> bool:
@@ -223,7 +219,7 @@ def _size(value: Item | None) -> Item | None:
     if value is None or kind in ("N", "BOOL", "NULL"):
         return None
     raw = value[kind]  # type: ignore[index]
-    return {"N": str(len(_bytes(raw) if kind == "B" else raw))}
+    return {"N": str(len(as_bytes(raw) if kind == "B" else raw))}
 
 
 def _contains(container: Item | None, operand: Item | None) -> bool:
@@ -234,7 +230,7 @@ def _contains(container: Item | None, operand: Item | None) -> bool:
     if kind == wanted == "S":
         return bool(needle in raw)
     if kind == wanted == "B":
-        return _bytes(needle) in _bytes(raw)
+        return as_bytes(needle) in as_bytes(raw)
     if kind == wanted + "S":
         return any(equal({wanted: member}, operand) for member in raw)
     if kind == "L":
@@ -248,7 +244,7 @@ def _begins_with(value: Item | None, prefix: Item | None) -> bool:
         return False
     if kind == "S":
         return bool(value["S"].startswith(prefix["S"]))
-    return _bytes(value["B"]).startswith(_bytes(prefix["B"]))
+    return as_bytes(value["B"]).startswith(as_bytes(prefix["B"]))
 
 
 def resolve(item: Item, path: Path) -> Item | None:

@@ -109,17 +109,18 @@ def comparable(value: Any) -> Any:
     return kind, raw
 
 
-def _as_bytes(raw: Any) -> bytes:
+def as_bytes(raw: Any) -> bytes:
+    """A binary value's bytes (boto3 may give a str, bytearray or memoryview)."""
     return raw.encode() if isinstance(raw, str) else bytes(raw)
 
 
 #: Each type's comparable form of its raw value (other types compare as they are).
 _COMPARABLE: dict[str, Callable[[Any], Any]] = {
     "N": canonical_number,
-    "B": _as_bytes,
+    "B": as_bytes,
     "SS": frozenset,
     "NS": lambda raw: frozenset(canonical_number(member) for member in raw),
-    "BS": lambda raw: frozenset(_as_bytes(member) for member in raw),
+    "BS": lambda raw: frozenset(as_bytes(member) for member in raw),
     "M": lambda raw: tuple(sorted((k, comparable(v)) for k, v in raw.items())),
     "L": lambda raw: tuple(comparable(v) for v in raw),
 }

@@ -28,9 +28,8 @@ class HeldLock(HeldLockSteps):
     ...     await write(batch, fence=lock.fencing_token)
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._io = asyncio.Lock()  # as the sync lock's: one write at a time
+    _io_type = asyncio.Lock
+    _io: asyncio.Lock
 
     async def heartbeat(self) -> bool:
         """As :meth:`ddbtx.locks.HeldLock.heartbeat`."""

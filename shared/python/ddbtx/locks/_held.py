@@ -29,6 +29,9 @@ class HeldLockSteps:
     #: ``(ConditionExpression, UpdateExpression)`` of a heartbeat and of the release.
     _renew_write: ClassVar[tuple[str, str]]
     _release_write: ClassVar[tuple[str, str]]
+    #: The driver's lock (each driver annotates ``_io`` with its type, for mypy): one write
+    #: of a lock at a time, so a heartbeat never overtakes the release.
+    _io_type: ClassVar[Any]
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class HeldLockSteps:
         self._on_danger: Callable[[HeldLockSteps], None] | None = None
         self._danger = lock_client.danger_fraction
         self._warned = False
+        self._io = self._io_type()
         # Values and placeholders of this grant's writes beyond the shared ones.
         self._extra_values: dict[str, object] = {}
         self._extra_names: dict[str, str] = {}
@@ -237,10 +241,8 @@ class HeldLock(HeldLockSteps):
     ...         write(batch, fence=lock.fencing_token)
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # One write of a lock at a time: a heartbeat never overtakes the release.
-        self._io = threading.Lock()
+    _io_type = threading.Lock
+    _io: threading.Lock
 
     def heartbeat(self) -> bool:
         """Renew the lease now: ``False`` if released or taken over (a failed request raises)."""
