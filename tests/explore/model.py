@@ -59,6 +59,29 @@ class Record:
     spilled_rows: set[str] = field(default_factory=set)  #: sort keys of named body rows
 
 
+#: In a header read through :func:`with_chain`: the sort keys of its chain's rows.
+CHAIN = "__chain"
+
+
+def with_chain(header: Item, rows: list[Item]) -> Item:
+    """A header whose entries are in rows (``tl``), as if it held them: the rows from
+    ``tl`` back along ``pv``, each later row's entry for a request replacing the earlier."""
+    by_sk = {row[s.TX_SK]["S"]: row for row in rows}
+    chain: list[Item] = []
+    sk = header[s.TX_TAIL]["S"]
+    while sk in by_sk:
+        chain.append(by_sk[sk])
+        sk = by_sk[sk].get("pv", {}).get("S")
+    entries = dict(header.get(s.TX_REQUESTS, {"M": {}})["M"])
+    for row in reversed(chain):
+        entries.update(row["e"]["M"])
+    return {
+        **header,
+        s.TX_REQUESTS: {"M": entries},
+        CHAIN: [row[s.TX_SK]["S"] for row in chain],
+    }
+
+
 def read_record(raw: Item) -> Record:
     record = Record(raw[s.TX_STATE]["S"], raw.get(s.TX_COMPLETED) == {"BOOL": True})
     for rid, value in raw.get(s.TX_REQUESTS, {"M": {}})["M"].items():

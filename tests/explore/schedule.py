@@ -40,6 +40,9 @@ STALL_SALT = 0x57A11
 #: from the schedule's other choices, as stalls are).
 AIO = 0.5
 AIO_SALT = 0xA10
+#: The share of random schedules whose records keep their entries in rows (issue 22).
+ROWS = 0.5
+ROWS_SALT = 0x2035
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Schedule:
     fault: Fault | None = None
     pick: tuple[int, ...] = field(default=())
     aio: tuple[str, ...] = ()  #: coordinators on the asyncio transport
+    rows: bool = False  #: every add after the record's creation goes to entry rows
 
     @property
     def owners(self) -> list[str]:
@@ -107,6 +111,8 @@ class Schedule:
         parts.append(f"fault={self.fault.spec() if self.fault else '-'}")
         if self.pick:
             parts.append("pick=" + ".".join(map(str, self.pick)))
+        if self.rows:
+            parts.append("rows=1")
         return " ".join(parts)
 
     @classmethod
@@ -129,6 +135,7 @@ class Schedule:
             fault=None if fault == "-" else Fault.parse(fault),
             pick=tuple(int(p) for p in pick.split(".") if p),
             aio=tuple(o for o in fields.get("aio", "-").split(".") if o != "-"),
+            rows=fields.get("rows", "0") == "1",
         )
 
 
@@ -155,7 +162,9 @@ def random_schedule(rng: random.Random) -> Schedule:
     )
     on_aio = random.Random(schedule.seed ^ AIO_SALT)
     aio = tuple(f"c{i}" for i in range(n) if on_aio.random() < AIO)
-    schedule = replace(schedule, aio=aio)
+    # Drawn apart from ``rng`` too, so a seed's other choices stay as they were.
+    rows = random.Random(schedule.seed ^ ROWS_SALT).random() < ROWS
+    schedule = replace(schedule, aio=aio, rows=rows)
     kind = rng.choice(RANDOM_KINDS)
     if kind == "pause" and rng.random() < 0.7:
         # A pause past the rollback age matters when someone rolls back meanwhile.
@@ -194,6 +203,8 @@ def smaller(schedule: Schedule) -> list[Schedule]:
         out.append(replace(s, workers=1))
     if s.aio:
         out.append(replace(s, aio=()))
+    if s.rows:
+        out.append(replace(s, rows=False))
     if s.fault is not None and s.fault.at > 0:
         out.append(replace(s, fault=replace(s.fault, at=s.fault.at - 1)))
     return [c for c in out if c != s]

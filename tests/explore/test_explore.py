@@ -9,6 +9,7 @@ it ran, a planted mutant is found, and a small random run on each backend finds 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -97,9 +98,12 @@ def test_given_systematic_mode_then_it_runs_every_interleaving_within_the_bound(
 def test_given_a_planted_mutant_then_the_explorer_finds_it(world: World, mutant: str) -> None:
     # Given the protocol with one step broken (a mutant of tests/faults/mutants.py)
     # When random schedules run until the first anomaly
+    # (The mutants break item steps: the seed's schedules keep their records in the header,
+    # as when MUTANT_SEED was chosen; records in rows get random schedules of their own.)
+    schedules = (replace(s, rows=False) for s in random_schedules(MUTANT_SEED, MUTANT_BUDGET))
     tally = explore(
         world,
-        random_schedules(MUTANT_SEED, MUTANT_BUDGET),
+        schedules,
         mutant=mutant,
         stop_after=1,
         do_shrink=False,

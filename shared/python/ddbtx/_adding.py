@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import _entry_rows as entry_rows
 from . import schema as s
 from ._body_rows import Planned
 from ._effects import Step, gather
 from ._record import Entry
+from ._requests import Request
 from ._view import AddRefused, Decided, Local, RecordView, matches, rejected
 from .errors import ConditionFailed, DuplicateRequestError, TransactionError, ValidationFailed
 
 #: Requests per header write when adding a batch (keeps expressions under 4 KB).
 ADD_BATCH = 20
+#: Rounds of "follow the record, then claim and accept" before an add in rows gives up.
+ROW_ROUNDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +40,18 @@ class Adding:
         view = self.view
         recorded: list[Local] = []
         with view.adding(locals_):
-            planned = view.bodies.plan([body_entry(local) for local in locals_])
+            entries = [body_entry(local) for local in locals_]
+            in_rows = view.created and (
+                view.tail is not None or view.bodies.header_after(entries) > entry_rows.ROWS_AFTER
+            )
+            planned = view.bodies.plan(entries, in_rows=in_rows)
             try:
                 yield from view.write_rows(planned.rows)
                 if not view.created:
                     yield from self._create(locals_, planned.bodies)
+                    return
+                if in_rows:
+                    yield from self._add_in_rows(locals_, planned.bodies)
                     return
                 chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
                 outcomes = yield from gather(self._add_chunk(c, planned.bodies) for c in chunks)
@@ -87,6 +98,61 @@ class Adding:
             raise AddRefused(rejected(self.tx_id, [loc.request for loc in locals_], exc)) from exc
         self.view.record_created(locals_)
 
+    def _add_in_rows(self, locals_: list[Local], bodies: dict[str, Any]) -> Step[None]:
+        """add, in entry rows: claim a row at the version this view holds, then accept it
+        there; the record moved meanwhile, the view follows it and tries again."""
+        view = self.view
+        for _ in range(ROW_ROUNDS):
+            refused = self._refused(locals_)
+            if refused is not None:
+                raise refused
+            version, tail = view.version, view.tail
+            moved = view.held_entries() if tail is None else {}
+            rows = self.store.entry_rows.rows(self.tx_id, version, tail, {**moved, **bodies})
+            try:
+                for row in rows:
+                    yield from self.store.entry_rows.claim(row)
+                last = rows[-1][s.TX_SK]["S"]
+                header = yield from self.store.accept(self.tx_id, version, last, moved=tail is None)
+            except ConditionFailed:
+                now = yield from self.store.read_header(self.tx_id)
+                if now is None or now.state != s.STATE_PENDING:
+                    raise Decided(now) from None
+                found = [now.entries.get(loc.request.rid) for loc in locals_]
+                if all(
+                    e is not None and matches(loc, e) for loc, e in zip(locals_, found, strict=True)
+                ):
+                    yield from view.recorded(locals_, now)  # ours, its answer lost
+                    return
+                yield from view.follow(now)
+                continue
+            except ValidationFailed as exc:
+                raise AddRefused(
+                    rejected(self.tx_id, [loc.request for loc in locals_], exc)
+                ) from exc
+            yield from view.recorded(locals_, header)
+            return
+        raise TransactionError("the TX record kept changing under an add", tx_id=self.tx_id)
+
+    def _refused(self, locals_: list[Local]) -> AddRefused | None:
+        """What the header's add conditions would refuse, judged on the view (in rows, the
+        acceptance at the view's version makes the view the record)."""
+        for local in locals_:
+            known = self.view.requests.get(local.request.rid)
+            if not local.upgrade:
+                ok = known is None
+            else:
+                writes = local.seq - 1
+                ok = (
+                    known is not None
+                    and known.nonce == local.nonce
+                    and (known.request.op == "get") == (writes == 0)
+                    and (writes == 0 or known.seq == writes)
+                )
+            if not ok:
+                return AddRefused(duplicate(self.tx_id, local.request))
+        return None
+
     def _add_chunk(
         self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
     ) -> Step[ChunkOutcome]:
@@ -113,16 +179,7 @@ class Adding:
             req = local.request
             mine = header.entries.get(req.rid)
             if mine is None or not matches(local, mine):
-                return AddRefused(
-                    DuplicateRequestError(
-                        "another coordinator of this transaction already wrote this item; a "
-                        "coordinator cannot yet write over another's write to one item "
-                        "(write it from the coordinator that wrote it first, or commit)",
-                        tx_id=self.tx_id,
-                        table=req.table,
-                        key=req.key,
-                    )
-                )
+                return AddRefused(duplicate(self.tx_id, req))
         # Every entry is ours: an earlier attempt landed.
         yield from self.view.recorded(chunk, header)
         return None
@@ -135,6 +192,17 @@ class Adding:
             if read is not None and read.nonce == entry.nonce and entry.rid in planned.spilled:
                 earlier[entry.rid] = body_entry(read)
         return earlier
+
+
+def duplicate(tx_id: str, req: Request) -> DuplicateRequestError:
+    return DuplicateRequestError(
+        "another coordinator of this transaction already wrote this item; a "
+        "coordinator cannot yet write over another's write to one item "
+        "(write it from the coordinator that wrote it first, or commit)",
+        tx_id=tx_id,
+        table=req.table,
+        key=req.key,
+    )
 
 
 def body_entry(local: Local) -> Entry:

@@ -65,23 +65,34 @@ class BodyRows:
                     self._spilled.add(entry.rid)
                     self._parts[entry.rid] = entry.parts
 
-    def plan(self, entries: list[Entry]) -> Planned:
-        """Lay out the bodies of ``entries``: in the header, or in rows of their own."""
+    def header_after(self, entries: list[Entry]) -> int:
+        """About the header's size once it holds ``entries`` too (large bodies apart)."""
+        with self._lock:
+            sizes = (item_size({"x": entry_to_av(e)}) for e in entries)
+            # (a body larger than SPILL_BYTES leaves a small entry behind)
+            return self._header_bytes + sum(n if n <= SPILL_BYTES else 256 for n in sizes)
+
+    def plan(self, entries: list[Entry], *, in_rows: bool = False) -> Planned:
+        """Lay out the bodies of ``entries``: in the header (``in_rows``: in entry rows,
+        which take the header's place), or in rows of their own."""
         with self._lock:
             before = (self._header_bytes, frozenset(self._spilled), dict(self._parts))
             bodies: dict[str, dict[str, Any]] = {}
             rows: list[Entry] = []
+            room = HEADER_SOFT_LIMIT if not in_rows else SPILL_BYTES
             for entry in entries:
                 body = entry_to_av(entry)
                 size = item_size({"x": body})
-                if size > SPILL_BYTES or self._header_bytes + size > HEADER_SOFT_LIMIT:
+                held = 0 if in_rows else self._header_bytes
+                if size > SPILL_BYTES or held + size > room:
                     row_entry = replace(entry)
                     self.store.body_rows(self.tx_id, row_entry)  # counts its rows (near 400 KB: >1)
                     rows.append(row_entry)
                     entry.spilled, entry.params, entry.parts = True, None, row_entry.parts
                     body = entry_to_av(entry)
                     size = item_size({"x": body})
-                self._header_bytes += size
+                if not in_rows:
+                    self._header_bytes += size
                 bodies[entry.rid] = body
         return Planned(bodies, rows, *before)
 

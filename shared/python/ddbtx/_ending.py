@@ -106,7 +106,7 @@ class Ending:
             record.completed = True
             return
         if header is None:
-            header = Header(tx.id, record.state, record.version, 0, False)
+            header = Header(tx.id, record.state, record.version, 0, False, tail=record.tail)
         header.entries = header.entries or record.entries()
         external = any(loc.external_image or not loc.confirmed for loc in record.requests.values())
         yield from tx.p.complete(header, tx.known(), external_images=external)
@@ -151,7 +151,9 @@ class Ending:
         if record.state == s.STATE_PENDING:
             raise TransactionError("commit or roll back before deleting", tx_id=tx.id)
         if record.completed:
-            header = Header(tx.id, record.state, record.version, 0, True, record.entries())
+            header = Header(
+                tx.id, record.state, record.version, 0, True, record.entries(), tail=record.tail
+            )
             header.caller_id = tx.transaction_id
             yield from tx.p.delete_record(header)
             return

@@ -15,6 +15,7 @@ from typing import Any
 from . import _parts
 from . import schema as s
 from ._effects import Step, insert_new, request
+from ._entry_rows import ACCEPT_AT_VERSION, EntryRows
 from ._items import Item, flag, item_size
 from .errors import ConditionFailed, TransactionError
 
@@ -79,6 +80,7 @@ class Header:
     waiting: bool = False  # its coordinator is blocked on an older transaction's lock
     decided_by: str | None = None  # the transaction that rolled this one back (wound-wait)
     caller_id: str | None = None  # the caller's transaction_id: its alias goes with the record
+    tail: str | None = None  # the last accepted entry row: the entries are in rows
 
 
 def read_row(table: str, key: Item) -> Step[Item | None]:
@@ -171,6 +173,7 @@ def header_from_item(item: Item) -> Header:
         waiting=s.TX_WAITING in item,
         decided_by=item[s.TX_DECIDED_BY]["S"] if s.TX_DECIDED_BY in item else None,
         caller_id=item[s.TX_CALLER_ID]["S"] if s.TX_CALLER_ID in item else None,
+        tail=item[s.TX_TAIL]["S"] if s.TX_TAIL in item else None,
     )
 
 
@@ -178,6 +181,8 @@ def header_from_item(item: Item) -> Header:
 CREATE = "attribute_not_exists(#id)"
 #: add: only a pending transaction takes requests (one per item: see ADD_NEW / ADD_UPGRADE).
 PENDING = "#st = :p"
+#: add (in the header): pending, its entries still in the header (none moved to rows).
+PENDING_INLINE = "#st = :p AND attribute_not_exists(#tl)"
 #: add (new item): the transaction has no request on this item yet.
 ADD_NEW = "attribute_not_exists(#rq.#r{i})"
 #: add (upgrade): a pending transaction turns its own read lock (same nonce) into a write.
@@ -189,7 +194,7 @@ ADD_REWRITE_FIRST = (
 #: add (a later write): replaces the entry of exactly the write before it, same nonce.
 ADD_REWRITE = "#rq.#r{i}.#n = :n{i} AND #rq.#r{i}.#w = :w{i}"
 #: take over: the request still carries the nonce this coordinator saw, while pending.
-TAKE_OVER = "#st = :p AND #rq.#rid.#n = :old"
+TAKE_OVER = "#st = :p AND #rq.#rid.#n = :old AND attribute_not_exists(#tl)"
 #: decide (commit): pending, at exactly the version whose requests the committer saw applied.
 DECIDE_AT_VERSION = "#st = :p AND #v = :v"
 #: decide (sweep): pending and unchanged since the sweeper saw it stale (``ts``).
@@ -209,6 +214,9 @@ class RecordStore:
         self.table = table
         self.clock = clock
         self.completed_ttl_seconds = completed_ttl_seconds
+        self.entry_rows = EntryRows(
+            table, clock=clock, ttl_seconds=int(BODY_ROW_TTL.total_seconds())
+        )
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -222,7 +230,42 @@ class RecordStore:
 
     def read_header(self, tx_id: str) -> Step[Header | None]:
         item = yield from read_row(self.table, self.header_key(tx_id))
-        return header_from_item(item) if item is not None else None
+        return (yield from self.whole(item)) if item is not None else None
+
+    def whole(self, item: Item) -> Step[Header]:
+        """The header of ``item`` with all its entries: those in rows read along their chain."""
+        header = header_from_item(item)
+        if header.tail is not None:
+            chained = yield from self.entry_rows.chained(header.tx_id, header.tail)
+            header.entries.update((rid, entry_from_av(rid, av)) for rid, av in chained.items())
+        return header
+
+    def accept(self, tx_id: str, version: int, tail: str, *, moved: bool) -> Step[Header]:
+        """accept: the header names entry rows up to ``tail`` (``moved``: its own entries
+        went to the first of them); the header after, its entries left out."""
+        names = {
+            "#st": s.TX_STATE,
+            "#v": s.TX_VERSION,
+            "#ts": s.TX_UPDATED,
+            "#tl": s.TX_TAIL,
+            "#wt": s.TX_WAITING,
+        }
+        values = {
+            ":p": {"S": s.STATE_PENDING},
+            ":v": {"N": str(version)},
+            ":one": {"N": "1"},
+            ":now": {"N": str(self.now_ms())},
+            ":tl": {"S": tail},
+        }
+        removed = "#wt"
+        if moved:
+            names["#rq"] = s.TX_REQUESTS
+            removed += ", #rq"
+        update = f"SET #v = #v + :one, #ts = :now, #tl = :tl REMOVE {removed}"
+        resp = yield from self._send(
+            tx_id, update, ACCEPT_AT_VERSION, names, values, ReturnValues="ALL_NEW"
+        )
+        return header_from_item(resp["Attributes"])
 
     def load_params(self, tx_id: str, entry: Entry) -> Step[dict[str, Any]]:
         if entry.params is not None:
@@ -300,13 +343,14 @@ class RecordStore:
             "#v": s.TX_VERSION,
             "#ts": s.TX_UPDATED,
             "#wt": s.TX_WAITING,
+            "#tl": s.TX_TAIL,
         }
         values: dict[str, Any] = {
             ":p": {"S": s.STATE_PENDING},
             ":one": {"N": "1"},
             ":now": {"N": str(self.now_ms())},
         }
-        sets, conditions = ["#v = #v + :one", "#ts = :now"], [PENDING]
+        sets, conditions = ["#v = #v + :one", "#ts = :now"], [PENDING_INLINE]
         for i, (rid, body) in enumerate(bodies.items()):
             names[f"#r{i}"] = rid
             values[f":e{i}"] = body
@@ -341,6 +385,7 @@ class RecordStore:
             "#n": "n",
             "#v": s.TX_VERSION,
             "#st": s.TX_STATE,
+            "#tl": s.TX_TAIL,
         }
         values = {
             ":new": {"S": new},
@@ -420,7 +465,7 @@ class RecordStore:
             resp = yield from self._send(
                 tx_id, update, condition, names, values, resent, ReturnValues="ALL_NEW"
             )
-            return header_from_item(resp["Attributes"])
+            return (yield from self.whole(resp["Attributes"]))
         except ConditionFailed:
             return (yield from self.read_header(tx_id))
 
@@ -457,7 +502,12 @@ class RecordStore:
         # First rows in an earlier batch: a reader that finds one finds all its parts.
         firsts = [self.body_key(tx_id, e) for e in spilled]
         further = [k for e in spilled for k in self.body_keys(tx_id, e)[1:]]
-        for keys in (firsts, further):
+        # Entry rows after the bodies they name, claimed but never accepted ones too (those
+        # of a record that never moved to rows expire by their TTL, as unnamed bodies do).
+        rows = []
+        if header.tail is not None:
+            rows = yield from self.entry_rows.all_rows(tx_id, keys_only=True)
+        for keys in (firsts, further, rows):
             yield from write_batches(self.table, [{"DeleteRequest": {"Key": k}} for k in keys])
         try:
             yield from request(

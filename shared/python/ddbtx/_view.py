@@ -12,7 +12,7 @@ from . import schema as s
 from ._body_rows import BodyRows, WriteBatches
 from ._effects import Step
 from ._items import Item
-from ._record import Entry, Header, RecordStore
+from ._record import Entry, Header, RecordStore, entry_to_av
 from ._requests import Request, too_large
 from .errors import ConditionFailed, DuplicateRequestError, InvalidRequestError, ValidationFailed
 
@@ -60,6 +60,7 @@ class RecordView:
         self.bodies = BodyRows(tx_id, store, write_batches=write_batches)
         self.state = s.STATE_PENDING
         self.version = 0
+        self.tail: str | None = None  # the record's last entry row: its entries are in rows
         self.created = False
         self.caller_id: str | None = None  # written into the record it creates (exactly-once id)
         self.completed = False
@@ -113,6 +114,7 @@ class RecordView:
             if not newer:
                 return []
             self.version = header.version
+            self.tail = header.tail
             self.state = header.state
             self.bodies.adopt(header)
             for entry in header.entries.values():
@@ -158,19 +160,30 @@ class RecordView:
     def entries(self) -> dict[str, Entry]:
         """The requests as this coordinator knows them, in the record's shape."""
         with self._lock:
+            return {rid: self._entry(loc, bodies=False) for rid, loc in self.requests.items()}
+
+    def held_entries(self) -> dict[str, Any]:
+        """The entries as the header holds them (bodies in it, or the flag of their row)."""
+        with self._lock:
             return {
-                rid: Entry(
-                    rid,
-                    loc.request.op,
-                    loc.request.table,
-                    loc.request.key,
-                    loc.nonce,
-                    spilled=self.bodies.has_row(rid),
-                    parts=self.bodies.parts(rid),
-                    seq=loc.seq,
-                )
+                rid: entry_to_av(self._entry(loc, bodies=True))
                 for rid, loc in self.requests.items()
             }
+
+    def _entry(self, loc: Local, *, bodies: bool) -> Entry:
+        rid = loc.request.rid
+        spilled = self.bodies.has_row(rid)
+        return Entry(
+            rid,
+            loc.request.op,
+            loc.request.table,
+            loc.request.key,
+            loc.nonce,
+            dict(loc.request.params) if bodies and not spilled else None,
+            spilled=spilled,
+            parts=self.bodies.parts(rid),
+            seq=loc.seq,
+        )
 
     @contextmanager
     def adding(self, locals_: list[Local]) -> Iterator[None]:
@@ -224,7 +237,7 @@ class RecordView:
             yield from self.write_rows([moved_body])
         fresh = Local(request=req, nonce=new_nonce)
         try:
-            header = yield from self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce)
+            header = yield from self._take_over_write(local, new_nonce)
         except ConditionFailed as exc:
             now = yield from self.store.read_header(self.tx_id)
             if now is None or now.state != s.STATE_PENDING:
@@ -241,6 +254,28 @@ class RecordView:
             yield from self.bodies.drop([replace(moved_body, nonce=local.nonce)])
         after = self.current(fresh)
         return after, after is fresh
+
+    def _take_over_write(self, local: Local, new_nonce: str) -> Step[Header]:
+        """The write of a take-over: the header's entry, or (in rows) a row naming the
+        request with the new nonce, accepted at the view's version (raises ConditionFailed)."""
+        req = local.request
+        if self.tail is None:
+            return (yield from self.store.take_over(self.tx_id, req.rid, local.nonce, new_nonce))
+        with self._lock:
+            version, tail = self.version, self.tail
+            known = self.requests.get(req.rid)
+            entry = replace(self._entry(local, bodies=True), nonce=new_nonce)
+        if known is None or known.nonce != local.nonce:
+            raise ConditionFailed(
+                "taken over already", code="ConditionalCheckFailedException", operation="TakeOver"
+            )
+        rows = self.store.entry_rows.rows(self.tx_id, version, tail, {req.rid: entry_to_av(entry)})
+        yield from self.store.entry_rows.claim(rows[0])
+        return (
+            yield from self.store.accept(
+                self.tx_id, version, tail=rows[0][s.TX_SK]["S"], moved=False
+            )
+        )
 
     def mark_waiting(self, owner: str) -> Step[None]:
         try:

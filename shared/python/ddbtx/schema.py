@@ -51,6 +51,8 @@ TX_WAITING: Final = "wt"
 TX_DECIDED_BY: Final = "by"
 #: S, the caller's id of an exactly-once transaction (``transaction_id=``): names its alias row.
 TX_CALLER_ID: Final = "cid"
+#: S, the sort key of the last entry row the record accepted (its entries are in rows).
+TX_TAIL: Final = "tl"
 
 # --- alias rows (same table): the caller's id -> the transaction that carries it --------
 #: Alias rows: ``id = ALIAS_PREFIX + caller's id``, ``sk = ALIAS_SK``; no TX id, cursor id,

@@ -1,0 +1,215 @@
+"""Entry rows (issue 22): a TX record whose requests, sent one at a time, cost O(N).
+
+Past :data:`ddbtx._entry_rows.ROWS_AFTER` the header's entries move to rows of their own
+and each later add writes one row, accepted by a small header change. Here the budget is
+0, so the second request of a transaction already goes to rows: the whole mechanism runs
+on a few items, cheap enough to fault at every call of it, on both emulators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ddbtx import DuplicateRequestError, TransactionManager
+from ddbtx import _entry_rows as entry_rows
+from ddbtx import schema as s
+from ddbtx._items import item_size
+from ddbtx.instrumentation import count_requests
+from helpers import Tables, assert_clean, data_state
+from test_large_transactions import (
+    BIG,
+    big_put,
+    died_before_locking,
+    fault_at_every_call,
+    record_rows,
+)
+
+S = lambda v: {"S": v}  # noqa: E731
+ITEMS = ("a", "b", "c", "d", "e", "f")
+
+
+@pytest.fixture(autouse=True)
+def rows_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every add after the record's creation goes to entry rows."""
+    monkeypatch.setattr(entry_rows, "ROWS_AFTER", 0)
+
+
+def put(tables: Tables, pk: str, value: str) -> dict[str, Any]:
+    return {"TableName": tables.data, "Item": {"pk": S(pk), "v": S(value)}}
+
+
+def header_row(ddb: Any, tables: Tables) -> dict[str, Any]:
+    return next(r for r in record_rows(ddb, tables) if r[s.TX_SK]["S"] == s.TX_HEADER_SK)
+
+
+def test_requests_sent_one_at_a_time_go_to_rows_and_the_header_stays_small(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction that sends six puts one at a time
+    tm = make_tm()
+    tx = tm.begin()
+    costs = []
+    for pk in ITEMS:
+        with count_requests(tm.client) as counts:
+            tx.put_item(**put(tables, pk, "new"))
+        costs.append(dict(counts.by_operation))
+    # Then the first created the header; each later one wrote a row and accepted it
+    assert costs[1:] == [{"PutItem": 2, "UpdateItem": 1}] * 5  # row, item (insert), accept
+    header = header_row(ddb, tables)
+    assert s.TX_REQUESTS not in header and s.TX_TAIL in header
+    rows = [r for r in record_rows(ddb, tables) if r[s.TX_SK]["S"].startswith("e#")]
+    assert len(rows) == 5 and all(s.TX_TTL in r for r in rows)
+    assert item_size(header) < 400
+    # And another coordinator reading the record sees all six requests
+    seen = make_tm().protocol.run(tm.protocol.records.read_header(tx.id))
+    assert seen is not None and len(seen.entries) == 6
+    # When it commits and deletes its record, every item is new and nothing is left
+    tx.commit()
+    tx.delete()
+    assert {pk: item["v"] for pk, item in data_state(ddb, tables.data).items()} == {
+        pk: S("new") for pk in ITEMS
+    }
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []
+
+
+@pytest.mark.parametrize("ending", ["rollback", "resume and commit"])
+def test_a_record_in_rows_is_completed_by_another_coordinator(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, ending: str
+) -> None:
+    # Given items holding "old", and a transaction in rows that wrote four of them
+    for pk in ITEMS:
+        ddb.put_item(**put(tables, pk, "old"))
+    tx = make_tm().begin()
+    for pk in ITEMS[:4]:
+        tx.update_item(
+            TableName=tables.data,
+            Key={"pk": S(pk)},
+            UpdateExpression="SET v = :n",
+            ExpressionAttributeValues={":n": S("new")},
+        )
+    # When another coordinator resumes it, adds the other two, and ends it
+    other = make_tm().resume(tx.id)
+    for pk in ITEMS[4:]:
+        other.put_item(**put(tables, pk, "new"))
+    if ending == "rollback":
+        other.rollback()
+    else:
+        other.commit()
+    other.delete()
+    # Then all six are as the ending says, and nothing of the record is left
+    expected = "old" if ending == "rollback" else "new"
+    values = {pk: item["v"] for pk, item in data_state(ddb, tables.data).items()}
+    assert values == {pk: S(expected) for pk in ITEMS}
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []
+
+
+def test_a_stale_coordinator_adds_after_the_rows_another_added(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction in rows, and a second coordinator that added an item meanwhile
+    first = make_tm()
+    tx = first.begin()
+    tx.put_item(**put(tables, "a", "new"))
+    tx.put_item(**put(tables, "b", "new"))
+    second = make_tm().resume(tx.id)
+    second.put_item(**put(tables, "c", "new"))
+    # When the first, whose view is a version behind, adds another item
+    tx.put_item(**put(tables, "d", "new"))
+    # Then the record holds all four requests, each once, along one chain
+    header = first.protocol.run(first.protocol.records.read_header(tx.id))
+    assert header is not None and sorted(e.key["pk"]["S"] for e in header.entries.values()) == [
+        "a",
+        "b",
+        "c",
+        "d",
+    ]
+    # And the second can commit all of them once it has caught up
+    second.commit()
+    second.delete()
+    assert sorted(data_state(ddb, tables.data)) == ["a", "b", "c", "d"]
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []
+
+
+def test_the_same_item_added_twice_in_rows_is_refused(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction in rows holding a put of "b" by its first coordinator
+    tx = make_tm().begin()
+    tx.put_item(**put(tables, "a", "first"))
+    tx.put_item(**put(tables, "b", "first"))
+    # When another coordinator of it writes "b" too, then it is refused, as in the header
+    other = make_tm().resume(tx.id)
+    with pytest.raises(DuplicateRequestError):
+        other.put_item(**put(tables, "b", "second"))
+    tx.commit()
+    tx.delete()
+    assert data_state(ddb, tables.data)["b"]["v"] == S("first")
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []
+
+
+# One kind runs by default; the rest are slow (`make faults`).
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "before",
+        pytest.param("after", marks=pytest.mark.slow),
+        pytest.param("throttle", marks=pytest.mark.slow),
+        pytest.param("lost", marks=pytest.mark.slow),
+    ],
+)
+def test_a_fault_at_any_call_of_adds_in_rows_leaves_all_or_nothing(
+    make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
+) -> None:
+    old = {pk: S("old" + BIG) for pk in ("a", "b", "c")}
+    new = {pk: S("new" + BIG) for pk in ("a", "b", "c")}
+
+    def coordinator() -> tuple[Any, Callable[[], None]]:
+        # Given a coordinator that writes three items one at a time (the last two in rows,
+        # the first moved there with them), then commits and deletes its record
+        victim = make_tm(max_attempts=1 if kind == "throttle" else 3)
+        tx = victim.begin()
+
+        def work() -> None:
+            for pk in ("a", "b", "c"):
+                tx.put_item(**big_put(tables, pk, "new"))
+            tx.commit()
+            tx.delete()
+
+        return victim.client, work
+
+    schedules = fault_at_every_call(make_tm, ddb, tables, clock, kind, (old, new), coordinator)
+    assert schedules >= 12, "three adds, locks, a commit and a delete: at least 12 calls"
+
+
+@pytest.mark.parametrize("kind", ["after", pytest.param("lost", marks=pytest.mark.slow)])
+def test_a_fault_at_any_call_of_a_take_over_in_rows_leaves_all_or_nothing(
+    make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
+) -> None:
+    old = {pk: S("old" + BIG) for pk in ("a", "b")}
+    new = {"a": S("v" + BIG), "b": S("w" + BIG)}
+
+    def coordinator() -> tuple[Any, Callable[[], None]]:
+        # Given a transaction in rows whose coordinator recorded "a" and "b" and died
+        # before locking "b", and another coordinator that takes "b" over and commits
+        tx_id = died_before_locking(make_tm, tables, "a", "v")
+        first = make_tm()
+        resumed = first.resume(tx_id)
+        resumed.put_item(**big_put(tables, "b", "w"))
+        rescuer = make_tm()
+        taken = rescuer.resume(tx_id)
+
+        def work() -> None:
+            taken.commit()
+            taken.delete()
+
+        return rescuer.client, work
+
+    schedules = fault_at_every_call(make_tm, ddb, tables, clock, kind, (old, new), coordinator)
+    assert schedules >= 6
