@@ -17,6 +17,8 @@ from ddbtx import DuplicateRequestError, TransactionManager
 from ddbtx import _entry_rows as entry_rows
 from ddbtx import schema as s
 from ddbtx._items import item_size
+from ddbtx.chaos import Chaos, Crash
+from ddbtx.errors import TransactionError
 from ddbtx.instrumentation import count_requests
 from helpers import Tables, assert_clean, data_state
 from test_large_transactions import (
@@ -213,3 +215,97 @@ def test_a_fault_at_any_call_of_a_take_over_in_rows_leaves_all_or_nothing(
 
     schedules = fault_at_every_call(make_tm, ddb, tables, clock, kind, (old, new), coordinator)
     assert schedules >= 6
+
+
+def test_an_adder_that_died_between_its_row_and_its_acceptance_blocks_nobody(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    # Given a transaction in rows whose coordinator wrote its next row and died before
+    # the header accepted it
+    first = make_tm()
+    first.key_names(tables.data)
+    tx = first.begin()
+    tx.put_item(**put(tables, "a", "new"))
+    crash = Chaos(first.client)
+    crash.arm("before", at=1)  # the row lands; the acceptance is never sent
+    with pytest.raises(Crash):
+        tx.put_item(**put(tables, "b", "new"))
+    crash.close()
+    # When another coordinator resumes it and adds an item, and commits
+    other = make_tm().resume(tx.id)
+    other.put_item(**put(tables, "c", "new"))
+    other.commit()
+    other.delete()
+    # Then its item is written, the dead one's never, and no row is left
+    assert sorted(data_state(ddb, tables.data)) == ["a", "c"]
+    assert_clean(ddb, tables)
+    assert record_rows(ddb, tables) == []
+
+
+def test_a_coordinator_whose_view_predates_the_move_adds_in_rows(
+    make_tm: Callable[..., TransactionManager],
+    ddb: Any,
+    tables: Tables,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given two coordinators of a small record, and one add that moves it to rows
+    monkeypatch.setattr(entry_rows, "ROWS_AFTER", 3000)
+    tx = make_tm().begin()
+    tx.put_item(**put(tables, "a", "new"))
+    other = make_tm().resume(tx.id)
+    tx.put_item(**put(tables, "b", "x" * 4000))
+    assert s.TX_TAIL in header_row(ddb, tables)
+    # When the other, whose view still has the entries in the header, adds a new item
+    other.put_item(**put(tables, "c", "new"))
+    # Then it is recorded in rows (not refused as a duplicate), and commits with the rest
+    other.commit()
+    other.delete()
+    assert sorted(data_state(ddb, tables.data)) == ["a", "b", "c"]
+    assert record_rows(ddb, tables) == []
+
+
+def test_a_rewrite_kept_inline_after_a_body_in_its_own_row_moves_as_it_is(
+    make_tm: Callable[..., TransactionManager],
+    ddb: Any,
+    tables: Tables,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a large put of "x" (its body in a row of its own), then a small put of "x"
+    # whose entry holds its body, interrupted before its item write
+    monkeypatch.setattr(entry_rows, "ROWS_AFTER", 3000)
+    first = make_tm()
+    first.key_names(tables.data)
+    tx = first.begin()
+    tx.put_item(**big_put(tables, "x", "first"))
+    crash = Chaos(first.client)
+    crash.arm("before", at=1)  # the add lands; the item write is never sent
+    with pytest.raises(Crash):
+        tx.put_item(**put(tables, "x", "second"))
+    crash.close()
+    # When a later add moves the entries to rows and another coordinator commits
+    tx.put_item(**put(tables, "y", "y" * 2900))
+    assert s.TX_TAIL in header_row(ddb, tables)
+    other = make_tm().resume(tx.id)
+    other.commit()
+    other.delete()
+    # Then x holds the second write, not the first one's body
+    assert data_state(ddb, tables.data)["x"]["v"] == S("second")
+    assert_clean(ddb, tables)
+
+
+def test_a_pending_record_whose_entry_row_is_gone_says_so(
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
+) -> None:
+    # Given a pending record in rows, one of whose accepted rows was removed (by TTL)
+    tm = make_tm()
+    tx = tm.begin()
+    for pk in ITEMS[:3]:
+        tx.put_item(**put(tables, pk, "new"))
+    row = min(r[s.TX_SK]["S"] for r in record_rows(ddb, tables) if r[s.TX_SK]["S"] != "#")
+    ddb.delete_item(TableName=tables.tx, Key={s.TX_PK: S(tx.id), s.TX_SK: S(row)})
+    # When another coordinator reads the record, then it is told, not given a part of it
+    with pytest.raises(TransactionError, match="gone from the TX record"):
+        make_tm().resume(tx.id)
+    # And the transaction can still be rolled back by its own coordinator
+    tx.rollback()
+    assert data_state(ddb, tables.data) == {}

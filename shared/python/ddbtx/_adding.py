@@ -111,7 +111,7 @@ class Adding:
             rows = self.store.entry_rows.rows(self.tx_id, version, tail, {**moved, **bodies})
             try:
                 for row in rows:
-                    yield from self.store.entry_rows.claim(row)
+                    yield from self.store.entry_rows.write(row)
                 last = rows[-1][s.TX_SK]["S"]
                 header = yield from self.store.accept(self.tx_id, version, last, moved=tail is None)
             except ConditionFailed:
@@ -162,7 +162,7 @@ class Adding:
                 self.tx_id, {loc.request.rid: bodies[loc.request.rid] for loc in chunk}, upgrades
             )
         except ConditionFailed:
-            return ChunkOutcome((yield from self._settle_add(chunk)))
+            return ChunkOutcome((yield from self._settle_add(chunk, bodies)))
         except ValidationFailed as exc:
             return ChunkOutcome(
                 AddRefused(rejected(self.tx_id, [loc.request for loc in chunk], exc))
@@ -170,11 +170,25 @@ class Adding:
         yield from self.view.recorded(chunk, header)
         return ChunkOutcome()
 
-    def _settle_add(self, chunk: list[Local]) -> Step[AddRefused | None]:
-        """The add's condition failed: ours (response lost), a duplicate, or a decision."""
+    def _settle_add(
+        self, chunk: list[Local], bodies: dict[str, dict[str, Any]]
+    ) -> Step[AddRefused | None]:
+        """The add's condition failed: ours (response lost), a duplicate, a decision, or
+        the record's entries moved to rows meanwhile (then the add goes there too)."""
         header = yield from self.store.read_header(self.tx_id)
         if header is None or header.state != s.STATE_PENDING:
             raise Decided(header)
+        found = [header.entries.get(loc.request.rid) for loc in chunk]
+        if header.tail is not None and not all(
+            e is not None and matches(loc, e) for loc, e in zip(chunk, found, strict=True)
+        ):
+            yield from self.view.follow(header)
+            try:
+                own = {loc.request.rid: bodies[loc.request.rid] for loc in chunk}
+                yield from self._add_in_rows(chunk, own)
+            except AddRefused as refused:
+                return refused
+            return None
         for local in chunk:
             req = local.request
             mine = header.entries.get(req.rid)

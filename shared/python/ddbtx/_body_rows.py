@@ -64,6 +64,9 @@ class BodyRows:
                 if entry.spilled:
                     self._spilled.add(entry.rid)
                     self._parts[entry.rid] = entry.parts
+                else:  # (an earlier write's body had a row; this one's is in the entry)
+                    self._spilled.discard(entry.rid)
+                    self._parts.pop(entry.rid, None)
 
     def header_after(self, entries: list[Entry]) -> int:
         """About the header's size once it holds ``entries`` too (large bodies apart)."""
@@ -91,6 +94,8 @@ class BodyRows:
                     entry.spilled, entry.params, entry.parts = True, None, row_entry.parts
                     body = entry_to_av(entry)
                     size = item_size({"x": body})
+                else:
+                    self._spilled.discard(entry.rid)  # a later write's body kept inline
                 if not in_rows:
                     self._header_bytes += size
                 bodies[entry.rid] = body

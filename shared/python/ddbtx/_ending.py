@@ -107,7 +107,8 @@ class Ending:
             return
         if header is None:
             header = Header(tx.id, record.state, record.version, 0, False, tail=record.tail)
-        header.entries = header.entries or record.entries()
+        # Ours too: the record's, where it names a request, win (a take-over's nonce).
+        header.entries = {**record.entries(), **header.entries}
         external = any(loc.external_image or not loc.confirmed for loc in record.requests.values())
         yield from tx.p.complete(header, tx.known(), external_images=external)
         record.completed = True

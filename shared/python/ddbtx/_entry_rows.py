@@ -3,16 +3,16 @@
 Every change to the header is billed for the header's whole size, so a header that held
 every request would make a transaction of N requests sent one at a time cost O(N²). Once
 the header passes :data:`ROWS_AFTER`, its entries move to rows of their own and every
-later add writes one more row: ``e#<version>.<part>``, named after the header version
-its adder saw. Rows chain backwards (``pv``: the row before); the header holds only the
-last accepted row (``tl``), so it stays small and the commit decision's version check
-still covers every request.
+later add writes one more row: ``e#<version>.<claim>.<part>``, named after the header
+version its adder saw and a token of its own. Rows chain backwards (``pv``: the row
+before); the header holds only the last accepted row (``tl``), so it stays small and the
+commit decision's version check still covers every request.
 
-An add in rows: claim the row(s) (a put that only a row not yet there takes), then accept
-them (the header moves to the last row, at exactly the version the adder checked its
-requests against). A claim whose acceptance never comes (its adder died, or the header
-moved first) is never on the chain: readers follow the chain, not the rows, and the
-record's delete removes every row.
+An add in rows: write the row(s), then accept them (the header moves to the last row, at
+exactly the version the adder checked its requests against). Of adders at one version,
+one accept wins; the others' rows, and those of an adder that died before accepting,
+are never on the chain: readers follow the chain, not the rows, nothing waits on them,
+and the record's delete removes every row.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 from . import schema as s
 from ._effects import Step, request
 from ._items import Item, item_size
+from .errors import TransactionError
 
 #: The header moves its entries to rows once it would pass this size (the first add that
 #: would take it past moves them, with the add's own).
@@ -35,18 +36,13 @@ PREFIX = "e#"
 ENTRIES = "e"
 #: The row before this one on the chain (absent: the first).
 PREVIOUS = "pv"
-#: S, which claim wrote the row: a resent claim finds its own token.
-CLAIM_TOKEN = "ck"
 
-#: claim: the first adder at a version takes its row (or the SDK resends its own claim,
-#: same token); a loser re-reads the record.
-CLAIM_ROW = "attribute_not_exists(#sk) OR #ck = :ck"
 #: accept: pending, at exactly the version whose requests the adder checked its own against.
 ACCEPT_AT_VERSION = "#st = :p AND #v = :v"
 
 
-def row_sk(version: int, part: int) -> str:
-    return f"{PREFIX}{version:012d}.{part:04d}"
+def row_sk(version: int, claim: str, part: int) -> str:
+    return f"{PREFIX}{version:012d}.{claim}.{part:04d}"
 
 
 class EntryRows:
@@ -62,7 +58,7 @@ class EntryRows:
     ) -> list[Item]:
         """``entries`` (as the header holds them) laid out in rows chained after ``tail``."""
         expires = {"N": str(int(self.clock() + self.ttl_seconds))}
-        token = {"S": secrets.token_hex(8)}
+        claim = secrets.token_hex(6)
         groups: list[dict[str, Any]] = [{}]
         size = 0
         for rid, entry in entries.items():
@@ -75,12 +71,11 @@ class EntryRows:
         out: list[Item] = []
         previous = tail
         for part, group in enumerate(groups):
-            sk = row_sk(version, part)
+            sk = row_sk(version, claim, part)
             row: Item = {
                 s.TX_PK: {"S": tx_id},
                 s.TX_SK: {"S": sk},
                 ENTRIES: {"M": group},
-                CLAIM_TOKEN: token,
                 s.TX_TTL: expires,
             }
             if previous is not None:
@@ -89,16 +84,9 @@ class EntryRows:
             previous = sk
         return out
 
-    def claim(self, row: Item) -> Step[None]:
-        """claim: put a row no other adder has (raises ConditionFailed)."""
-        yield from request(
-            "put_item",
-            TableName=self.table,
-            Item=row,
-            ConditionExpression=CLAIM_ROW,
-            ExpressionAttributeNames={"#sk": s.TX_SK, "#ck": CLAIM_TOKEN},
-            ExpressionAttributeValues={":ck": row[CLAIM_TOKEN]},
-        )
+    def write(self, row: Item) -> Step[None]:
+        """Put a row of this claim's own (its key is unique to it: a resend rewrites it)."""
+        yield from request("put_item", TableName=self.table, Item=row)
 
     def all_rows(self, tx_id: str, *, keys_only: bool = False) -> Step[list[Item]]:
         """Every entry row of ``tx_id``, accepted or not, in sort-key order."""
@@ -119,14 +107,19 @@ class EntryRows:
                 return rows
             params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def chained(self, tx_id: str, tail: str) -> Step[dict[str, Any]]:
+    def chained(self, tx_id: str, tail: str, *, partial: bool) -> Step[dict[str, Any]]:
         """The entries on the chain ending at ``tail``, a later row's entry for a request
         replacing an earlier one's (rewrites, take-overs)."""
         rows = {row[s.TX_SK]["S"]: row for row in (yield from self.all_rows(tx_id))}
         chain: list[Item] = []
         sk: str | None = tail
-        # A row missing from the chain: the record is being deleted, rows first.
-        while sk is not None and sk in rows:
+        while sk is not None:
+            if sk not in rows:
+                if partial:  # (a delete under way removes the rows first)
+                    break
+                raise TransactionError(
+                    f"entry row {sk} is gone from the TX record (expired?)", tx_id=tx_id
+                )
             chain.append(rows[sk])
             sk = rows[sk].get(PREVIOUS, {}).get("S")
         entries: dict[str, Any] = {}

@@ -232,11 +232,14 @@ class RecordStore:
         item = yield from read_row(self.table, self.header_key(tx_id))
         return (yield from self.whole(item)) if item is not None else None
 
-    def whole(self, item: Item) -> Step[Header]:
-        """The header of ``item`` with all its entries: those in rows read along their chain."""
+    def whole(self, item: Item, *, strict: bool = True) -> Step[Header]:
+        """The header of ``item`` with all its entries: those in rows read along their chain
+        (a row gone from it raises, unless the record is completed or not ``strict``)."""
         header = header_from_item(item)
         if header.tail is not None:
-            chained = yield from self.entry_rows.chained(header.tx_id, header.tail)
+            chained = yield from self.entry_rows.chained(
+                header.tx_id, header.tail, partial=header.completed or not strict
+            )
             header.entries.update((rid, entry_from_av(rid, av)) for rid, av in chained.items())
         return header
 
@@ -465,7 +468,8 @@ class RecordStore:
             resp = yield from self._send(
                 tx_id, update, condition, names, values, resent, ReturnValues="ALL_NEW"
             )
-            return (yield from self.whole(resp["Attributes"]))
+            # (the decider completes with what it knows too: a row gone is not its stop)
+            return (yield from self.whole(resp["Attributes"], strict=False))
         except ConditionFailed:
             return (yield from self.read_header(tx_id))
 

@@ -130,6 +130,9 @@ class RecordView:
                 elif matches(lost, entry):
                     assert lost is not None
                     self.requests[entry.rid] = lost  # an add whose answer was lost did land
+                elif matches(planned := self._planned.get(entry.rid), entry):
+                    assert planned is not None
+                    self.requests[entry.rid] = planned  # an add of ours, landed, not yet told
             return []
 
     def _strangers(self, header: Header, own: list[Local]) -> dict[str, Entry]:
@@ -270,7 +273,7 @@ class RecordView:
                 "taken over already", code="ConditionalCheckFailedException", operation="TakeOver"
             )
         rows = self.store.entry_rows.rows(self.tx_id, version, tail, {req.rid: entry_to_av(entry)})
-        yield from self.store.entry_rows.claim(rows[0])
+        yield from self.store.entry_rows.write(rows[0])
         return (
             yield from self.store.accept(
                 self.tx_id, version, tail=rows[0][s.TX_SK]["S"], moved=False
