@@ -23,6 +23,7 @@ from ddbtx.instrumentation import count_requests
 from helpers import Tables, assert_clean, data_state
 from test_large_transactions import (
     BIG,
+    EVERY_KIND,
     big_put,
     died_before_locking,
     fault_at_every_call,
@@ -37,6 +38,12 @@ ITEMS = ("a", "b", "c", "d", "e", "f")
 def rows_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every add after the record's creation goes to entry rows."""
     monkeypatch.setattr(entry_rows, "ROWS_AFTER", 0)
+
+
+@pytest.fixture
+def rows_past_3_kb(rows_at_once: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instead, the record moves to rows once its header would pass 3,000 bytes."""
+    monkeypatch.setattr(entry_rows, "ROWS_AFTER", 3000)
 
 
 def put(tables: Tables, pk: str, value: str) -> dict[str, Any]:
@@ -156,16 +163,7 @@ def test_the_same_item_added_twice_in_rows_is_refused(
     assert record_rows(ddb, tables) == []
 
 
-# One kind runs by default; the rest are slow (`make faults`).
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "before",
-        pytest.param("after", marks=pytest.mark.slow),
-        pytest.param("throttle", marks=pytest.mark.slow),
-        pytest.param("lost", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize("kind", EVERY_KIND)
 def test_a_fault_at_any_call_of_adds_in_rows_leaves_all_or_nothing(
     make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
 ) -> None:
@@ -242,14 +240,11 @@ def test_an_adder_that_died_between_its_row_and_its_acceptance_blocks_nobody(
     assert record_rows(ddb, tables) == []
 
 
+@pytest.mark.usefixtures("rows_past_3_kb")
 def test_a_coordinator_whose_view_predates_the_move_adds_in_rows(
-    make_tm: Callable[..., TransactionManager],
-    ddb: Any,
-    tables: Tables,
-    monkeypatch: pytest.MonkeyPatch,
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
 ) -> None:
     # Given two coordinators of a small record, and one add that moves it to rows
-    monkeypatch.setattr(entry_rows, "ROWS_AFTER", 3000)
     tx = make_tm().begin()
     tx.put_item(**put(tables, "a", "new"))
     other = make_tm().resume(tx.id)
@@ -264,15 +259,12 @@ def test_a_coordinator_whose_view_predates_the_move_adds_in_rows(
     assert record_rows(ddb, tables) == []
 
 
+@pytest.mark.usefixtures("rows_past_3_kb")
 def test_a_rewrite_kept_inline_after_a_body_in_its_own_row_moves_as_it_is(
-    make_tm: Callable[..., TransactionManager],
-    ddb: Any,
-    tables: Tables,
-    monkeypatch: pytest.MonkeyPatch,
+    make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables
 ) -> None:
     # Given a large put of "x" (its body in a row of its own), then a small put of "x"
     # whose entry holds its body, interrupted before its item write
-    monkeypatch.setattr(entry_rows, "ROWS_AFTER", 3000)
     first = make_tm()
     first.key_names(tables.data)
     tx = first.begin()

@@ -234,16 +234,17 @@ def test_given_rows_never_processed_when_bodies_are_written_then_throttling_is_r
     assert all(s.TX_TTL in row for row in record_rows(ddb, tables))
 
 
-# One kind runs by default; the rest are slow (`make faults`), each minutes of calls.
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "before",
-        pytest.param("after", marks=pytest.mark.slow),
-        pytest.param("throttle", marks=pytest.mark.slow),
-        pytest.param("lost", marks=pytest.mark.slow),
-    ],
-)
+#: Fault kinds at every call: one runs by default; the rest are slow (`make faults`),
+#: each minutes of calls.
+EVERY_KIND = [
+    "before",
+    pytest.param("after", marks=pytest.mark.slow),
+    pytest.param("throttle", marks=pytest.mark.slow),
+    pytest.param("lost", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("kind", EVERY_KIND)
 def test_given_a_fault_at_any_call_of_a_large_transaction_when_swept_then_all_or_nothing(
     make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
 ) -> None:
