@@ -9,7 +9,7 @@ from . import _entry_rows as entry_rows
 from . import schema as s
 from ._body_rows import Planned
 from ._effects import Step, gather
-from ._record import Entry
+from ._record import Entry, Header
 from ._requests import Request
 from ._view import AddRefused, Decided, Local, RecordView, matches, rejected
 from .errors import ConditionFailed, DuplicateRequestError, TransactionError, ValidationFailed
@@ -41,36 +41,43 @@ class Adding:
         recorded: list[Local] = []
         with view.adding(locals_):
             entries = [body_entry(local) for local in locals_]
-            in_rows = view.created and (
-                view.tail is not None or view.bodies.header_after(entries) > entry_rows.ROWS_AFTER
-            )
+            in_rows = self._in_rows(entries)
             planned = view.bodies.plan(entries, in_rows=in_rows)
             try:
                 yield from view.write_rows(planned.rows)
                 if not view.created:
                     yield from self._create(locals_, planned.bodies)
-                    return
-                if in_rows:
+                elif in_rows:
                     yield from self._add_in_rows(locals_, planned.bodies)
-                    return
-                chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
-                outcomes = yield from gather(self._add_chunk(c, planned.bodies) for c in chunks)
-                recorded = [
-                    loc
-                    for c, o in zip(chunks, outcomes, strict=True)
-                    if o.refused is None
-                    for loc in c
-                ]
-                refusals = [o.refused for o in outcomes if o.refused is not None]
-                if refusals:
-                    refusals[0].partial = bool(recorded)
-                    raise refusals[0]
+                else:
+                    yield from self._add_in_chunks(locals_, planned.bodies, recorded)
             except AddRefused:
                 named = {loc.request.rid for loc in recorded}
                 view.bodies.undo(planned, named)
                 unnamed = [e for e in planned.rows if e.rid not in named]
                 yield from view.bodies.drop(unnamed, self._overwritten(unnamed, planned))
                 raise
+
+    def _in_rows(self, entries: list[Entry]) -> bool:
+        """Whether the add goes to entry rows: the record is there, or this add takes it."""
+        view = self.view
+        if not view.created:
+            return False
+        return view.tail is not None or view.bodies.header_after(entries) > entry_rows.ROWS_AFTER
+
+    def _add_in_chunks(
+        self, locals_: list[Local], bodies: dict[str, dict[str, Any]], recorded: list[Local]
+    ) -> Step[None]:
+        """add, in the header: chunks at once; ``recorded`` gets the requests that made it."""
+        chunks = [locals_[i : i + ADD_BATCH] for i in range(0, len(locals_), ADD_BATCH)]
+        outcomes = yield from gather(self._add_chunk(c, bodies) for c in chunks)
+        recorded.extend(
+            loc for c, o in zip(chunks, outcomes, strict=True) if o.refused is None for loc in c
+        )
+        refusals = [o.refused for o in outcomes if o.refused is not None]
+        if refusals:
+            refusals[0].partial = bool(recorded)
+            raise refusals[0]
 
     def _create(self, locals_: list[Local], bodies: dict[str, dict[str, Any]]) -> Step[None]:
         try:
@@ -115,16 +122,8 @@ class Adding:
                 last = rows[-1][s.TX_SK]["S"]
                 header = yield from self.store.accept(self.tx_id, version, last, moved=tail is None)
             except ConditionFailed:
-                now = yield from self.store.read_header(self.tx_id)
-                if now is None or now.state != s.STATE_PENDING:
-                    raise Decided(now) from None
-                found = [now.entries.get(loc.request.rid) for loc in locals_]
-                if all(
-                    e is not None and matches(loc, e) for loc, e in zip(locals_, found, strict=True)
-                ):
-                    yield from view.recorded(locals_, now)  # ours, its answer lost
+                if (yield from self._landed_or_follow(locals_)):
                     return
-                yield from view.follow(now)
                 continue
             except ValidationFailed as exc:
                 raise AddRefused(
@@ -133,6 +132,18 @@ class Adding:
             yield from view.recorded(locals_, header)
             return
         raise TransactionError("the TX record kept changing under an add", tx_id=self.tx_id)
+
+    def _landed_or_follow(self, locals_: list[Local]) -> Step[bool]:
+        """An acceptance failed: True if it was ours after all (its answer lost), else the
+        view follows the record for another try (Decided: it is no longer pending)."""
+        now = yield from self.store.read_header(self.tx_id)
+        if now is None or now.state != s.STATE_PENDING:
+            raise Decided(now)
+        if all_recorded(locals_, now):
+            yield from self.view.recorded(locals_, now)
+            return True
+        yield from self.view.follow(now)
+        return False
 
     def _refused(self, locals_: list[Local]) -> AddRefused | None:
         """What the header's add conditions would refuse, judged on the view (in rows, the
@@ -178,10 +189,7 @@ class Adding:
         header = yield from self.store.read_header(self.tx_id)
         if header is None or header.state != s.STATE_PENDING:
             raise Decided(header)
-        found = [header.entries.get(loc.request.rid) for loc in chunk]
-        if header.tail is not None and not all(
-            e is not None and matches(loc, e) for loc, e in zip(chunk, found, strict=True)
-        ):
+        if header.tail is not None and not all_recorded(chunk, header):
             yield from self.view.follow(header)
             try:
                 own = {loc.request.rid: bodies[loc.request.rid] for loc in chunk}
@@ -206,6 +214,14 @@ class Adding:
             if read is not None and read.nonce == entry.nonce and entry.rid in planned.spilled:
                 earlier[entry.rid] = body_entry(read)
         return earlier
+
+
+def all_recorded(locals_: list[Local], header: Header) -> bool:
+    """Whether ``header`` names every one of ``locals_`` as they are (nonce, op, write)."""
+    return all(
+        (entry := header.entries.get(loc.request.rid)) is not None and matches(loc, entry)
+        for loc in locals_
+    )
 
 
 def duplicate(tx_id: str, req: Request) -> DuplicateRequestError:

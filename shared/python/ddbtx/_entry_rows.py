@@ -88,8 +88,13 @@ class EntryRows:
         """Put a row of this claim's own (its key is unique to it: a resend rewrites it)."""
         yield from request("put_item", TableName=self.table, Item=row)
 
-    def all_rows(self, tx_id: str, *, keys_only: bool = False) -> Step[list[Item]]:
-        """Every entry row of ``tx_id``, accepted or not, in sort-key order."""
+    def all_rows(
+        self, tx_id: str, *, keys_only: bool = False, moved: bool = True
+    ) -> Step[list[Item]]:
+        """Every entry row of ``tx_id``, accepted or not, in sort-key order (none, without a
+        read, unless the record ``moved`` its entries to rows)."""
+        if not moved:
+            return []
         params: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#id = :id AND begins_with(#sk, :e)",

@@ -506,11 +506,10 @@ class RecordStore:
         # First rows in an earlier batch: a reader that finds one finds all its parts.
         firsts = [self.body_key(tx_id, e) for e in spilled]
         further = [k for e in spilled for k in self.body_keys(tx_id, e)[1:]]
-        # Entry rows after the bodies they name, claimed but never accepted ones too (those
-        # of a record that never moved to rows expire by their TTL, as unnamed bodies do).
-        rows = []
-        if header.tail is not None:
-            rows = yield from self.entry_rows.all_rows(tx_id, keys_only=True)
+        # Entry rows after the bodies they name, never accepted ones too (those of a record
+        # that never moved to rows expire by their TTL, as unnamed bodies do).
+        moved = header.tail is not None
+        rows = yield from self.entry_rows.all_rows(tx_id, keys_only=True, moved=moved)
         for keys in (firsts, further, rows):
             yield from write_batches(self.table, [{"DeleteRequest": {"Key": k}} for k in keys])
         try:

@@ -118,22 +118,23 @@ class RecordView:
             self.state = header.state
             self.bodies.adopt(header)
             for entry in header.entries.values():
-                lost = self.unrecorded.pop(entry.rid, None)
-                if entry.rid in strangers:
-                    params = bodies.get(entry.rid, entry.params)
-                    assert params is not None
-                    # Validated when another coordinator added it.
-                    req = Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
-                    self.requests[entry.rid] = Local(
-                        req, entry.nonce, seq=entry.seq, elsewhere=True
-                    )
-                elif matches(lost, entry):
-                    assert lost is not None
-                    self.requests[entry.rid] = lost  # an add whose answer was lost did land
-                elif matches(planned := self._planned.get(entry.rid), entry):
-                    assert planned is not None
-                    self.requests[entry.rid] = planned  # an add of ours, landed, not yet told
+                self._merge(entry, entry.rid in strangers, bodies)
             return []
+
+    def _merge(self, entry: Entry, stranger: bool, bodies: dict[str, dict[str, Any]]) -> None:
+        """One entry of a newer header into the view (under the lock)."""
+        lost = self.unrecorded.pop(entry.rid, None)
+        planned = self._planned.get(entry.rid)
+        if stranger:
+            params = bodies.get(entry.rid, entry.params)
+            assert params is not None
+            # Validated when another coordinator added it.
+            req = Request(entry.op, entry.table, entry.key, dict(params), entry.rid)  # type: ignore[arg-type]
+            self.requests[entry.rid] = Local(req, entry.nonce, seq=entry.seq, elsewhere=True)
+        elif lost is not None and matches(lost, entry):
+            self.requests[entry.rid] = lost  # an add whose answer was lost did land
+        elif planned is not None and matches(planned, entry):
+            self.requests[entry.rid] = planned  # an add of ours, landed, not yet told
 
     def _strangers(self, header: Header, own: list[Local]) -> dict[str, Entry]:
         """The entries of ``header`` no request of ours matches (under the lock)."""
