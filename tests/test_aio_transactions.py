@@ -26,6 +26,7 @@ from ddbtx import (
     TransactionManager,
     TransactionOutcomeUnknownError,
     TransactionRolledBackError,
+    _entry_rows,
     aio,
 )
 from ddbtx import schema as s
@@ -600,3 +601,36 @@ def test_given_a_write_outside_cancelled_in_flight_then_its_own_transaction_is_r
     # the balance is back, and no pending record, lock or image is left
     assert balances(w.ddb, w.tables, "b") == ["0"]
     assert_clean(w.ddb, w.tables)
+
+
+def test_given_a_record_in_entry_rows_when_async_and_sync_coordinators_add_then_as_one(
+    w: Both, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given records that move to entry rows at their second request (issue 22), and an
+    # asyncio coordinator that sent three requests one at a time
+    monkeypatch.setattr(_entry_rows, "ROWS_AFTER", 0)
+    w.seed(a=100, b=0, c=0, d=0)
+    tm = w.make_aio_tm()
+
+    async def three() -> str:
+        tx = await tm.begin()
+        for pk, amount in (("a", -30), ("b", 10), ("c", 10)):
+            await tx.update_item(**add(w.tables.data, pk, amount))
+        return tx.id
+
+    tx_id = w.run(three)
+    assert (
+        s.TX_TAIL
+        in w.ddb.get_item(
+            TableName=w.tables.tx, Key={s.TX_PK: {"S": tx_id}, s.TX_SK: {"S": s.TX_HEADER_SK}}
+        )["Item"]
+    )
+    # When a sync coordinator resumes it, adds a fourth in rows and commits
+    sync_tx = w.make_tm().resume(tx_id)
+    sync_tx.update_item(**add(w.tables.data, "d", 10))
+    sync_tx.commit()
+    sync_tx.delete()
+    # Then all four writes landed once, and nothing of the record is left
+    assert balances(w.ddb, w.tables, "a", "b", "c", "d") == ["70", "10", "10", "10"]
+    assert_clean(w.ddb, w.tables)
+    assert scan(w.ddb, w.tables.tx) == []
