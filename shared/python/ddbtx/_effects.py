@@ -70,6 +70,18 @@ def request(operation: str, *, resent: list[bool] | None = None, **params: Any) 
     return reply.response
 
 
+def query_all(**params: Any) -> Step[list[dict[str, Any]]]:
+    """Every item a Query returns, page after page (``LastEvaluatedKey``)."""
+    items: list[dict[str, Any]] = []
+    start: dict[str, Any] = {}
+    while True:
+        page = yield from request("query", **params, **start)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+
+
 def was_resent(exc: BaseException) -> bool:
     """Whether the SDK sent the request that failed with ``exc`` more than once."""
     response = getattr(exc.__cause__, "response", None)

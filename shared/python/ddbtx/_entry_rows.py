@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import schema as s
-from ._effects import Step, request
+from ._effects import Step, query_all, request
 from ._items import Item, item_size
 from .errors import TransactionError
 
@@ -104,13 +104,7 @@ class EntryRows:
         }
         if keys_only:
             params["ProjectionExpression"] = "#id, #sk"
-        rows: list[Item] = []
-        while True:
-            page = yield from request("query", **params)
-            rows.extend(page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return rows
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return (yield from query_all(**params))
 
     def chained(self, tx_id: str, tail: str, *, partial: bool) -> Step[dict[str, Any]]:
         """The entries on the chain ending at ``tail``, a later row's entry for a request

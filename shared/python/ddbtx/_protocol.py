@@ -16,7 +16,7 @@ from . import _parts, _record
 from . import schema as s
 from ._alias import AliasStore
 from ._drive import drive
-from ._effects import Step, gather, pause, request
+from ._effects import Step, gather, pause, query_all, request
 from ._items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
 from ._record import Entry, Header, RecordStore, new_lock_value, new_tx_id, params_from_av, shard_of
 from .errors import ConditionFailed, TableNotFound, Throttled, ValidationFailed
@@ -290,23 +290,14 @@ class Protocol:
 
     def delete_images(self, tx_id: str) -> Step[None]:
         """Remove every external image of a transaction (after its items are settled)."""
-        keys: list[Item] = []
-        start: dict[str, Any] = {}
-        while True:
-            resp = yield from request(
-                "query",
-                TableName=self.images_table,
-                KeyConditionExpression="#id = :id",
-                ProjectionExpression="#id, #rid",
-                ExpressionAttributeNames={"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK},
-                ExpressionAttributeValues={":id": {"S": tx_id}},
-                ConsistentRead=True,
-                **start,
-            )
-            keys.extend(resp.get("Items", []))
-            if "LastEvaluatedKey" not in resp:
-                break
-            start = {"ExclusiveStartKey": resp["LastEvaluatedKey"]}
+        keys = yield from query_all(
+            TableName=self.images_table,
+            KeyConditionExpression="#id = :id",
+            ProjectionExpression="#id, #rid",
+            ExpressionAttributeNames={"#id": s.IMAGE_PK, "#rid": s.IMAGE_SK},
+            ExpressionAttributeValues={":id": {"S": tx_id}},
+            ConsistentRead=True,
+        )
         # First rows before further parts (``rid#k``): a first row found has all its parts.
         for part in (False, True):
             for key in keys:
