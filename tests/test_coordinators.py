@@ -278,3 +278,45 @@ def test_given_a_taken_over_item_completed_when_its_stalled_coordinator_locks_it
         committed={"a": N(90), "b": N(10)},
     )
     assert state == s.STATE_COMMITTED
+
+
+@pytest.mark.parametrize("op", ["delete", "update"])
+def test_given_a_completed_item_locked_again_under_its_nonce_when_completion_runs_then_undone(
+    make_tm: Any, ddb: Any, tables: Tables, seed: Any, op: str
+) -> None:
+    # Given V's committed request on a, completed on the item (V dies before marking the
+    # record completed), and then a written anew by W, another transaction
+    seed(a=1)
+    v = make_tm().begin()
+    if op == "delete":
+        v.delete_item(TableName=tables.data, Key={"pk": {"S": "a"}})
+    else:
+        add(v, tables.data, "a", 10)
+    on_call(v.manager.client, "UpdateItem", lambda p: _crash_if(_is_mark_completed(p, tables)))
+    with pytest.raises(Crash):
+        v.commit()
+    w = make_tm().begin()
+    w.put_item(TableName=tables.data, Item={"pk": {"S": "a"}, "balance": N(7)})
+    w.commit()
+    # And a late second lock under V's recorded nonce on it, as a coordinator of V that
+    # followed the record leaves it when it dies before proving that lock: bare, no write
+    sweeper = make_tm()
+    header = sweeper.protocol.run(sweeper.protocol.records.read_header(v.id))
+    assert header is not None and header.state == s.STATE_COMMITTED and not header.completed
+    (entry,) = header.entries.values()
+    ddb.update_item(
+        TableName=tables.data,
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET #l = :l",
+        ExpressionAttributeNames={"#l": s.ATTR_LOCK},
+        ExpressionAttributeValues={":l": {"S": f"{v.id}/{entry.nonce}"}},
+    )
+
+    # When the sweeper completes V's record
+    sweeper.sweep(v.id, rollback_after=timedelta(0), delete_after=timedelta(days=1))
+
+    # Then that lock is undone, not completed: W's item stays as W wrote it (a delete
+    # completed would have removed it, an update completed would have kept a lock-only
+    # state), and nothing of V is left
+    assert data_state(ddb, tables.data) == {"a": {"pk": {"S": "a"}, "balance": N(7)}}
+    assert_clean(ddb, tables)

@@ -110,7 +110,9 @@ class ItemSteps:
         req = local.request
         names, values = self.writes.lock_names(local)
         sets = "#ddbtxl = :ddbtxl"
-        if req.op == "delete":
+        # A delete is marked with its lock, unless the lock must be proven first (shared).
+        marked = req.op == "delete" and not local.shared
+        if marked:
             names["#ddbtxd"] = s.ATTR_DELETED
             values[":ddbtxt"] = {"BOOL": True}
             sets += ", #ddbtxd = :ddbtxt"
@@ -122,25 +124,34 @@ class ItemSteps:
         local.pre = strip(resp.get("Attributes"))
         local.transient = False
         local.locked = True
-        if any(resent) or local.maybe_landed:
-            # An earlier attempt may have landed and been completed elsewhere: applying this
-            # late lock would write twice. Only a pending record proves it is not.
-            yield from self.tx.pending_header()
+        if any(resent) or local.maybe_landed or local.shared:
+            yield from self.prove_lock()
         if req.op in ("put", "update"):
             return (yield from self.applies.apply(local, check_condition=False))
+        if req.op == "delete" and not marked:
+            return (yield from self.applies.mark_deleted(local))
         local.confirmed = True
         if req.op == "get":
             return wrap(local.pre)
         return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
+
+    def prove_lock(self) -> Step[None]:
+        """prove lock: the lock just taken may be a second one under its nonce (an earlier
+        attempt of ours landed, or another coordinator locked with the shared nonce), landing
+        after the item was completed; a write under it would then be made twice. Only a
+        record still pending proves it is not (a decided one is completed, and raises)."""
+        yield from self.tx.pending_header()
 
     def lock_insert(self, local: Local) -> Step[dict[str, Any]]:
         """lock (+apply): the item does not exist; insert it locked, with the write if any."""
         req = local.request
         names, values = self.writes.lock_names(local)
         true = {"BOOL": True}
-        condition = with_user_condition(req, LOCK_INSERT)
         local.pre, local.transient = None, True
         protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_TRANSIENT: true}
+        if local.shared and req.op != "get":
+            return (yield from self._lock_insert_shared(local, {**req.key, **protocol}, values))
+        condition = with_user_condition(req, LOCK_INSERT)
         if req.op == "update":
             names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
             values[":ddbtxt"] = true
@@ -157,8 +168,24 @@ class ItemSteps:
             if req.op == "delete":
                 item[s.ATTR_DELETED] = true
         yield from self.writes.guarded_put(req, item, condition, names, values)
-        local.locked = local.confirmed = True
+        local.locked = True
+        if local.shared:
+            yield from self.prove_lock()
+        local.confirmed = True
         return {}
+
+    def _lock_insert_shared(
+        self, local: Local, bare: Item, values: dict[str, Any]
+    ) -> Step[dict[str, Any]]:
+        """lock (insert) under a shared nonce: the bare lock, proven, then the write under it.
+        A write riding an insert could not be told from a second one after completion."""
+        req = local.request
+        names = {"#ddbtxk": next(iter(req.key))}
+        yield from self.writes.guarded_put(req, bare, LOCK_INSERT, names, values)
+        local.locked = True
+        yield from self.prove_lock()
+        # The request's condition is checked on the absent item as the write is made.
+        return (yield from self._apply_locked(local))
 
     def adopt_own_lock(self, local: Local, item: Item) -> Step[dict[str, Any]]:
         """The record's lock for this request is on the item: apply the write if not yet."""
@@ -176,9 +203,13 @@ class ItemSteps:
             local.confirmed = True
             return return_values(local, item)
         local.pre = None if local.transient else strip(item)
+        marking = op == "delete" and not flag(item, s.ATTR_DELETED)
+        if op in ("put", "update") or marking:
+            # A lock we did not take ourselves just now: it too may be a late second one.
+            yield from self.prove_lock()
         if op in ("put", "update"):
             return (yield from self.applies.apply(local, check_condition=True))
-        if op == "delete" and not flag(item, s.ATTR_DELETED):
+        if marking:
             return (yield from self.applies.mark_deleted(local))
         local.confirmed = True
         return wrap(local.pre or {}) if op == "get" else {}
@@ -201,7 +232,9 @@ class ItemSteps:
         recorded = header.entries.get(req.rid)
         if recorded is not None and recorded.nonce != local.nonce:
             yield from self.tx.record.follow(header)
-            return (yield from self.lock_and_apply(self.tx.record.current(local)))
+            followed = self.tx.record.current(local)
+            followed.shared = True
+            return (yield from self.lock_and_apply(followed))
         raise TransactionRolledBackError(
             "the item's lock was taken from this transaction",
             tx_id=self.tx.id,
@@ -223,4 +256,5 @@ class ItemSteps:
             yield from self.lost_lock(local)
         taken, won = yield from self.tx.record.take_over(local, new_nonce())
         if won:
+            taken.shared = True  # the record names it: others follow it to the item
             yield from self.lock_and_apply(taken)
