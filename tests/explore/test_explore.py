@@ -30,9 +30,9 @@ SMALL_RUN = 12
 #: A seed whose schedules catch every mutant early, on both emulators: the owner-condition
 #: mutant (a write landing after a pause past the rollback age) the 17th, blind retries
 #: the 5th, the others one of the first three. Under the seed used before (1_000_003) that
-#: mutant needed the 164th schedule, and the 351st since a late lock is proven
-#: on a pending record before it writes (session 14): the mutant only shows where an
-#: unproven write lands, which the protocol now rarely attempts.
+#: mutant needed the 164th schedule, and the 351st since a coordinator whose lock
+#: was taken over rejoins instead of locking under the recorded nonce (session 14): the
+#: mutant only shows where a write lands without its lock, which is rarer now.
 MUTANT_SEED = 31
 #: Random schedules a mutant may escape before the test fails (the protocol fixed by
 #: issue 15 leaves fewer accidental failures for a mutant to ride on).
@@ -183,8 +183,9 @@ FOUND_BEFORE_THE_FIXES = {
     # Found by CI's explorer (session 13, seed 0xb176707, both emulators): c1 takes c0's
     # update of b over, c3 takes it over again; c0, its lock lost, follows the record to
     # c3's nonce. c3 locks b under it, applies, commits and completes b; c0's lock under
-    # the same nonce then finds b free and the update was applied twice (n=202). A lock
-    # under a nonce others follow is now proven on a pending record before any write.
+    # the same nonce then finds b free and the update was applied twice (n=202). A
+    # coordinator whose lock was taken over now rejoins: it adopts the recorded lock on
+    # the item, or takes the request over again (refused on the decided record).
     "followed-nonce-late-lock": "seed=619181879 pol=rand mw=4 c0=ub:commit c1=:commit "
     "c2=gc:commit c3=ua,uc:commit sw=1 rc=0 aio=- fault=c1:lost@1",
     # Issue 20, bug 2 (break_lock refusing only pending records): c0 decides commit and

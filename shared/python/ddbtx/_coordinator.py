@@ -353,8 +353,6 @@ class CoordinatorSteps:
             item: Item = {**req.key, s.ATTR_LOCK: {"S": new_lock_value(self.id, loc.nonce)}}
             if loc.transient:
                 item[s.ATTR_TRANSIENT] = {"BOOL": True}
-            if req.op == "delete" and loc.seq == 1:
-                item[s.ATTR_DELETED] = {"BOOL": True}  # confirmed: marked
             if loc.applied:
                 item[s.ATTR_APPLIED] = write_marker(loc.seq, loc.request.op) or {"BOOL": True}
                 if loc.external_image:

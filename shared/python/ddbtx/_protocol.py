@@ -253,16 +253,9 @@ class Protocol:
                 if entry.seq == 1
                 else item.get(s.ATTR_APPLIED) == write_marker(entry.seq, entry.op)
             )
-            if entry.seq == 1 and entry.op == "delete":
-                done = flag(item, s.ATTR_DELETED)
-            if (needs_write or entry.op == "delete") and not done:
-                # The committed write was made under an earlier lock with this nonce and
-                # completed: this one is a late second lock (proven false before any write
-                # under it), so it is undone, never completed.
-                logger.warning(
-                    "committed tx %s: a late lock without its write on %s; undone",
-                    tx_id,
-                    entry.table,
+            if needs_write and not done:
+                logger.error(
+                    "committed tx %s has an unapplied write on %s; undoing it", tx_id, entry.table
                 )
                 yield from self.undo(tx_id, entry.table, entry.key, item, only=lock_value)
                 return

@@ -110,9 +110,7 @@ class ItemSteps:
         req = local.request
         names, values = self.writes.lock_names(local)
         sets = "#ddbtxl = :ddbtxl"
-        # A delete is marked with its lock, unless the lock must be proven first (shared).
-        marked = req.op == "delete" and not local.shared
-        if marked:
+        if req.op == "delete":
             names["#ddbtxd"] = s.ATTR_DELETED
             values[":ddbtxt"] = {"BOOL": True}
             sets += ", #ddbtxd = :ddbtxt"
@@ -124,22 +122,20 @@ class ItemSteps:
         local.pre = strip(resp.get("Attributes"))
         local.transient = False
         local.locked = True
-        if any(resent) or local.maybe_landed or local.shared:
+        if any(resent) or local.maybe_landed:
             yield from self.prove_lock()
         if req.op in ("put", "update"):
             return (yield from self.applies.apply(local, check_condition=False))
-        if req.op == "delete" and not marked:
-            return (yield from self.applies.mark_deleted(local))
         local.confirmed = True
         if req.op == "get":
             return wrap(local.pre)
         return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
     def prove_lock(self) -> Step[None]:
-        """prove lock: the lock just taken may be a second one under its nonce (an earlier
-        attempt of ours landed, or another coordinator locked with the shared nonce), landing
-        after the item was completed; a write under it would then be made twice. Only a
-        record still pending proves it is not (a decided one is completed, and raises)."""
+        """prove lock: a lock may be a second one under its nonce (an earlier attempt of
+        ours landed, its answer lost), landing after the item was completed; a write under it
+        would then be made twice. Only a record still pending proves it is not (a decided
+        one is completed, and raises)."""
         yield from self.tx.pending_header()
 
     def lock_insert(self, local: Local) -> Step[dict[str, Any]]:
@@ -147,11 +143,9 @@ class ItemSteps:
         req = local.request
         names, values = self.writes.lock_names(local)
         true = {"BOOL": True}
+        condition = with_user_condition(req, LOCK_INSERT)
         local.pre, local.transient = None, True
         protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_TRANSIENT: true}
-        if local.shared and req.op != "get":
-            return (yield from self._lock_insert_shared(local, {**req.key, **protocol}, values))
-        condition = with_user_condition(req, LOCK_INSERT)
         if req.op == "update":
             names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
             values[":ddbtxt"] = true
@@ -168,24 +162,8 @@ class ItemSteps:
             if req.op == "delete":
                 item[s.ATTR_DELETED] = true
         yield from self.writes.guarded_put(req, item, condition, names, values)
-        local.locked = True
-        if local.shared:
-            yield from self.prove_lock()
-        local.confirmed = True
+        local.locked = local.confirmed = True
         return {}
-
-    def _lock_insert_shared(
-        self, local: Local, bare: Item, values: dict[str, Any]
-    ) -> Step[dict[str, Any]]:
-        """lock (insert) under a shared nonce: the bare lock, proven, then the write under it.
-        A write riding an insert could not be told from a second one after completion."""
-        req = local.request
-        names = {"#ddbtxk": next(iter(req.key))}
-        yield from self.writes.guarded_put(req, bare, LOCK_INSERT, names, values)
-        local.locked = True
-        yield from self.prove_lock()
-        # The request's condition is checked on the absent item as the write is made.
-        return (yield from self._apply_locked(local))
 
     def adopt_own_lock(self, local: Local, item: Item) -> Step[dict[str, Any]]:
         """The record's lock for this request is on the item: apply the write if not yet."""
@@ -226,21 +204,36 @@ class ItemSteps:
         return (yield from self.applies.apply(local, check_condition=True))
 
     def lost_lock(self, local: Local) -> Step[dict[str, Any]]:
-        """This request's lock is not on the item: follow a take-over, or it was rolled back."""
+        """This request's lock is not on the item: rejoin a take-over, or it was rolled back."""
         header = yield from self.tx.pending_header()
         req = local.request
         recorded = header.entries.get(req.rid)
         if recorded is not None and recorded.nonce != local.nonce:
             yield from self.tx.record.follow(header)
-            followed = self.tx.record.current(local)
-            followed.shared = True
-            return (yield from self.lock_and_apply(followed))
+            return (yield from self.rejoin(self.tx.record.current(local)))
         raise TransactionRolledBackError(
             "the item's lock was taken from this transaction",
             tx_id=self.tx.id,
             table=req.table,
             key=req.key,
         )
+
+    def rejoin(self, local: Local) -> Step[dict[str, Any]]:
+        """rejoin: another coordinator took the request over. Its lock is adopted where it
+        is on the item; a free item is taken over again, under a nonce only we lock with:
+        our lock under the recorded one could land after that coordinator completed the
+        item, and the write would be made twice."""
+        req = local.request
+        while True:
+            item = yield from self.p.read_item(req.table, req.key)
+            if (item or {}).get(s.ATTR_LOCK, {}).get("S") == new_lock_value(
+                self.tx.id, local.nonce
+            ):
+                assert item is not None
+                return (yield from self.adopt_own_lock(local, item))
+            local, won = yield from self.tx.record.take_over(local, new_nonce())
+            if won:
+                return (yield from self.lock_and_apply(local))
 
     def catch_up(self, local: Local) -> Step[None]:
         """catch up: a request recorded elsewhere, locked and applied. Without the recorded
@@ -256,5 +249,4 @@ class ItemSteps:
             yield from self.lost_lock(local)
         taken, won = yield from self.tx.record.take_over(local, new_nonce())
         if won:
-            taken.shared = True  # the record names it: others follow it to the item
             yield from self.lock_and_apply(taken)

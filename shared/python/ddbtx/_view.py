@@ -40,9 +40,6 @@ class Local:
     elsewhere: bool = False  # another coordinator's (or attempt's) request, from the record
     #: An earlier lock write may have landed unseen (botocore resent it, or it failed).
     maybe_landed: bool = False
-    #: The nonce came from the record after a take-over, so other coordinators may lock
-    #: with it too: a lock of ours under it may land after one of them completed the item.
-    shared: bool = False
 
 
 class AddRefused(Exception):
