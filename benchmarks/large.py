@@ -195,7 +195,7 @@ def state_of(client: Any, table: str, size: int) -> dict[str, str]:
 
 def record_shape(client: Any, table: str, tx_id: str) -> tuple[int, int]:
     """(rows, header bytes) of one TX record, read back unmetered."""
-    from ddbtx._items import item_size
+    from ddbtx._base.items import item_size
 
     rows = all_pages(
         client.query,

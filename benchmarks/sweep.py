@@ -74,7 +74,7 @@ from typing import Any
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
-from ddbtx._protocol import new_tx_id, shard_of
+from ddbtx._stores.completion import new_tx_id, shard_of
 from ddbtx.instrumentation import RequestCounts, count_requests
 from ddbtx.local import Kind
 from ddbtx.sweeper import JanitorSettings, Sweeper

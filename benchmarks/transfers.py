@@ -34,7 +34,7 @@ import boto3
 from botocore.config import Config
 
 from ddbtx import TransactionManager, aio
-from ddbtx._dynamo import client_config
+from ddbtx._base.dynamo import client_config
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import KINDS, LOCAL_CREDENTIALS, LocalDynamo
 

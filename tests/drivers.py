@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ddbtx._dynamo import client_config
+from ddbtx._base.dynamo import client_config
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
 
 T = TypeVar("T")

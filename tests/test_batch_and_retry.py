@@ -244,12 +244,12 @@ def test_given_a_client_pool_smaller_than_the_workers_when_a_manager_is_made_the
         **LOCAL_CREDENTIALS,
     )
     # When a manager runs up to 32 steps at once on it
-    with caplog.at_level("WARNING", logger="ddbtx.transaction"):
+    with caplog.at_level("WARNING", logger="ddbtx.manager"):
         TransactionManager(small, tables.tx, tables.images, max_workers=32)
     # Then it says how to size the pool
     assert "max_pool_connections=32" in caplog.text
     # And the emulator's own clients are sized for the default pool
     caplog.clear()
-    with caplog.at_level("WARNING", logger="ddbtx.transaction"):
+    with caplog.at_level("WARNING", logger="ddbtx.manager"):
         TransactionManager(backend.client(), tables.tx, tables.images)
     assert caplog.text == ""

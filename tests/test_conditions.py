@@ -1,7 +1,7 @@
 """The client-side evaluator against DynamoDB itself, on both emulators.
 
 Committed reads apply filter, key condition and projection expressions to
-saved images on the client (:mod:`ddbtx._conditions`). Here each expression of
+saved images on the client (:mod:`ddbtx._base.conditions`). Here each expression of
 the grammar is run by DynamoDB (a ``Scan`` with that ``FilterExpression``, a
 ``Query`` with that ``KeyConditionExpression``, a ``GetItem`` with that
 ``ProjectionExpression``) and by the evaluator on the same items as DynamoDB
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ddbtx._conditions import Condition, ExpressionError, parse_projection, project
+from ddbtx._base.conditions import Condition, ExpressionError, parse_projection, project
 from ddbtx.local import KINDS, LocalDynamo
 from ddbtx.tables import create_table_if_missing
 from helpers import scan

@@ -15,8 +15,8 @@ from ddbtx import (
     TransactionRolledBackError,
 )
 from ddbtx import schema as s
-from ddbtx._drive import drive, perform
-from ddbtx._effects import Call, Gather, Run, Sleep
+from ddbtx._base.drive import drive, perform
+from ddbtx._base.effects import Call, Gather, Run, Sleep
 from ddbtx.chaos import Chaos, Crash, FaultKind
 from ddbtx.sweeper import CURSOR_SK, Sweeper
 from helpers import Tables, assert_clean, data_state, scan

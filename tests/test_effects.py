@@ -1,6 +1,6 @@
 """The driver-free core's plumbing: steps yield requests, drivers carry them.
 
-First :class:`ddbtx._effects.Run` alone (no emulator): what a step is sent, what is
+First :class:`ddbtx._base.effects.Run` alone (no emulator): what a step is sent, what is
 thrown into it and where. Then the same steps through the sync driver (boto3) and the
 asyncio driver (aiobotocore) on both emulators: each answers, fails and counts alike.
 """
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from ddbtx._drive import drive
-from ddbtx._effects import Call, Reply, Run, Sleep, Step, gather, pause, request
+from ddbtx._base.drive import drive
+from ddbtx._base.effects import Call, Reply, Run, Sleep, Step, gather, pause, request
 from ddbtx.aio._drive import drive as aio_drive
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import ConditionFailed, DynamoDBError, TableNotFound

@@ -1,6 +1,6 @@
 """Entry rows (issue 22): a TX record whose requests, sent one at a time, cost O(N).
 
-Past :data:`ddbtx._entry_rows.ROWS_AFTER` the header's entries move to rows of their own
+Past :data:`ddbtx._stores.entry_rows.ROWS_AFTER` the header's entries move to rows of their own
 and each later add writes one row, accepted by a small header change. Here the budget is
 0, so the second request of a transaction already goes to rows: the whole mechanism runs
 on a few items, cheap enough to fault at every call of it, on both emulators.
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from ddbtx import DuplicateRequestError, TransactionManager
-from ddbtx import _entry_rows as entry_rows
 from ddbtx import schema as s
-from ddbtx._items import item_size
+from ddbtx._base.items import item_size
+from ddbtx._stores import entry_rows
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import TransactionError
 from ddbtx.instrumentation import count_requests

@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 
-from ddbtx import DuplicateRequestError, TransactionManager, _body_rows, _view
+from ddbtx import DuplicateRequestError, TransactionManager
 from ddbtx import schema as s
-from ddbtx._drive import perform
-from ddbtx._effects import Call, Run
-from ddbtx._items import item_size, request_id
-from ddbtx._protocol import params_from_av
+from ddbtx._base.drive import perform
+from ddbtx._base.effects import Call, Run
+from ddbtx._base.items import item_size, request_id
+from ddbtx._item_steps import body_rows as _body_rows
+from ddbtx._item_steps import view as _view
+from ddbtx._stores.completion import params_from_av
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError, Throttled
 from ddbtx.sweeper import Sweeper

@@ -2,7 +2,7 @@
 
 A transaction keeps two copies of an item it writes (the saved image and the
 request body), each in a row of its own next to a key and protocol attributes.
-Near DynamoDB's 400 KB such a copy spans several rows (``ddbtx._parts``). The
+Near DynamoDB's 400 KB such a copy spans several rows (``ddbtx._base.parts``). The
 same code runs two ways here: with real near-400 KB items where the emulator
 stores them, and, on both emulators, with the row limit lowered so that a
 few-KB item spans several rows, which is cheap enough to crash at every call.
@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
-from ddbtx import _body_rows, _item_writes, _parts
 from ddbtx import schema as s
-from ddbtx._items import value_size
+from ddbtx._base import parts as _parts
+from ddbtx._base.items import value_size
+from ddbtx._item_steps import body_rows as _body_rows
+from ddbtx._item_steps import writes as _item_writes
 from ddbtx.sweeper import Sweeper
 from ddbtx.tables import create_data_table
 from ddbtx.transaction import TransactionManager

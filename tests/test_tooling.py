@@ -242,9 +242,9 @@ def test_given_the_core_as_it_is_then_its_layers_hold(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "plant",
     [
-        ("", "\n\ndef _planted() -> None:\n    from . import transaction  # noqa: F401\n"),
+        ("", "\n\ndef _planted() -> None:\n    from .. import manager  # noqa: F401\n"),
         (
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import transaction\n",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .. import manager\n",
             "",
         ),
     ],
@@ -253,8 +253,8 @@ def test_given_the_core_as_it_is_then_its_layers_hold(tmp_path: Path) -> None:
 def test_given_a_lower_module_importing_a_higher_one_then_lint_imports_fails_naming_it(
     tmp_path: Path, plant: tuple[str, str]
 ) -> None:
-    # Given a copy of the core whose item steps import the public transaction module again
-    package = package_copy(tmp_path, {"_steps.py": plant})
+    # Given a copy of the core whose item steps import the manager's public module
+    package = package_copy(tmp_path, {"_item_steps/lock.py": plant})
 
     # When lint-imports checks it
     result = lint_imports(package)
@@ -262,14 +262,14 @@ def test_given_a_lower_module_importing_a_higher_one_then_lint_imports_fails_nam
     # Then it fails: the layers are broken, and so is the no-cycle contract, each naming it
     assert result.returncode != 0
     assert "Contracts: 0 kept, 2 broken." in result.stdout
-    assert "ddbtx._steps -> ddbtx.transaction" in result.stdout
-    assert "._steps -> .transaction" in result.stdout
+    assert "ddbtx._item_steps.lock -> ddbtx.manager" in result.stdout
+    assert "._item_steps -> .manager" in result.stdout
 
 
 def test_given_a_cycle_inside_one_layer_then_lint_imports_fails(tmp_path: Path) -> None:
     # Given a copy where the two CLI modules of the apps layer import each other again
-    tail = "\n\ndef _planted() -> None:\n    from . import cli  # noqa: F401\n"
-    package = package_copy(tmp_path, {"_cli_progress.py": ("", tail)})
+    tail = "\n\ndef _planted() -> None:\n    from .. import cli  # noqa: F401\n"
+    package = package_copy(tmp_path, {"_cli/progress.py": ("", tail)})
 
     # When lint-imports checks it
     result = lint_imports(package)
@@ -277,7 +277,7 @@ def test_given_a_cycle_inside_one_layer_then_lint_imports_fails(tmp_path: Path) 
     # Then the layers allow it (one layer) but the no-cycle contract does not
     assert result.returncode != 0
     assert "Contracts: 1 kept, 1 broken." in result.stdout
-    assert "._cli_progress -> .cli" in result.stdout
+    assert "._cli -> .cli" in result.stdout
 
 
 def private_names(package: Path) -> subprocess.CompletedProcess[str]:
@@ -301,8 +301,9 @@ def test_given_the_core_as_it_is_then_no_module_reaches_into_private_names(
     ("plant", "named"),
     [
         (
-            ("from ._item_writes import _probe_value  # noqa: F401\n", ""),
-            "_transaction.py:4: imports the private name _probe_value from ddbtx._item_writes",
+            ("from .._item_steps.writes import _probe_value  # noqa: F401\n", ""),
+            "_coordinator/transaction.py:4: imports the private name _probe_value"
+            " from ddbtx._item_steps.writes",
         ),
         (
             ("", "\n\ndef _planted(tx: Any) -> Any:\n    return tx._check_pending\n"),
@@ -319,7 +320,7 @@ def test_given_a_planted_reach_in_then_the_private_name_check_fails_naming_it(
     tmp_path: Path, plant: tuple[str, str], named: str
 ) -> None:
     # Given a copy of the core with one more reach-in into a private name
-    package = package_copy(tmp_path, {"_transaction.py": plant})
+    package = package_copy(tmp_path, {"_coordinator/transaction.py": plant})
 
     # When the check runs on it
     result = private_names(package)

@@ -44,7 +44,7 @@ class RemoteDynamo:
         """A boto3 DynamoDB client from the environment (standard retry mode)."""
         import boto3
 
-        from ddbtx._dynamo import client_config
+        from ddbtx._base.dynamo import client_config
 
         return boto3.client("dynamodb", config=client_config(max_attempts))
 

@@ -1,9 +1,9 @@
 """The explorer's driver: many protocol steps interleaved on one thread, in a seeded order.
 
-The library's protocol is steps (:mod:`ddbtx._effects`): generators that yield a
+The library's protocol is steps (:mod:`ddbtx._base.effects`): generators that yield a
 ``Call``, a ``Sleep`` or a ``Gather`` and are sent the answer. The sync driver
 runs one step on a blocking client and a pool, the asyncio driver as tasks; this
-one holds every participant's :class:`~ddbtx._effects.Run` at once. Each run that
+one holds every participant's :class:`~ddbtx._base.effects.Run` at once. Each run that
 waits on a call (or a pause) is a *waiter*; the policy picks one, the driver
 performs that one effect and resumes that run, and picks again. A ``Gather``
 becomes child runs of the same participant, interleaved like the rest.
@@ -13,7 +13,7 @@ and no settle delay, so a seed gives the same sequence of calls, byte for byte,
 every time. Faults are the driver's to inject as it performs a call (crash before
 or after it, an answer lost and the request resent, a pause, a stall), so no
 client hook is involved, and a call goes out through boto3 or aiobotocore alike
-(:func:`ddbtx._drive.perform`, the one both drivers use).
+(:func:`ddbtx._base.drive.perform`, the one both drivers use).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ddbtx import schema as s
-from ddbtx._drive import perform
-from ddbtx._effects import Call, Gather, Run, Sleep, Step, first_failure
+from ddbtx._base.drive import perform
+from ddbtx._base.effects import Call, Gather, Run, Sleep, Step, first_failure
 from ddbtx.chaos import Crash
 
 from .schedule import Fault

@@ -23,9 +23,9 @@ from typing import Any
 from unittest import mock
 
 from ddbtx import TransactionManager, aio, recovery
-from ddbtx import _entry_rows as entry_rows
 from ddbtx import schema as s
-from ddbtx._effects import Step
+from ddbtx._base.effects import Step
+from ddbtx._stores import entry_rows
 from ddbtx.chaos import Crash
 from ddbtx.errors import DdbtxError, TransactionNotFoundError
 from ddbtx.sweeper import Sweeper
@@ -72,7 +72,7 @@ def _seeded_tokens(seed: int) -> Iterator[None]:
     def token_hex(nbytes: int = 32) -> str:
         return rng.randbytes(nbytes).hex()
 
-    with mock.patch("secrets.token_hex", token_hex), mock.patch("ddbtx._record._last_ns", 0):
+    with mock.patch("secrets.token_hex", token_hex), mock.patch("ddbtx._stores.record._last_ns", 0):
         yield
 
 

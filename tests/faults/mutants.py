@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-import ddbtx._item_writes as writes_module
+import ddbtx._item_steps.writes as writes_module
 from ddbtx import schema as s
-from ddbtx._apply import APPLY, Applies
-from ddbtx._effects import Step, request
-from ddbtx._protocol import Entry, Header, Protocol
+from ddbtx._base.effects import Step, request
+from ddbtx._item_steps.apply import APPLY, Applies
+from ddbtx._stores.completion import Completion, Entry, Header
 from ddbtx.errors import ConditionFailed
 
 from .bank import run_bank
@@ -68,7 +68,7 @@ def _patched_request(
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | None],
 ) -> Callable[..., Step[Any]]:
     """A ``request`` for the module that sends the item steps' writes
-    (:mod:`ddbtx._item_writes`) whose requests ``rewrite`` may alter or answer."""
+    (:mod:`ddbtx._item_steps.writes`) whose requests ``rewrite`` may alter or answer."""
 
     def patched(operation: str, *, resent: list[bool] | None = None, **params: Any) -> Step[Any]:
         answer = rewrite(operation, params)
@@ -116,9 +116,9 @@ def blind_retry() -> Iterator[None]:
 @contextmanager
 def delete_record_first() -> Iterator[None]:
     """complete + clean: the TX record is deleted before the items are unlocked."""
-    original = Protocol.complete
+    original = Completion.complete
 
-    def complete(self: Protocol, header: Header, *args: Any, **kwargs: Any) -> Step[int]:
+    def complete(self: Completion, header: Header, *args: Any, **kwargs: Any) -> Step[int]:
         if not header.completed:
             yield from request(
                 "delete_item",
@@ -127,7 +127,7 @@ def delete_record_first() -> Iterator[None]:
             )
         return (yield from original(self, header, *args, **kwargs))
 
-    with mock.patch.object(Protocol, "complete", complete):
+    with mock.patch.object(Completion, "complete", complete):
         yield
 
 
@@ -136,11 +136,11 @@ def restore_after_commit() -> Iterator[None]:
     """complete: a committed transaction's items get their saved images back."""
 
     def complete_item(
-        self: Protocol, header: Header, entry: Entry, known: dict[str, Any] | None = None
+        self: Completion, header: Header, entry: Entry, known: dict[str, Any] | None = None
     ) -> Step[None]:
         yield from self.undo(header.tx_id, entry.table, entry.key, None)
 
-    with mock.patch.object(Protocol, "complete_item", complete_item):
+    with mock.patch.object(Completion, "complete_item", complete_item):
         yield
 
 

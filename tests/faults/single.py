@@ -19,7 +19,7 @@ from typing import Any
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
-from ddbtx._items import request_id
+from ddbtx._base.items import request_id
 from ddbtx.chaos import Crash
 from ddbtx.errors import DdbtxError, TransactionNotFoundError
 

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from ddbtx import TransactionManager, __version__
-from ddbtx._cli_errors import explain
+from ddbtx._cli.errors import explain
 from ddbtx.cli import main
 from ddbtx.local import LocalDynamo, free_port
 from ddbtx.locks import LeaseLockClient, Mutex

@@ -14,8 +14,8 @@ from datetime import timedelta
 from typing import Any
 
 from ddbtx import TransactionManager, schema
-from ddbtx._drive import drive
-from ddbtx._effects import Call, Gather, Run, Step
+from ddbtx._base.drive import drive
+from ddbtx._base.effects import Call, Gather, Run, Step
 from ddbtx.instrumentation import count_requests
 from ddbtx.recovery import recover_step
 from ddbtx.sweeper import Sweeper

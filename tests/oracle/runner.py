@@ -27,7 +27,7 @@ from ddbtx import (
     aio,
 )
 from ddbtx import schema as s
-from ddbtx._items import canonical_number
+from ddbtx._base.items import canonical_number
 from ddbtx.errors import DdbtxError
 from ddbtx.tables import create_table_if_missing
 from helpers import scan

@@ -22,7 +22,7 @@ from .errors import (
     TransactionRolledBackError,
 )
 from .guard import GuardError, guard, is_locked
-from .transaction import (
+from .manager import (
     AlreadyCommitted,
     Contention,
     Isolation,

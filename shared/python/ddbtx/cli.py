@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__, recovery
 from . import schema as s
-from ._cli_errors import CliError, check_endpoint, explain
-from ._cli_progress import SweepProgress, library_logs, report_table
-from ._dynamo import client_config
-from ._items import applied, lock_owner
+from ._base.dynamo import client_config
+from ._base.items import applied, lock_owner
+from ._cli.errors import CliError, check_endpoint, explain
+from ._cli.progress import SweepProgress, library_logs, report_table
 from .demo import run_demo
 from .errors import InvalidTransactionIdError, LockNotFoundError, TableNotFound
 from .local import KINDS
 from .locks import break_lock, list_locks
+from .manager import TransactionManager
 from .sweeper import Sweeper
 from .tables import LockIndexError, add_lock_index
-from .transaction import TransactionManager
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -62,7 +62,7 @@ class Options:
         return TransactionManager(self.client(), self.transactions_table, self.images_table)
 
     def explain(self, exc: BaseException) -> str | None:
-        """The one-line message for a mistake in these options (see :mod:`ddbtx._cli_errors`)."""
+        """The one-line message for a mistake in these options (see :mod:`ddbtx._cli.errors`)."""
         import boto3
 
         tables = [

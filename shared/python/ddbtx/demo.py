@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from . import schema as s
-from ._cli_progress import REPORT_ROWS, report_table
-from ._items import flag, strip
+from ._base.items import flag, strip
+from ._cli.progress import REPORT_ROWS, report_table
 from .chaos import Chaos, Crash, FaultKind
 from .errors import TransactionConflictError, TransactionRolledBackError
 from .local import Kind, LocalDynamo
 from .locks import Mutex, create_lock_table, list_locks
 from .locks._rows import all_items
+from .manager import Isolation, Transaction, TransactionManager
 from .recovery import STATE_NAMES
 from .sweeper import JanitorSettings, SweepReport
 from .tables import create_data_table
-from .transaction import Isolation, Transaction, TransactionManager
 
 if TYPE_CHECKING:
     from rich.console import Console

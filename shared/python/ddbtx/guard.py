@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from . import schema as s
-from ._requests import grouped
+from ._base.requests import grouped
 from .errors import DdbtxError
 
 #: Name placeholder the guard uses for the lock attribute (a suffix is added on a clash).

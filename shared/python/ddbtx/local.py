@@ -140,7 +140,7 @@ class LocalDynamo:
         """A boto3 DynamoDB client for this emulator (standard retry mode)."""
         import boto3
 
-        from ._dynamo import client_config
+        from ._base.dynamo import client_config
 
         return boto3.client(
             "dynamodb",

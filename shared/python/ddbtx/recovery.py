@@ -7,12 +7,12 @@ import logging
 from typing import Any, Final
 
 from . import schema as s
-from ._effects import Step
-from ._exactly import check_transaction_id
-from ._items import Item, applied, as_json, is_locked_by, lock_owner
-from ._parts import from_json
-from ._protocol import Header, SweepOutcome
-from .transaction import TransactionManager
+from ._base.effects import Step
+from ._base.items import Item, applied, as_json, is_locked_by, lock_owner
+from ._base.parts import from_json
+from ._coordinator.exactly import check_transaction_id
+from ._stores.completion import Header, SweepOutcome
+from .manager import TransactionManager
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._items import as_json
+from ._base.items import as_json
 
 __all__ = ["StreamReader", "lambda_record"]
 

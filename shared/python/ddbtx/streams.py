@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from . import schema as s
-from ._items import Item, applied, comparable, flag, lock_owner, strip
+from ._base.items import Item, applied, comparable, flag, lock_owner, strip
 from .errors import DdbtxError
 
 __all__ = [

@@ -14,12 +14,12 @@ from datetime import timedelta
 from typing import Any, Final
 
 from . import schema as s
-from ._drive import drive
-from ._effects import Step, gather, request
-from ._items import Item, flag
-from ._manager_steps import sweep
-from ._sweep_scan import TASK_IMAGES, TASK_LOCKS, Headers, ScanPass
-from ._sweep_state import (
+from ._base.drive import drive
+from ._base.effects import Step, gather, request
+from ._base.items import Item, flag
+from ._coordinator.manager_steps import sweep
+from ._janitors.scan import TASK_IMAGES, TASK_LOCKS, Headers, ScanPass
+from ._janitors.state import (
     CURSOR_ID,
     CURSOR_SK,
     MAX_STUCK_IDS,
@@ -34,7 +34,7 @@ from ._sweep_state import (
     SweepReport,
 )
 from .locks._rows import check_positive
-from .transaction import SweepOutcome, TransactionManager
+from .manager import SweepOutcome, TransactionManager
 
 __all__ = [
     "CURSOR_ID",
@@ -451,6 +451,6 @@ def janitor_client(max_attempts: int = 5) -> Any:
     """The janitors' boto3 DynamoDB client (standard retries; endpoint from the environment)."""
     import boto3
 
-    from ._dynamo import client_config
+    from ._base.dynamo import client_config
 
     return boto3.client("dynamodb", config=client_config(max_attempts))

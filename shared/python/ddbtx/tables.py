@@ -7,9 +7,9 @@ import time
 from typing import Any, Final
 
 from . import schema as s
-from ._drive import drive
-from ._dynamo import call
-from ._effects import Step, pause, request
+from ._base.drive import drive
+from ._base.dynamo import call
+from ._base.effects import Step, pause, request
 from .errors import DdbtxError, DynamoDBError, TableNotFound
 
 logger = logging.getLogger(__name__)

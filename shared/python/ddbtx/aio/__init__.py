@@ -14,10 +14,10 @@ Examples
 ...         await tx.put_item(TableName="Orders", Item={"id": {"S": "o-1"}})
 """
 
-from .._manager_core import AlreadyCommitted
-from ..reads import Isolation
+from .._coordinator.manager_core import AlreadyCommitted
+from .._coordinator.reads import Isolation
 from ._table import Table
 from ._transaction import Transaction
-from .transaction import TransactionManager
+from .manager import TransactionManager
 
 __all__ = ["AlreadyCommitted", "Isolation", "Table", "Transaction", "TransactionManager"]

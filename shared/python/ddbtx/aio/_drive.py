@@ -1,4 +1,4 @@
-"""The asyncio driver: runs a protocol step (:mod:`ddbtx._effects`) on an aiobotocore client."""
+"""The asyncio driver: runs a protocol step (:mod:`ddbtx._base.effects`) on aiobotocore."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from .._drive import perform
-from .._effects import Gather, Run, Step, first_failure
+from .._base.drive import perform
+from .._base.effects import Gather, Run, Step, first_failure
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, Self, TypeVar, cast
 
-from .._effects import Step
+from .._base.effects import Step
 from ..locks._held import HeldLockSteps, Keeper, LockClientSteps
 from ._drive import drive
 

@@ -1,12 +1,12 @@
-"""boto3's ``Table`` shape for asyncio: :class:`ddbtx.resource.Table`'s, as coroutines."""
+"""boto3's ``Table`` shape for asyncio: :class:`ddbtx._coordinator.resource.Table`'s, as coroutines."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import resource
-from ..reads import Isolation, locked_read
-from ..resource import as_python, write_outside
+from .._coordinator import resource
+from .._coordinator.reads import Isolation, locked_read
+from .._coordinator.resource import as_python, write_outside
 
 
 class Table(resource.Table):

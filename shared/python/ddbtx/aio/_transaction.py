@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from .._coordinator import CoordinatorSteps
-from .._effects import Step
-from .._items import Item
-from ..reads import locked_batch_get, locked_read, next_page
+from .._base.effects import Step
+from .._base.items import Item
+from .._coordinator.reads import locked_batch_get, locked_read, next_page
+from .._coordinator.steps import CoordinatorSteps
 from ._table import Table
 
 T = TypeVar("T")

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
-from .._drive import drive
-from .._effects import Step
+from .._base.drive import drive
+from .._base.effects import Step
 from ..errors import ConditionFailed, LockLostError
 from . import _rows as rows
 from ._pace import Pace

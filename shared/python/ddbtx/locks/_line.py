@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .._effects import Step, pause
+from .._base.effects import Step, pause
 from ..errors import ConditionFailed, LockError, LockNotGrantedError, ValidationFailed
 from ._held import HeldLockSteps, LockClientSteps, Watch, observe
 from ._pace import Polls

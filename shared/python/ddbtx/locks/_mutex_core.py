@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from .._effects import Step
+from .._base.effects import Step
 from ..errors import ConditionFailed
 from . import _rows as rows
 from ._held import Clock, Watch, observe

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .. import schema
-from .._dynamo import call
-from .._effects import Step, request
+from .._base.dynamo import call
+from .._base.effects import Step, request
 
 Item = dict[str, Any]
 

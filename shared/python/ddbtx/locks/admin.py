@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from .. import schema
-from .._drive import drive
-from .._effects import Step, request
+from .._base.drive import drive
+from .._base.effects import Step, request
 from ..errors import ConditionFailed, TableNotFound
 from ..tables import ensure_table
 from . import _rows as rows

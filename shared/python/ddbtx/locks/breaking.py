@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .. import schema
-from .._drive import drive
-from .._items import as_json
+from .._base.drive import drive
+from .._base.items import as_json
 from ..errors import ConditionFailed, LockNotFoundError
 from . import _rows as rows
 from ._held import Clock, Sleep

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import cast
 
-from .._effects import Step
+from .._base.effects import Step
 from ..errors import LockNotGrantedError
 from . import _rows as rows
 from ._held import HeldLock, HeldLockSteps, LockClient, LockClientSteps

@@ -9,7 +9,7 @@ import math
 import threading
 from typing import Any, cast
 
-from .._effects import Step
+from .._base.effects import Step
 from ..errors import ConditionFailed, LockError, LockNotGrantedError
 from . import _rows as rows
 from ._held import HeldLock, HeldLockSteps, LockClient, LockClientSteps, Watch, observe

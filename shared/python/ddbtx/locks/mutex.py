@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._drive import drive
+from .._base.drive import drive
 from ._mutex_core import MUTEX_ACQUIRE, MUTEX_RELEASE, MutexSteps
 
 __all__ = ["MUTEX_ACQUIRE", "MUTEX_RELEASE", "Mutex"]

@@ -1,0 +1,313 @@
+"""Validation and normalisation of the requests a transaction accepts, before any write."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .. import schema
+from ..errors import InvalidRequestError, TableNotFound
+from .effects import Step, request
+from .items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, request_id
+
+Op = Literal["put", "update", "delete", "get"]
+
+_COMMON = {"TableName", "ConditionExpression", "ExpressionAttributeNames"}
+_ALLOWED: dict[str, set[str]] = {
+    "put": _COMMON | {"Item", "ExpressionAttributeValues", "ReturnValues"},
+    "update": _COMMON | {"Key", "UpdateExpression", "ExpressionAttributeValues", "ReturnValues"},
+    "delete": _COMMON | {"Key", "ExpressionAttributeValues", "ReturnValues"},
+    "get": {"TableName", "Key", "ConsistentRead"},
+}
+_RETURN_VALUES: dict[str, set[str]] = {
+    "put": {"NONE", "ALL_OLD"},
+    "update": {"NONE", "ALL_OLD", "UPDATED_OLD", "ALL_NEW", "UPDATED_NEW"},
+    "delete": {"NONE", "ALL_OLD"},
+}
+_AV_TYPES = {"S", "N", "B", "BOOL", "NULL", "SS", "NS", "BS", "L", "M"}
+
+#: Placeholders the protocol adds to user expressions; user placeholders may not use them.
+PLACEHOLDER_PREFIX = "ddbtx"
+
+#: Bytes of an item a lock takes: ``_tx:id`` = "<tx id, 29 characters>/<nonce, 8>".
+LOCK_BYTES = len(schema.ATTR_LOCK) + 29 + 1 + 8
+#: Bytes a transaction adds to an item at most, besides an in-item image: the lock, the
+#: applied flag, and ``_tx:new`` or ``_tx:ext`` (a delete: the lock and ``_tx:del``).
+PROTOCOL_OVERHEAD = (
+    LOCK_BYTES
+    + len(schema.ATTR_APPLIED)
+    + 1
+    + max(len(schema.ATTR_TRANSIENT), len(schema.ATTR_IMAGE_EXTERNAL))
+    + 1
+)
+
+#: A table's key attributes, hash first, each with its type (S, N or B) or None.
+KeyTypes = Mapping[str, str | None]
+
+
+class KeySchemas:
+    """Each data table's key attributes and types, read once and kept (or given: ``known``)."""
+
+    def __init__(self, known: Mapping[str, Sequence[str] | KeyTypes] | None = None) -> None:
+        self._known = {table: _key_types(keys) for table, keys in (known or {}).items()}
+
+    def types(self, table: str) -> Step[KeyTypes]:
+        """The step of ``table``'s key types (no request once known)."""
+        keys = self._known.get(table)
+        if keys is None:
+            try:
+                response = yield from request("describe_table", TableName=table)
+            except TableNotFound as exc:
+                raise InvalidRequestError(f"table {table!r} does not exist", table=table) from exc
+            desc = response["Table"]
+            schema_ = sorted(desc["KeySchema"], key=lambda k: k["KeyType"] != "HASH")
+            types = {a["AttributeName"]: a["AttributeType"] for a in desc["AttributeDefinitions"]}
+            keys = {k["AttributeName"]: types.get(k["AttributeName"]) for k in schema_}
+            self._known[table] = keys
+        return keys
+
+
+#: Placeholders in expressions: DynamoDB's grammar has no string literals, so a
+#: ``#`` or ``:`` always starts one (no quoting can hide one).
+_PLACEHOLDER = re.compile(r"[#:][0-9A-Za-z_]+")
+_EXPRESSIONS = ("ConditionExpression", "UpdateExpression")
+
+_CLAUSE = re.compile(r"(?<![#:\w.])(SET|REMOVE|ADD|DELETE)(?!\w)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One validated request on one item."""
+
+    op: Op
+    table: str
+    key: Item
+    params: dict[str, Any] = field(repr=False)
+    rid: str = ""
+
+    @property
+    def return_values(self) -> str:
+        return str(self.params.get("ReturnValues", "NONE"))
+
+    @property
+    def condition(self) -> str | None:
+        cond = self.params.get("ConditionExpression")
+        return str(cond) if cond else None
+
+
+def invalid(message: str, table: str | None, key: Item | None = None) -> InvalidRequestError:
+    return InvalidRequestError(message, table=table, key=key)
+
+
+def _check_av(name: str, value: Any, table: str) -> None:
+    if not (isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _AV_TYPES):
+        raise invalid(f"attribute {name!r} is not a low-level AttributeValue: {value!r:.80}", table)
+
+
+def check_placeholders(params: Mapping[str, Any], table: str) -> None:
+    """``ExpressionAttributeNames`` and ``...Values`` well formed, none reserved by ddbtx."""
+    names = params.get("ExpressionAttributeNames")
+    for placeholder, real in _entries(names, "ExpressionAttributeNames", "#", table):
+        if not isinstance(real, str) or real.startswith(schema.RESERVED_PREFIX):
+            raise invalid(
+                f"attribute name {real!r} (behind {placeholder}) uses the reserved prefix "
+                f"{schema.RESERVED_PREFIX!r}",
+                table,
+            )
+    values = params.get("ExpressionAttributeValues")
+    for placeholder, value in _entries(values, "ExpressionAttributeValues", ":", table):
+        _check_av(placeholder, value, table)
+
+
+def _entries(mapping: Any, param: str, sigil: str, table: str) -> Iterator[tuple[str, Any]]:
+    """A placeholder map's entries, each placeholder checked as it comes."""
+    if mapping is None:
+        return
+    if not isinstance(mapping, dict):
+        raise invalid(f"{param} must be a dict", table)
+    for placeholder, value in mapping.items():
+        if not (isinstance(placeholder, str) and _PLACEHOLDER.fullmatch(placeholder)):
+            odd = f"placeholder {placeholder!r} is not '{sigil}' and letters, digits or _"
+            raise invalid(odd, table)
+        if not placeholder.startswith(sigil):
+            raise invalid(f"placeholder {placeholder!r} must start with '{sigil}'", table)
+        if placeholder[1:].startswith(PLACEHOLDER_PREFIX):
+            raise invalid(f"placeholder {placeholder!r} is reserved by ddbtx", table)
+        yield placeholder, value
+
+
+def check_table(table: Any) -> str:
+    if not isinstance(table, str) or not table:
+        raise invalid("TableName is missing", None)
+    return table
+
+
+def check_expressions(
+    params: Mapping[str, Any], table: str, expression_params: Sequence[str] = _EXPRESSIONS
+) -> None:
+    """Expressions non-empty or absent; each placeholder defined is used, each used defined."""
+    for name in expression_params:
+        value = params.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise invalid(f"{name} must be a non-empty string", table)
+    expressions = [params[p] for p in expression_params if params.get(p) is not None]
+    used = set(_PLACEHOLDER.findall(" ".join(expressions)))
+    for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
+        mine = {t for t in used if t.startswith(sigil)}
+        _check_defined(param, params.get(param), mine, used, bool(expressions), table)
+
+
+def _check_defined(
+    param: str, defined: Any, mine: set[str], used: set[str], expressions: bool, table: str
+) -> None:
+    """One placeholder map against ``mine`` (used, of its kind) and ``used`` (both kinds)."""
+    if defined is None:
+        mentioned = ", ".join(sorted(mine))
+        if mentioned:
+            raise invalid(f"{mentioned} used in an expression but {param} is missing", table)
+        return
+    if not defined:
+        raise invalid(f"{param} must not be empty", table)
+    if not expressions:
+        raise invalid(f"{param} can only be specified when using expressions", table)
+    undefined = ", ".join(sorted(mine - set(defined)))
+    if undefined:
+        raise invalid(f"{undefined} used in an expression but not defined in {param}", table)
+    unused = ", ".join(sorted(set(defined) - used))
+    if unused:
+        raise invalid(f"{param} has entries no expression uses: {unused}", table)
+
+
+def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
+    return key_names if isinstance(key_names, Mapping) else dict.fromkeys(key_names)
+
+
+def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
+    """The key in canonical form (hash first), after checking it against the key schema."""
+    if not isinstance(key, dict) or not key:
+        raise invalid("Key is missing or empty", table)
+    if set(key) != set(key_types):
+        raise invalid(
+            f"Key must have exactly the key attributes {sorted(key_types)}, got {sorted(key)}",
+            table,
+        )
+    canonical: Item = {}
+    for name, expected in key_types.items():
+        value = key[name]
+        _check_av(name, value, table)
+        ((kind, raw),) = value.items()
+        if kind not in ("S", "N", "B") or raw in ("", b""):
+            raise invalid(f"key attribute {name!r} must be a non-empty S, N or B", table)
+        if expected is not None and kind != expected:
+            raise invalid(f"type mismatch for key {name!r}: expected {expected}, got {kind}", table)
+        try:
+            canonical[name] = canonical_key_value(value)
+        except ValueError as exc:
+            raise invalid(f"key attribute {name!r}: {exc}", table) from None
+    return canonical
+
+
+def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -> Request:
+    """Validate boto3-style ``params`` for ``op``; its key made canonical (one id per item)."""
+    table = check_table(params.get("TableName"))
+    unknown = set(params) - _ALLOWED[op]
+    if unknown:
+        raise invalid(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
+    key_types = _key_types(key_names)
+    check_placeholders(params, table)
+    if op in _RETURN_VALUES:
+        rv = params.get("ReturnValues", "NONE")
+        if rv not in _RETURN_VALUES[op]:
+            raise invalid(f"ReturnValues={rv!r} is not supported for {op}_item", table)
+    check_expressions(params, table)
+    params = dict(params)
+    if op == "put":
+        key = _check_item(params, key_types, table)
+    else:
+        key = _check_key(params.get("Key"), key_types, table)
+        params["Key"] = key
+    return Request(op=op, table=table, key=key, params=params, rid=request_id(table, key))
+
+
+def _check_item(params: dict[str, Any], key_types: KeyTypes, table: str) -> Item:
+    """A put's key in canonical form, after checking its item (whose key it becomes)."""
+    item = params.get("Item")
+    if not isinstance(item, dict) or not item:
+        raise invalid("Item is missing or empty", table)
+    for name, value in item.items():
+        if name.startswith(schema.RESERVED_PREFIX):
+            raise invalid(
+                f"attribute name {name!r} uses the reserved prefix {schema.RESERVED_PREFIX!r}",
+                table,
+            )
+        _check_av(name, value, table)
+    missing = [k for k in key_types if k not in item]
+    if missing:
+        raise invalid(f"Item lacks key attributes {missing}", table)
+    key = _check_key({k: item[k] for k in key_types}, key_types, table)
+    params["Item"] = {**item, **key}
+    size = item_size(item)
+    if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
+        raise invalid(too_large(size), table, key)
+    return key
+
+
+def too_large(size: int | None = None) -> str:
+    """Why an item cannot take part in a transaction."""
+    what = f"the item is {size} bytes" if size is not None else "the item is too large"
+    return (
+        f"{what}: in a transaction it must also hold its lock and flags ({PROTOCOL_OVERHEAD} "
+        f"bytes at most) within the {MAX_ITEM_BYTES}-byte DynamoDB limit (docs/limits.md: items "
+        "within about 60 bytes of 400 KB); write it natively instead"
+    )
+
+
+def merge_set(update_expression: str, assignments: str) -> str:
+    """Add ``assignments`` to the user's SET clause (DynamoDB allows each clause once)."""
+    if not update_expression:
+        return f"SET {assignments}"
+    matches = [m for m in _CLAUSE.finditer(update_expression) if m.group(1).upper() == "SET"]
+    if not matches:
+        return f"{update_expression} SET {assignments}"
+    start = matches[0].end()
+    following = [m.start() for m in _CLAUSE.finditer(update_expression) if m.start() > start]
+    end = following[0] if following else len(update_expression)
+    clause = update_expression[start:end].rstrip()
+    return f"{update_expression[:start]}{clause}, {assignments} {update_expression[end:]}".strip()
+
+
+def used_placeholders(
+    names: dict[str, str], values: dict[str, Any], *expressions: str
+) -> dict[str, Any]:
+    """The placeholder maps, only what ``expressions`` use (DynamoDB rejects unused ones)."""
+    tokens = set(_PLACEHOLDER.findall(" ".join(expressions)))
+    out: dict[str, Any] = {}
+    for param, given in (
+        ("ExpressionAttributeNames", names),
+        ("ExpressionAttributeValues", values),
+    ):
+        used = {k: v for k, v in given.items() if k in tokens}
+        if used:
+            out[param] = used
+    return out
+
+
+def grouped(expression: str) -> str:
+    """``expression`` in parentheses, unless one pair already encloses it all (DynamoDB
+    refuses redundant parentheses, and boto3's condition builder adds a pair of its own)."""
+    text = expression.strip()
+    depth = 0
+    for position, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            # Expressions hold no string literals, so parentheses always pair up.
+            enclosed = position == len(text) - 1 and text.startswith("(")
+            return text if enclosed else f"({text})"
+    return f"({text})"
+
+
+def with_user_condition(req: Request, protocol_condition: str) -> str:
+    """A protocol condition with the request's own condition ANDed in, if it has one."""
+    return f"({req.condition}) AND {protocol_condition}" if req.condition else protocol_condition

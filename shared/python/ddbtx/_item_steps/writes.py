@@ -1,0 +1,204 @@
+"""The requests item steps send to an item, and what a refusal means; sent only through
+``request`` here, so a harness that rewrites them patches it here."""
+
+from __future__ import annotations
+
+import typing
+import uuid
+from typing import Any
+
+from .. import schema as s
+from .._base.effects import Step, request
+from .._base.items import MAX_ITEM_BYTES, Item, item_size
+from .._base.requests import PROTOCOL_OVERHEAD, Request, merge_set, used_placeholders
+from .._stores.completion import Completion
+from .._stores.record import new_lock_value
+from ..errors import ConditionalCheckFailedError, ConditionFailed, ValidationFailed
+from .view import Local, rejected
+
+#: verdict: a no-op write that succeeds only while the item exists, is free, and the
+#: request's own condition is false; it tells a false condition from a lock race.
+VERDICT = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl) AND NOT ({condition})"
+
+#: Images larger than this live in the images table instead of the item.
+INLINE_IMAGE_LIMIT = 64 * 1024
+
+
+class Identified(typing.Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class Holder(typing.Protocol):
+    """What a write under the lock uses of :class:`ddbtx._item_steps.lock.ItemSteps`."""
+
+    @property
+    def tx(self) -> Identified: ...
+    @property
+    def p(self) -> Completion: ...
+    @property
+    def writes(self) -> ItemWrites: ...
+    def lost_lock(self, local: Local) -> Step[dict[str, Any]]: ...
+
+
+class UnderLock:
+    """A group of item steps sent under the lock (apply, rewrite)."""
+
+    def __init__(self, steps: Holder) -> None:
+        self.steps = steps
+        self.tx = steps.tx
+        self.p = steps.p
+        self.writes = steps.writes
+
+
+class ItemWrites:
+    """The requests of one transaction's item steps to its items."""
+
+    def __init__(self, tx: Identified, p: Completion) -> None:
+        self.tx = tx
+        self.p = p
+
+    def lock_names(self, local: Local) -> tuple[dict[str, str], dict[str, Any]]:
+        req = local.request
+        names = dict(req.params.get("ExpressionAttributeNames") or {})
+        values = dict(req.params.get("ExpressionAttributeValues") or {})
+        names.update({"#ddbtxl": s.ATTR_LOCK, "#ddbtxk": next(iter(req.key))})
+        values[":ddbtxl"] = {"S": new_lock_value(self.tx.id, local.nonce)}
+        return names, values
+
+    def check_condition_now(self, local: Local, *, absent: bool) -> Step[None]:
+        """verdict: raise if the request's condition is false on the free item now."""
+        if absent:
+            yield from self.check_on_absent(local)
+            return
+        req = local.request
+        names, values = self.lock_names(local)
+        names["#ddbtxv"] = s.ATTR_VERDICT
+        condition = VERDICT.format(condition=req.condition)
+        try:
+            yield from self.update(req, "REMOVE #ddbtxv", condition, names, values)
+        except ConditionFailed:
+            return
+        raise self.condition_false(req)
+
+    def check_on_absent(self, local: Local) -> Step[None]:
+        """Evaluate the user's condition as DynamoDB would on an absent item."""
+        req = local.request
+        probe = {name: _probe_value(value) for name, value in req.key.items()}
+        try:
+            # A conditional delete of a key that cannot exist writes nothing.
+            yield from request(
+                "delete_item",
+                TableName=req.table,
+                Key=probe,
+                ConditionExpression=req.condition,
+                **used_placeholders(
+                    req.params.get("ExpressionAttributeNames") or {},
+                    req.params.get("ExpressionAttributeValues") or {},
+                    str(req.condition),
+                ),
+            )
+        except ConditionFailed as exc:
+            raise self.condition_false(req) from exc
+        except ValidationFailed as exc:
+            raise rejected(self.tx.id, [req], exc) from exc
+
+    def condition_false(self, req: Request) -> ConditionalCheckFailedError:
+        return ConditionalCheckFailedError(
+            "the request's condition is false", tx_id=self.tx.id, table=req.table, key=req.key
+        )
+
+    def image_attrs(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
+        """save image: in the item while both copies fit, else in the images table."""
+        image = local.pre
+        if image is None:
+            return {}
+        incoming = item_size(local.request.params.get("Item") or {}) + item_size(values)
+        if item_size(image) > INLINE_IMAGE_LIMIT or (
+            item_size(image) * 2 + incoming + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES
+        ):
+            yield from self.save_image(local, image)
+            return {s.ATTR_IMAGE_EXTERNAL: {"BOOL": True}}
+        return {s.ATTR_IMAGE: {"M": image}}
+
+    def save_image(self, local: Local, image: Item) -> Step[None]:
+        """save image: to the images table, every row before the item names it."""
+        rows = self.p.image_rows(self.tx.id, local.request.rid, image)
+        if len(rows) == 1:
+            yield from request("put_item", TableName=self.p.images_table, Item=rows[0])
+        else:
+            puts = [{"PutRequest": {"Item": r}} for r in rows]
+            yield from self.p.write_batches(self.p.images_table, puts)
+        local.external_image = True
+
+    def guarded_put(
+        self,
+        req: Request,
+        item: Item,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> Step[None]:
+        yield from request(
+            "put_item",
+            TableName=req.table,
+            Item=item,
+            ConditionExpression=condition,
+            **used_placeholders(names, values, condition),
+        )
+
+    def user_update(
+        self,
+        req: Request,
+        protocol_sets: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        condition: str,
+        return_values: str,
+    ) -> Step[dict[str, Any]]:
+        """The user's UpdateExpression with protocol assignments joined to its SET clause."""
+        update = merge_set(req.params.get("UpdateExpression") or "", protocol_sets)
+        return (
+            yield from self.update(
+                req, update, condition, names, values, ReturnValues=return_values
+            )
+        )
+
+    def update(
+        self,
+        req: Request,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        **extra: Any,
+    ) -> Step[dict[str, Any]]:
+        response: dict[str, Any] = yield from request(
+            "update_item",
+            TableName=req.table,
+            Key=req.key,
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            **used_placeholders(names, values, update, condition),
+            **extra,
+        )
+        return response
+
+
+def image_sets(image: dict[str, Any], names: dict[str, str], values: dict[str, Any]) -> str:
+    """SET clauses (each after ", ") writing ``image``'s attributes, placeholders added."""
+    clauses = ""
+    for i, (attr, value) in enumerate(image.items()):
+        names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
+        clauses += f", #ddbtxi{i} = :ddbtxi{i}"
+    return clauses
+
+
+def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
+    ((kind, _),) = value.items()
+    token = uuid.uuid4()
+    if kind == "N":
+        return {"N": str(token.int % 10**30 + 10**30)}
+    if kind == "B":
+        return {"B": b"ddbtx-probe-" + token.bytes}
+    return {"S": f"ddbtx-probe-{token.hex}"}
