@@ -1,4 +1,5 @@
-"""boto3's ``Table`` shape for asyncio: :class:`ddbtx._coordinator.resource.Table`'s, as coroutines."""
+"""boto3's ``Table`` shape for asyncio: the sync :class:`~ddbtx._coordinator.resource.Table`, as
+coroutines."""
 
 from __future__ import annotations
 
