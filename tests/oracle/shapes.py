@@ -585,12 +585,37 @@ FRONTIER = [
     ]
 ]
 
+#: Conditions with an outer pair of parentheses, as every compound condition boto3's builder
+#: makes has (``Attr("n").eq(5) & Attr("s").eq("hello")`` is ``(#n0 = :v0 AND #n1 = :v1)``):
+#: ddbtx ANDs its own condition in without a second pair, which DynamoDB refuses as redundant.
+#: A redundant pair of the user's own is refused natively, and so through ddbtx.
+PARENTHESIZED = [
+    shape
+    for op, make in (
+        ("update", lambda i, c, **k: update(i, "SET v = :v", c, **k)),
+        ("put", lambda i, c, **k: put(i, {"v": {"S": "x"}}, c, **k)),
+        ("delete", lambda i, c, **k: delete(i, c, **k)),
+    )
+    for shape in (
+        make("paren-and-true", "(n = :five AND s = :hello)"),
+        make("paren-and-false", "(n = :five AND s = :x)"),
+        make("paren-or-not", "(NOT n = :ten OR begins_with(s, :he))"),
+        make("paren-exists", "(attribute_exists(pk))"),
+        make("paren-exists-absent", "(attribute_exists(pk))", start=ABSENT),
+        make("paren-not-exists-absent", "(attribute_not_exists(pk))", start=ABSENT),
+        make("paren-not-exists-present", "(attribute_not_exists(pk))"),
+        make("paren-two-groups", "(n = :five) AND (s = :hello)"),
+        make("paren-redundant", "((n = :five))"),
+    )
+]
+
 SHAPES: list[Shape] = [
     *UPDATES,
     *CONDITION_SHAPES,
     *CONDITION_ERRORS,
     *PUTS,
     *DELETES,
+    *PARENTHESIZED,
     *PLACEHOLDER_ERRORS,
     *KEY_ERRORS,
     *ACROSS_SCHEMAS,

@@ -121,7 +121,7 @@ EMULATOR_DEVIATIONS: dict[tuple[str, str, str], str] = {
     # does; sent directly (the other paths) moto's answer and ours are moto's alike.
     **{
         (f"update/{shape}", "moto", "after_get"): UPDATED_NEW
-        for shape in ("upsert-cond-not-exists", "SR/upsert")
+        for shape in ("upsert-cond-not-exists", "SR/upsert", "paren-not-exists-absent")
     },
     **{
         (shape, "moto", "*"): NUMBERS

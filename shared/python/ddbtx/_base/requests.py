@@ -310,4 +310,6 @@ def grouped(expression: str) -> str:
 
 def with_user_condition(req: Request, protocol_condition: str) -> str:
     """A protocol condition with the request's own condition ANDed in, if it has one."""
-    return f"({req.condition}) AND {protocol_condition}" if req.condition else protocol_condition
+    if not req.condition:
+        return protocol_condition
+    return f"{grouped(req.condition)} AND {protocol_condition}"

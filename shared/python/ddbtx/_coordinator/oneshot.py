@@ -8,7 +8,7 @@ from typing import Any
 from .. import schema as s
 from .._base.effects import Step, request
 from .._base.items import item_size
-from .._base.requests import KeySchemas, Request, build
+from .._base.requests import KeySchemas, Request, build, grouped
 from ..errors import DuplicateRequestError, DynamoDBError, InvalidRequestError, ValidationFailed
 from .steps import parse_batch
 
@@ -43,7 +43,7 @@ def native_write(requests: list[Request]) -> Step[bool]:
         # request's own condition holds; DynamoDB checks both atomically.
         condition = "attribute_not_exists(#ddbtxl)"
         if r.condition:
-            condition = f"({r.condition}) AND {condition}"
+            condition = f"{grouped(r.condition)} AND {condition}"
         params = {**r.params, "ConditionExpression": condition, "ExpressionAttributeNames": names}
         if r.op == "update" and not r.params.get("UpdateExpression"):
             # An Update needs an expression: removing an attribute never written changes nothing.

@@ -10,7 +10,7 @@ from typing import Any
 from .. import schema as s
 from .._base.effects import Step, request
 from .._base.items import MAX_ITEM_BYTES, Item, item_size
-from .._base.requests import PROTOCOL_OVERHEAD, Request, merge_set, used_placeholders
+from .._base.requests import PROTOCOL_OVERHEAD, Request, grouped, merge_set, used_placeholders
 from .._stores.completion import Completion
 from .._stores.record import new_lock_value
 from ..errors import ConditionalCheckFailedError, ConditionFailed, ValidationFailed
@@ -18,7 +18,7 @@ from .view import Local, rejected
 
 #: verdict: a no-op write that succeeds only while the item exists, is free, and the
 #: request's own condition is false; it tells a false condition from a lock race.
-VERDICT = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl) AND NOT ({condition})"
+VERDICT = "attribute_exists(#ddbtxk) AND attribute_not_exists(#ddbtxl) AND NOT {condition}"
 
 #: Images larger than this live in the images table instead of the item.
 INLINE_IMAGE_LIMIT = 64 * 1024
@@ -74,7 +74,7 @@ class ItemWrites:
         req = local.request
         names, values = self.lock_names(local)
         names["#ddbtxv"] = s.ATTR_VERDICT
-        condition = VERDICT.format(condition=req.condition)
+        condition = VERDICT.format(condition=grouped(str(req.condition)))
         try:
             yield from self.update(req, "REMOVE #ddbtxv", condition, names, values)
         except ConditionFailed:
