@@ -136,7 +136,6 @@ def test_given_the_same_calls_then_tm_table_answers_as_boto3s_table(
     )
 
 
-
 def test_given_the_same_calls_inside_transactions_then_tx_table_answers_as_boto3s_table(
     twins: tuple[Any, Any, str], ddb: Any, backend: LocalDynamo, tm: TransactionManager
 ) -> None:
@@ -186,6 +185,7 @@ def test_given_a_compound_builder_condition_when_a_transaction_updates_then_it_a
         tx.table(name).delete_item(Key={"pk": "p", "sk": 1}, ConditionExpression=~condition)
     # Then the first applied and the second changed nothing
     assert ours.get_item(Key={"pk": "p", "sk": 1})["Item"]["balance"] == Decimal(70)
+
 
 def test_given_an_unlocked_item_then_a_tm_table_write_is_one_native_request(
     tm: TransactionManager, twins: tuple[Any, Any, str]
