@@ -1,6 +1,17 @@
 """Exceptions raised by ddbtx; botocore's ``ClientError`` becomes one in :func:`translate`
 only, kept as ``__cause__``.
 
+Every error that stands for a DynamoDB error is also a botocore ``ClientError`` with
+DynamoDB's ``response`` (``Error.Code``, ``Error.Message``, and ``Item`` where DynamoDB
+returns one) and ``operation_name``, so code written for boto3 catches it unchanged:
+``except ClientError as e: e.response["Error"]["Code"]``. Raised through a manager, it is
+also an instance of the matching ``client.exceptions.<Code>`` of the client the manager
+was given (:func:`as_client_exception`). These are :class:`DynamoDBError` and its
+subclasses, :class:`ConditionalCheckFailedError` (``ConditionalCheckFailedException``)
+and :class:`InvalidRequestError` (``ValidationException``). ddbtx's own outcomes
+(rolled back, conflict, outcome unknown, duplicate request, reused id, not found) and the
+lock errors have no DynamoDB counterpart and are not ``ClientError``.
+
 Hierarchy::
 
     DdbtxError
@@ -28,22 +39,48 @@ Hierarchy::
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, cast
 
 from botocore.exceptions import ClientError
+
+#: DynamoDB's own text for a false condition (PutItem, UpdateItem, DeleteItem).
+CONDITION_FAILED_MESSAGE = "The conditional request failed"
 
 
 class DdbtxError(Exception):
     """Base class of every error ddbtx raises on purpose."""
 
+    def __init__(self, *args: object) -> None:
+        # Not ClientError.__init__, which those that are also ClientError would reach next.
+        Exception.__init__(self, *args)
 
-class DynamoDBError(DdbtxError):
-    """A DynamoDB call failed; ``code`` is DynamoDB's error code."""
 
-    def __init__(self, message: str, *, code: str, operation: str) -> None:
+def _response(code: str, message: str, item: dict[str, Any] | None = None) -> Any:
+    """An error ``response`` as botocore parses DynamoDB's answer (botocore's own type)."""
+    response: dict[str, Any] = {"Error": {"Code": code, "Message": message}}
+    if item is not None:
+        response["Item"] = item
+    response["ResponseMetadata"] = {"HTTPStatusCode": 400}
+    return response
+
+
+class DynamoDBError(DdbtxError, ClientError):
+    """A DynamoDB call failed; ``code`` is DynamoDB's error code, ``response`` its answer."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        operation: str,
+        response: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.operation = operation
+        self.operation_name = operation
+        self.response = _response(code, message) if response is None else cast(Any, response)
 
 
 class ConditionFailed(DynamoDBError):
@@ -84,6 +121,8 @@ def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
         The tables the failed request named, for a ``ResourceNotFoundException``'s
         message (emulators say only "Requested resource not found").
     """
+    if isinstance(exc, DynamoDBError):
+        return exc
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "Unknown"))
     message = str(error.get("Message", "")) or code
@@ -97,7 +136,7 @@ def translate(exc: ClientError, tables: tuple[str, ...] = ()) -> DynamoDBError:
             "endpoint? TransactionManager.create_tables() makes the transactions and "
             "images tables, ddbtx.tables.create_data_table() a data table)"
         )
-    return cls(text, code=code, operation=operation)
+    return cls(text, code=code, operation=operation, response=dict(exc.response))
 
 
 def describe_key(key: dict[str, Any] | None) -> str:
@@ -168,8 +207,30 @@ class DuplicateRequestError(TransactionError):
     """The item already has a write request in this transaction."""
 
 
-class InvalidRequestError(TransactionError):
-    """The request is malformed or cannot be applied (reserved names, size, types, ...)."""
+def _operation(op: str | None) -> str:
+    """``put`` -> ``PutItem``: the API a transaction's request stands for."""
+    names = {"put": "PutItem", "update": "UpdateItem", "delete": "DeleteItem", "get": "GetItem"}
+    return names.get(op or "", op or "TransactWriteItems")
+
+
+class InvalidRequestError(TransactionError, ClientError):
+    """The request is malformed or cannot be applied (reserved names, size, types, ...).
+
+    Also a ``ClientError`` with code ``ValidationException``: DynamoDB's own message where
+    DynamoDB refused the request (``dynamodb_message``), ddbtx's otherwise.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str | None = None,
+        dynamodb_message: str | None = None,
+        **where: Any,
+    ) -> None:
+        super().__init__(message, **where)
+        self.operation_name = _operation(operation)
+        self.response = _response("ValidationException", dynamodb_message or message)
 
 
 class InvalidTransactionIdError(InvalidRequestError):
@@ -181,8 +242,25 @@ class TransactionIdReusedError(TransactionError):
     first, other parameters, fewer requests at commit): the id was reused for other work."""
 
 
-class ConditionalCheckFailedError(TransactionError):
-    """The request's own condition expression was false; the transaction was rolled back."""
+class ConditionalCheckFailedError(TransactionError, ClientError):
+    """The request's own condition expression was false; the transaction was rolled back.
+
+    Also a ``ClientError`` with code ``ConditionalCheckFailedException`` and DynamoDB's
+    message; with ``ReturnValuesOnConditionCheckFailure="ALL_OLD"`` its ``response`` holds
+    the item as it was (``Item``), as DynamoDB's does.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str | None = None,
+        item: dict[str, Any] | None = None,
+        **where: Any,
+    ) -> None:
+        super().__init__(message, **where)
+        self.operation_name = _operation(operation)
+        self.response = _response("ConditionalCheckFailedException", CONDITION_FAILED_MESSAGE, item)
 
 
 class LockError(DdbtxError):
@@ -199,3 +277,34 @@ class LockLostError(LockError):
 
 class LockNotFoundError(LockError):
     """No lock row matches what was asked for (resource, kind, namespace)."""
+
+
+_dressed: dict[tuple[type[BaseException], type[ClientError]], type[BaseException]] = {}
+_dressed_lock = threading.Lock()
+
+
+def as_client_exception(exc: BaseException, client: Any) -> None:
+    """Make ``exc`` also an instance of ``client.exceptions.<its code>``, in place.
+
+    botocore makes one exception class per code for each client's session, so code
+    written for boto3 catches ``client.exceptions.ConditionalCheckFailedException``; a
+    ddbtx error raised through that client is made an instance of it too, keeping its own
+    class (its type's name, and ``isinstance`` against it, are unchanged). An error with
+    no such class on the client (``ValidationException`` has none) stays as it is.
+    """
+    if not isinstance(exc, DdbtxError) or not isinstance(exc, ClientError):
+        return
+    exceptions = getattr(client, "exceptions", None)
+    code = exc.response.get("Error", {}).get("Code")
+    modeled = getattr(exceptions, str(code), None) if code else None
+    if not isinstance(modeled, type) or not issubclass(modeled, ClientError):
+        return
+    if isinstance(exc, modeled):
+        return
+    own = type(exc)
+    with _dressed_lock:
+        both = _dressed.get((own, modeled))
+        if both is None:
+            attributes = {"__module__": own.__module__, "__qualname__": own.__qualname__}
+            both = _dressed[own, modeled] = type(own.__name__, (own, modeled), attributes)
+    exc.__class__ = cast(Any, both)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from .effects import Call, Gather, Run, Sleep, Step, first_failure
+from .effects import Call, Gather, Run, Sleep, Step, first_failure, raised_through
 
 T = TypeVar("T")
 #: How a gather's steps run: ``parallel(run_one, steps)``, results (or exceptions) in order.
@@ -39,12 +39,13 @@ def drive(
     parallel: Parallel = one_by_one,
 ) -> T:
     """Run ``step`` to its end on ``client`` (boto3); gathers through ``parallel``."""
-    for effect in (run := Run(step)):
-        with run.outcome() as out:
-            if isinstance(effect, Gather):
-                run_one = partial(drive, client=client, sleep=sleep, parallel=parallel)
-                out.value = parallel(run_one, list(effect.steps))
-                first_failure(out.value)
-            else:
-                out.value = perform(client, sleep, effect)
-    return run.result
+    with raised_through(client):
+        for effect in (run := Run(step)):
+            with run.outcome() as out:
+                if isinstance(effect, Gather):
+                    run_one = partial(drive, client=client, sleep=sleep, parallel=parallel)
+                    out.value = parallel(run_one, list(effect.steps))
+                    first_failure(out.value)
+                else:
+                    out.value = perform(client, sleep, effect)
+        return run.result

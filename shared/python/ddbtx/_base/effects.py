@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from botocore.exceptions import ClientError
 
-from ..errors import ConditionFailed, DynamoDBError, translate
+from ..errors import ConditionFailed, DdbtxError, DynamoDBError, as_client_exception, translate
 
 T = TypeVar("T")
 
@@ -133,6 +133,17 @@ def failure(exc: ClientError, call: Call) -> DynamoDBError:
     return error
 
 
+@contextmanager
+def raised_through(client: Any) -> Iterator[None]:
+    """What a driver raises is also ``client``'s own exception class for its DynamoDB code
+    (:func:`ddbtx.errors.as_client_exception`), so ``except client.exceptions.X`` catches it."""
+    try:
+        yield
+    except DdbtxError as exc:
+        as_client_exception(exc, client)
+        raise
+
+
 class _Outcome:
     value: Any = None
 
@@ -166,7 +177,11 @@ class Run(Generic[T]):
         try:
             yield out
         except ClientError as exc:
-            error = failure(exc, self.effect) if isinstance(self.effect, Call) else exc
+            # A ddbtx error is a ClientError too (errors.py); only botocore's own is translated.
+            botocore_own = not isinstance(exc, DdbtxError)
+            error = (
+                failure(exc, self.effect) if botocore_own and isinstance(self.effect, Call) else exc
+            )
         except BaseException as exc:  # a crash, a timeout, a cancellation: the step's to see
             error = exc
         if error is not None:

@@ -14,7 +14,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from ..errors import DynamoDBError, TableNotFound, translate
+from ..errors import DdbtxError, DynamoDBError, TableNotFound, translate
 from ..local import EmulatorError
 
 #: Error codes with which AWS rejects the caller rather than the request.
@@ -67,7 +67,9 @@ def explain(
     """The one-line message for ``exc``, or None when it is not a user mistake."""
     if (message := _before_any_request(exc, endpoint, region)) is not None:
         return message
-    error = translate(exc) if isinstance(exc, ClientError) else exc
+    error = (
+        translate(exc) if isinstance(exc, ClientError) and not isinstance(exc, DdbtxError) else exc
+    )
     if any(isinstance(e, TableNotFound) for e in _causes(error)):
         named = missing_tables(describe, tables) if describe is not None else []
         if named:
@@ -112,4 +114,7 @@ def _causes(exc: BaseException | None) -> list[BaseException]:
     while exc is not None and exc not in chain:
         chain.append(exc)
         exc = exc.__cause__
-    return [translate(e) if isinstance(e, ClientError) else e for e in chain]
+    return [
+        translate(e) if isinstance(e, ClientError) and not isinstance(e, DdbtxError) else e
+        for e in chain
+    ]

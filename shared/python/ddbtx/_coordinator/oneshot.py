@@ -55,7 +55,11 @@ def native_write(requests: list[Request]) -> Step[bool]:
         yield from request("transact_write_items", TransactItems=items)
         return True
     except ValidationFailed as exc:
-        raise InvalidRequestError(f"DynamoDB rejected the request: {exc}") from exc
+        raise InvalidRequestError(
+            f"DynamoDB rejected the request: {exc}",
+            operation="TransactWriteItems",
+            dynamodb_message=exc.response["Error"].get("Message"),
+        ) from exc
     except DynamoDBError as exc:
         # A cancellation or an emulator without the API: the protocol sorts it out.
         logger.debug("transact_write falls back to the protocol: %s", exc.code)

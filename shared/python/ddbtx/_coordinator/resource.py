@@ -217,7 +217,12 @@ def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dic
         except ConditionFailed:
             pass
         except ValidationFailed as exc:
-            raise InvalidRequestError(f"DynamoDB rejected the request: {exc}", table=table) from exc
+            raise InvalidRequestError(
+                f"DynamoDB rejected the request: {exc}",
+                operation=op,
+                dynamodb_message=exc.response["Error"].get("Message"),
+                table=table,
+            ) from exc
         # Held by a transaction, or the request's own condition is false: the item says which.
         found = yield from manager.protocol.read_item(table, wanted.key)
         if found is not None and s.ATTR_LOCK in found:
@@ -226,7 +231,7 @@ def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dic
         values = params.get("ExpressionAttributeValues")
         if wanted.condition and not Condition(wanted.condition, names).matches(found or {}, values):
             raise ConditionalCheckFailedError(
-                "the request's condition is false", table=table, key=wanted.key
+                "the request's condition is false", operation=op, table=table, key=wanted.key
             )
         # Free, and the condition holds now: a holder released the item meanwhile.
     raise TransactionError(f"an item in {table} kept changing under a write")

@@ -13,7 +13,13 @@ from .._base.effects import Step
 from .._base.items import Item
 from .._base.requests import Request, too_large
 from .._stores.record import Entry, Header, RecordStore, entry_to_av
-from ..errors import ConditionFailed, DuplicateRequestError, InvalidRequestError, ValidationFailed
+from ..errors import (
+    ConditionFailed,
+    DuplicateRequestError,
+    DynamoDBError,
+    InvalidRequestError,
+    ValidationFailed,
+)
 from .body_rows import BodyRows, WriteBatches
 
 #: Rounds of "catch up, then decide" before a commit gives up on a record that keeps moving.
@@ -329,10 +335,13 @@ def rejected(
     """DynamoDB refused before writing anything: name the item when there is one
     (``sized``: one item too large for its lock is said so exactly)."""
     one = requests[0] if len(requests) == 1 else None
+    native = exc.response["Error"].get("Message") if isinstance(exc, DynamoDBError) else None
     return InvalidRequestError(
         too_large()
         if sized and one and "size" in str(exc).lower()
         else f"DynamoDB rejected the request: {exc}",
+        operation=one.op if one else None,
+        dynamodb_message=native,
         tx_id=tx_id,
         table=one.table if one else None,
         key=one.key if one else None,

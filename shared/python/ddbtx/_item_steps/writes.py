@@ -105,7 +105,11 @@ class ItemWrites:
 
     def condition_false(self, req: Request) -> ConditionalCheckFailedError:
         return ConditionalCheckFailedError(
-            "the request's condition is false", tx_id=self.tx.id, table=req.table, key=req.key
+            "the request's condition is false",
+            operation=req.op,
+            tx_id=self.tx.id,
+            table=req.table,
+            key=req.key,
         )
 
     def image_attrs(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
