@@ -26,10 +26,10 @@ from ddbtx import (
     TransactionManager,
     TransactionOutcomeUnknownError,
     TransactionRolledBackError,
-    _entry_rows,
     aio,
 )
 from ddbtx import schema as s
+from ddbtx._stores import entry_rows as _entry_rows
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from drivers import EventLoopThread, Scenario

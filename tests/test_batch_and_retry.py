@@ -13,9 +13,9 @@ from ddbtx import (
     InvalidRequestError,
     TransactionManager,
     TransactionRolledBackError,
-    _adding,
 )
 from ddbtx import schema as s
+from ddbtx._item_steps import add as _adding
 from ddbtx.chaos import Chaos
 from ddbtx.errors import Throttled
 from ddbtx.instrumentation import count_requests

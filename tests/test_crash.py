@@ -23,9 +23,9 @@ from ddbtx import (
     TransactionManager,
     TransactionOutcomeUnknownError,
     TransactionRolledBackError,
-    _adding,
 )
 from ddbtx import schema as s
+from ddbtx._item_steps import add as _adding
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import DdbtxError, Throttled
 from helpers import LostAnswer, Tables, assert_clean, clear, data_state

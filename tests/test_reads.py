@@ -24,10 +24,10 @@ from ddbtx import (
     TransactionConflictError,
     TransactionManager,
     TransactionRolledBackError,
-    _item_writes,
-    _parts,
 )
 from ddbtx import schema as s
+from ddbtx._base import parts as _parts
+from ddbtx._item_steps import writes as _item_writes
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import Throttled
 from ddbtx.instrumentation import count_requests
