@@ -60,7 +60,9 @@ class KeySchemas:
             try:
                 response = yield from request("describe_table", TableName=table)
             except TableNotFound as exc:
-                raise InvalidRequestError(f"table {table!r} does not exist", table=table) from exc
+                # DynamoDB's own ResourceNotFoundException (TableNotFound), as natively
+                exc.add_note(f"table {table!r} does not exist")
+                raise
             desc = response["Table"]
             schema_ = sorted(desc["KeySchema"], key=lambda k: k["KeyType"] != "HASH")
             types = {a["AttributeName"]: a["AttributeType"] for a in desc["AttributeDefinitions"]}

@@ -248,7 +248,10 @@ class Reads:
             response: dict[str, Any] = yield from request(operation, **params)
         except errors.ValidationFailed as exc:
             raise errors.InvalidRequestError(
-                f"DynamoDB rejected the read: {exc}", table=table
+                f"DynamoDB rejected the read: {exc}",
+                operation=exc.operation,
+                dynamodb_message=exc.response["Error"].get("Message"),
+                table=table,
             ) from exc
         return response
 

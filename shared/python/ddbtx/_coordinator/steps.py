@@ -172,7 +172,12 @@ class CoordinatorSteps:
             return build(op, params, key_types)
         except InvalidRequestError as exc:
             raise InvalidRequestError(
-                exc.detail, tx_id=self.id, table=exc.table, key=exc.key
+                exc.detail,
+                operation=op,
+                dynamodb_message=exc.response["Error"]["Message"],
+                tx_id=self.id,
+                table=exc.table,
+                key=exc.key,
             ) from exc
 
     def plan(self, req: Request) -> Local:

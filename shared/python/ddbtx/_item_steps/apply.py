@@ -62,6 +62,8 @@ class Applies(UnderLock):
         except ValidationFailed as exc:
             raise InvalidRequestError(
                 f"DynamoDB rejected the write: {exc}",
+                operation=req.op,
+                dynamodb_message=exc.response["Error"].get("Message"),
                 tx_id=self.tx.id,
                 table=req.table,
                 key=req.key,

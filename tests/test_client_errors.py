@@ -1,0 +1,183 @@
+"""Errors existing boto3 code already catches (issue 32): inside a transaction, a failed
+condition, a request DynamoDB refuses and a missing table are botocore ``ClientError``s
+with DynamoDB's ``response``, and the client's own ``client.exceptions.<Code>``, while
+staying the ddbtx classes they always were. Native DynamoDB is the reference: each test
+sends the same request natively first, on both emulators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from ddbtx import (
+    ConditionalCheckFailedError,
+    InvalidRequestError,
+    TransactionManager,
+    TransactionRolledBackError,
+    aio,
+)
+from ddbtx.errors import DdbtxError, DynamoDBError, TableNotFound
+from drivers import EventLoopThread
+from helpers import Tables, assert_clean
+
+
+def native_error(call: Callable[[], Any]) -> ClientError:
+    """What boto3 raises for the request sent natively."""
+    with pytest.raises(ClientError) as raised:
+        call()
+    return raised.value
+
+
+def false_condition(table: str, pk: str) -> dict[str, Any]:
+    return {
+        "TableName": table,
+        "Key": {"pk": {"S": pk}},
+        "UpdateExpression": "SET balance = balance - :n",
+        "ConditionExpression": "balance >= :n",
+        "ExpressionAttributeValues": {":n": {"N": "50"}},
+    }
+
+
+@pytest.fixture
+def accounts(ddb: Any, tables: Tables) -> Tables:
+    """Given two items of balance 5 each: "a" for ddbtx, "n" for the native reference."""
+    for pk in ("a", "n"):
+        ddb.put_item(TableName=tables.data, Item={"pk": {"S": pk}, "balance": {"N": "5"}})
+    return tables
+
+
+def test_given_a_false_condition_in_a_transaction_then_except_client_error_catches_it(
+    tm: TransactionManager, ddb: Any, accounts: Tables
+) -> None:
+    native = native_error(lambda: ddb.update_item(**false_condition(accounts.data, "n")))
+
+    # When a transaction sends the same request, and code written for boto3 catches it
+    with pytest.raises(ClientError) as raised, tm.transaction() as tx:
+        tx.update_item(**false_condition(accounts.data, "a"))
+
+    # Then it is caught as boto3's, with DynamoDB's code, message and operation
+    error = raised.value
+    assert error.response["Error"] == native.response["Error"]
+    assert error.operation_name == native.operation_name == "UpdateItem"
+    # And it is still the ddbtx error it always was, and nothing changed
+    assert isinstance(error, ConditionalCheckFailedError)
+    assert isinstance(error, DdbtxError)
+    assert type(error).__name__ == "ConditionalCheckFailedError"
+    assert_clean(ddb, accounts)
+
+
+def test_given_a_false_condition_then_the_clients_own_exception_class_catches_it(
+    tm: TransactionManager, ddb: Any, accounts: Tables
+) -> None:
+    # When code catches the manager's client's modeled class, as boto3 code does
+    client = tm.client
+    modeled = client.exceptions.ConditionalCheckFailedException
+    with pytest.raises(modeled) as raised, tm.transaction() as tx:
+        tx.update_item(**false_condition(accounts.data, "a"))
+
+    # Then that is what it caught, and so does a try/except written against the class
+    assert isinstance(raised.value, ConditionalCheckFailedError)
+    try:
+        tm.run(lambda tx: tx.update_item(**false_condition(accounts.data, "a")))
+    except client.exceptions.ConditionalCheckFailedException as exc:
+        assert exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    else:
+        pytest.fail("the false condition was not raised")
+
+
+def test_given_a_false_condition_through_tx_table_then_boto3_code_catches_it(
+    tm: TransactionManager, accounts: Tables
+) -> None:
+    # When the resource shape's update fails its condition inside a transaction
+    with pytest.raises(ClientError) as raised, tm.transaction() as tx:
+        tx.table(accounts.data).delete_item(
+            Key={"pk": "a"},
+            ConditionExpression="balance > :n",
+            ExpressionAttributeValues={":n": 50},
+        )
+    # Then the error is DynamoDB's, naming the operation the user called
+    assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert raised.value.operation_name == "DeleteItem"
+    assert isinstance(raised.value, tm.client.exceptions.ConditionalCheckFailedException)
+
+
+def test_given_a_request_dynamodb_refuses_then_it_is_a_validation_client_error(
+    tm: TransactionManager, ddb: Any, accounts: Tables
+) -> None:
+    # Given an update expression DynamoDB refuses (the attribute is set twice)
+    bad = {
+        "Key": {"pk": {"S": "a"}},
+        "UpdateExpression": "SET balance = :n, balance = :n",
+        "ExpressionAttributeValues": {":n": {"N": "1"}},
+    }
+    native = native_error(lambda: ddb.update_item(TableName=accounts.data, **bad))
+
+    # When a transaction sends it
+    with pytest.raises(ClientError) as raised, tm.transaction() as tx:
+        tx.update_item(TableName=accounts.data, **bad)
+
+    # Then it is the ValidationException existing code catches, with DynamoDB's message
+    error = raised.value
+    assert error.response["Error"]["Code"] == native.response["Error"]["Code"]
+    assert error.response["Error"]["Code"] == "ValidationException"
+    assert error.response["Error"]["Message"] == native.response["Error"]["Message"]
+    assert isinstance(error, InvalidRequestError)
+    assert_clean(ddb, accounts)
+
+
+def test_given_a_missing_table_then_resource_not_found_is_caught_as_boto3s(
+    tm: TransactionManager, ddb: Any, accounts: Tables
+) -> None:
+    # Given a table that does not exist
+    missing = f"{accounts.data}-missing"
+    native = native_error(lambda: ddb.get_item(TableName=missing, Key={"pk": {"S": "a"}}))
+
+    # When a transaction writes to it
+    modeled = tm.client.exceptions.ResourceNotFoundException
+    with pytest.raises(modeled) as raised, tm.transaction() as tx:
+        tx.put_item(TableName=missing, Item={"pk": {"S": "a"}})
+
+    # Then boto3's class for the code catches it, and it is still ddbtx's
+    assert raised.value.response["Error"]["Code"] == native.response["Error"]["Code"]
+    assert isinstance(raised.value, (TableNotFound, InvalidRequestError))
+
+
+def test_given_ddbtx_own_outcomes_then_they_are_not_client_errors() -> None:
+    # Given the errors with no DynamoDB counterpart, and those with one
+    own = TransactionRolledBackError("rolled back", tx_id="t")
+    mirrored = [
+        ConditionalCheckFailedError("false", operation="put"),
+        InvalidRequestError("bad"),
+        DynamoDBError("x", code="ThrottlingException", operation="PutItem"),
+    ]
+    # Then only the second kind are ClientErrors, each with its code
+    assert not isinstance(own, ClientError)
+    assert [e.response["Error"]["Code"] for e in mirrored] == [
+        "ConditionalCheckFailedException",
+        "ValidationException",
+        "ThrottlingException",
+    ]
+    assert [e.operation_name for e in mirrored] == ["PutItem", "TransactWriteItems", "PutItem"]
+
+
+def test_given_an_asyncio_transaction_then_the_aiobotocore_clients_class_catches_it(
+    backend: Any, tables: Tables, accounts: Tables, event_loop_thread: EventLoopThread
+) -> None:
+    # Given an asyncio manager on an aiobotocore client
+    client = event_loop_thread.client(backend)
+    tm = aio.TransactionManager(client, tables.tx, tables.images)
+
+    async def failing() -> None:
+        async with tm.transaction() as tx:
+            await tx.update_item(**false_condition(accounts.data, "a"))
+
+    # When its request fails its condition
+    with pytest.raises(client.exceptions.ConditionalCheckFailedException) as raised:
+        event_loop_thread.run(failing())
+
+    # Then the aiobotocore client's own class catches it, with DynamoDB's answer
+    assert raised.value.response["Error"]["Message"] == "The conditional request failed"
+    assert isinstance(raised.value, ConditionalCheckFailedError)
