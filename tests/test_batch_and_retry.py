@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -226,6 +227,30 @@ def test_given_a_batch_whose_later_chunk_is_refused_after_an_earlier_one_was_add
         other.commit()
     assert data_state(ddb, tables.data) == before
     assert_clean(ddb, tables)
+
+
+def test_given_a_default_boto3_client_when_a_manager_is_made_then_it_fits_the_pool_quietly(
+    backend: Any, tables: Tables, caplog: pytest.LogCaptureFixture
+) -> None:
+    import boto3
+
+    from ddbtx.local import LOCAL_CREDENTIALS
+
+    # Given a client as boto3 makes it by default (10 HTTP connections)
+    plain = boto3.client("dynamodb", endpoint_url=backend.endpoint_url, **LOCAL_CREDENTIALS)
+    # When a manager is made on it without max_workers
+    with caplog.at_level("DEBUG", logger="ddbtx"):
+        tm = TransactionManager(plain, tables.tx, tables.images)
+    # Then it runs as many item steps as the pool holds, and says so at debug level only
+    assert tm.p.max_workers == 10
+    about_pool = [r for r in caplog.records if "HTTP connections" in r.getMessage()]
+    assert [r.levelname for r in about_pool] == ["DEBUG"]
+    assert "the client keeps 10 HTTP connections" in about_pool[0].getMessage()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    # And a transaction on it works as on any other
+    with tm.transaction() as tx:
+        tx.put_item(TableName=tables.data, Item={"pk": {"S": "p"}})
+    assert_clean(plain, tables)
 
 
 def test_given_a_client_pool_smaller_than_the_workers_when_a_manager_is_made_then_it_warns(

@@ -70,7 +70,10 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     contention
         :class:`Contention` policy, wound-wait by default.
     max_workers
-        Bound on concurrent per-item steps (completion, catch-up); 1 is serial.
+        Bound on concurrent per-item steps (completion, catch-up); 1 is serial. By
+        default as many as the client keeps HTTP connections, at most 32 (botocore's
+        default client keeps 10; ``Config(max_pool_connections=32)`` gives the full
+        width). Given larger than the client's pool, a warning says how to widen it.
     completed_ttl
         How long a completed TX record is kept before DynamoDB TTL may delete it.
     key_schemas

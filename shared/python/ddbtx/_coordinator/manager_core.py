@@ -56,7 +56,7 @@ class Settings(TypedDict, total=False):
     stale_after: float
     wound_patience: float
     contention: Contention
-    max_workers: int
+    max_workers: int | None
     completed_ttl: timedelta
     key_schemas: Mapping[str, Sequence[str] | KeyTypes] | None
     rng: random.Random | None
@@ -83,28 +83,16 @@ class ManagerCore(Generic[Tx]):
         stale_after: float = 30.0,
         wound_patience: float = 0.5,
         contention: Contention = Contention.WOUND_WAIT,
-        max_workers: int = 32,
+        max_workers: int | None = None,
         completed_ttl: timedelta = timedelta(days=1),
         key_schemas: Mapping[str, Sequence[str] | KeyTypes] | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        max_workers = self.fit_workers(client, max_workers)
         if lock_wait < 0 or stale_after <= 0 or wound_patience < 0 or max_workers < 1:
             raise ValueError(
                 "lock_wait >= 0, stale_after > 0, wound_patience >= 0 and max_workers >= 1 "
                 "are required"
-            )
-        try:
-            pool = client.meta.config.max_pool_connections
-        except Exception:  # not a botocore client (e.g. a test double): nothing to size
-            pool = None
-        if self.sized_pool and isinstance(pool, int) and pool < max_workers:
-            # Steps beyond the pool open and drop a connection each: slower, and noisy in logs.
-            logger.warning(
-                "the client keeps %d HTTP connections but max_workers is %d; create it with "
-                "botocore Config(max_pool_connections=%d)",
-                pool,
-                max_workers,
-                max_workers,
             )
         self.client = client
         self.transactions_table = transactions_table
@@ -128,6 +116,36 @@ class ManagerCore(Generic[Tx]):
         )
         self.reads = Reads(self)
         self.opener = Opener(self.protocol, self.schemas, self.make)
+
+    def fit_workers(self, client: Any, asked: int | None) -> int:
+        """How many item steps run at once: ``asked``, or as many as the client keeps HTTP
+        connections (at most 32), so a default client (10 connections) needs no tuning."""
+        try:
+            pool = client.meta.config.max_pool_connections
+        except Exception:  # not a botocore client (e.g. a test double): nothing to size
+            pool = None
+        if not self.sized_pool or not isinstance(pool, int):
+            return MAX_WORKERS if asked is None else asked
+        if asked is None:
+            logger.debug(
+                "max_workers %d: the client keeps %d HTTP connections (botocore Config("
+                "max_pool_connections=%d) allows up to %d)",
+                min(pool, MAX_WORKERS),
+                pool,
+                MAX_WORKERS,
+                MAX_WORKERS,
+            )
+            return min(pool, MAX_WORKERS)
+        if pool < asked:
+            # Steps beyond the pool open and drop a connection each: slower, and noisy in logs.
+            logger.warning(
+                "the client keeps %d HTTP connections but max_workers is %d; create it with "
+                "botocore Config(max_pool_connections=%d)",
+                pool,
+                asked,
+                asked,
+            )
+        return asked
 
     def make(self, tx_id: str, transaction_id: str | None = None) -> Tx:
         """A coordinator of transaction ``tx_id`` (nothing is sent)."""
@@ -165,6 +183,9 @@ def closing(tx: CoordinatorSteps, failure: BaseException | None, delete: bool) -
     except Exception:  # the caller's exception matters more; the sweeper completes it
         logger.exception("rollback of %s on exception did not complete", tx.id)
 
+
+#: The most item steps a manager runs at once unless told otherwise.
+MAX_WORKERS = 32
 
 #: The errors ``run`` looks at: contention (retried) and a commit by another attempt.
 RETRIED = (TransactionCommittedError, TransactionRolledBackError, TransactionConflictError)
