@@ -181,3 +181,39 @@ def test_given_an_asyncio_transaction_then_the_aiobotocore_clients_class_catches
     # Then the aiobotocore client's own class catches it, with DynamoDB's answer
     assert raised.value.response["Error"]["Message"] == "The conditional request failed"
     assert isinstance(raised.value, ConditionalCheckFailedError)
+
+
+def test_given_old_on_failure_then_the_error_holds_the_item_as_it_was(
+    tm: TransactionManager, ddb: Any, accounts: Tables
+) -> None:
+    # When a transaction's delete fails its condition, asking for the item back
+    with pytest.raises(ClientError) as raised, tm.transaction() as tx:
+        tx.delete_item(
+            TableName=accounts.data,
+            Key={"pk": {"S": "a"}},
+            ConditionExpression="balance > :n",
+            ExpressionAttributeValues={":n": {"N": "50"}},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    # Then the error's Item is the item as it was, as DynamoDB documents, with nothing of
+    # the protocol in it, and nothing changed
+    assert raised.value.response["Item"] == {"pk": {"S": "a"}, "balance": {"N": "5"}}
+    assert_clean(ddb, accounts)
+
+
+def test_given_an_unknown_old_on_failure_value_then_dynamodbs_enum_error(
+    tm: TransactionManager, ddb: Any, accounts: Tables
+) -> None:
+    # When a request names a value outside ReturnValuesOnConditionCheckFailure's enum
+    with pytest.raises(ClientError) as raised, tm.transaction() as tx:
+        tx.update_item(
+            **false_condition(accounts.data, "a"), ReturnValuesOnConditionCheckFailure="BOGUS"
+        )
+    # Then it is refused in DynamoDB's words (AWS validates enums; neither emulator does)
+    assert raised.value.response["Error"] == {
+        "Code": "ValidationException",
+        "Message": "1 validation error detected: Value 'BOGUS' at "
+        "'returnValuesOnConditionCheckFailure' failed to satisfy constraint: Member must "
+        "satisfy enum value set: [ALL_OLD, NONE]",
+    }
+    assert_clean(ddb, accounts)

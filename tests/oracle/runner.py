@@ -40,10 +40,11 @@ PATHS = ("tx", "after_get", "write_all", "transact_write", "aio")
 RETURNING = ("tx", "after_get", "write_all", "aio")
 INDEX = "by-g"
 
-#: Native error code -> the ddbtx error a user gets for the same request.
+#: The ddbtx class a user gets for a native error code: the error is also a ClientError with
+#: that code (errors.py), and it is this class, never the steps' own ConditionFailed etc.
 SAME_ERROR = {
-    "ConditionalCheckFailedException": ConditionalCheckFailedError.__name__,
-    "ValidationException": InvalidRequestError.__name__,
+    "ConditionalCheckFailedException": ConditionalCheckFailedError,
+    "ValidationException": InvalidRequestError,
 }
 
 
@@ -186,6 +187,8 @@ class Outcome:
     error: str | None
     attributes: Any = None
     detail: str = ""
+    #: ``Item`` of the error's response (ReturnValuesOnConditionCheckFailure=ALL_OLD)
+    old: Any = None
 
     def __repr__(self) -> str:
         return (
@@ -212,10 +215,25 @@ def send_native(twins: Twins, shape: Shape, rv: str | None) -> Outcome:
         response = getattr(twins.client, f"{shape.op}_item")(**params)
     except ClientError as exc:
         error = exc.response["Error"]
-        return Outcome(
-            SAME_ERROR.get(error["Code"], error["Code"]), detail=error.get("Message", "")
-        )
+        return Outcome(error["Code"], detail=error.get("Message", ""), old=_old(exc))
     return Outcome(None, normal(response.get("Attributes") or None))
+
+
+def _old(exc: ClientError) -> Any:
+    item = exc.response.get("Item")  # type: ignore[typeddict-item]
+    return normal(item) if item else None
+
+
+def _ours(exc: DdbtxError) -> Outcome:
+    """What a user sees of a ddbtx error: DynamoDB's code where it stands for one (it is a
+    ClientError then, of the class SAME_ERROR names), else its class."""
+    if not isinstance(exc, ClientError):
+        return Outcome(type(exc).__name__, detail=str(exc))
+    code = exc.response["Error"]["Code"]
+    expected = SAME_ERROR.get(code)
+    if expected is not None and not isinstance(exc, expected):
+        return Outcome(f"{type(exc).__name__} for {code}", detail=str(exc))
+    return Outcome(code, detail=str(exc), old=_old(exc))
 
 
 async def _one_by_one_aio(tm: aio.TransactionManager, writes: list[tuple[str, Item]]) -> Any:
@@ -246,7 +264,7 @@ def send_through(
             else:
                 results = [getattr(tx, f"{op}_item")(**params) for op, params in writes]
     except DdbtxError as exc:
-        return [Outcome(type(exc).__name__, detail=str(exc))]
+        return [_ours(exc)]
     return [Outcome(None, normal(result.get("Attributes") or None)) for result in results]
 
 
@@ -348,6 +366,10 @@ def compare(twins: Twins, shape: Shape, path: str) -> list[str]:
         label = f"ReturnValues={rv}: " if rv else ""
         if native.outcome.error != ours.error:
             differences.append(f"{label}native {native.outcome!r}, ddbtx {ours!r}")
+        elif native.outcome.old != ours.old:
+            differences.append(
+                f"{label}Item on failure: native {native.outcome.old}, ddbtx {ours.old}"
+            )
         elif rv is not None and native.outcome.attributes != ours.attributes:
             differences.append(f"{label}Attributes: native {native.outcome!r}, ddbtx {ours!r}")
         item = stored(twins, table, shape)

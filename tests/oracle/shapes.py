@@ -609,6 +609,34 @@ PARENTHESIZED = [
     )
 ]
 
+#: ReturnValuesOnConditionCheckFailure: a false condition hands back the item as it was.
+_OLD = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+OLD_ON_FAILURE = [
+    update("old-on-failure-false", "SET v = :v", "n = :ten", params=_OLD),
+    update("old-on-failure-true", "SET v = :v", "n = :five", params=_OLD),
+    update(
+        "old-on-failure-absent", "SET v = :v", "attribute_exists(pk)", params=_OLD, start=ABSENT
+    ),
+    update("old-on-failure-paren", "SET v = :v", "(n = :five AND s = :x)", params=_OLD),
+    update(
+        "old-on-failure-none",
+        "SET v = :v",
+        "n = :ten",
+        params={"ReturnValuesOnConditionCheckFailure": "NONE"},
+    ),
+    update(
+        "old-on-failure-bogus",
+        "SET v = :v",
+        "n = :ten",
+        params={"ReturnValuesOnConditionCheckFailure": "BOGUS"},
+    ),
+    put("old-on-failure-false", {"v": {"S": "x"}}, "attribute_not_exists(pk)", params=_OLD),
+    put("old-on-failure-true", {"v": {"S": "x"}}, "n = :five", params=_OLD),
+    delete("old-on-failure-false", "n = :ten", params=_OLD),
+    delete("old-on-failure-absent", "attribute_exists(pk)", params=_OLD, start=ABSENT),
+    delete("old-on-failure-function", "begins_with(s, :x)", params=_OLD),
+]
+
 SHAPES: list[Shape] = [
     *UPDATES,
     *CONDITION_SHAPES,
@@ -616,6 +644,7 @@ SHAPES: list[Shape] = [
     *PUTS,
     *DELETES,
     *PARENTHESIZED,
+    *OLD_ON_FAILURE,
     *PLACEHOLDER_ERRORS,
     *KEY_ERRORS,
     *ACROSS_SCHEMAS,

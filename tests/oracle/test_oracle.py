@@ -86,6 +86,15 @@ DELETE_RETURN_VALUES = (
 
 #: Cases where an emulator itself differs from AWS's documented behaviour:
 #: (shape id, emulator, path or "*") -> what AWS does.
+OLD_ON_FAILURE = (
+    "with ReturnValuesOnConditionCheckFailure=ALL_OLD a false condition's error holds the item "
+    "as it was in Item (PutItem, UpdateItem, DeleteItem API reference); dynalite returns none"
+)
+ENUM = (
+    "a parameter outside its enum is a ValidationException naming the value and the enum "
+    "set (the API reference lists each parameter's valid values); this emulator ignores it"
+)
+
 EMULATOR_DEVIATIONS: dict[tuple[str, str, str], str] = {
     **{
         (shape, "moto", "*"): PLACEHOLDERS
@@ -157,6 +166,17 @@ EMULATOR_DEVIATIONS: dict[tuple[str, str, str], str] = {
     },
     ("put/G/index-key-empty-string", "dynalite", "*"): EMPTY_INDEX_KEY,
     ("delete/return-all-new", "dynalite", "*"): DELETE_RETURN_VALUES,
+    **{
+        (shape, "dynalite", "*"): OLD_ON_FAILURE
+        for shape in (
+            "update/old-on-failure-false",
+            "update/old-on-failure-paren",
+            "put/old-on-failure-false",
+            "delete/old-on-failure-false",
+            "delete/old-on-failure-function",
+        )
+    },
+    **{("update/old-on-failure-bogus", emulator, "*"): ENUM for emulator in ("moto", "dynalite")},
 }
 
 CASES = [

@@ -14,7 +14,12 @@ from .items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, request
 
 Op = Literal["put", "update", "delete", "get"]
 
-_COMMON = {"TableName", "ConditionExpression", "ExpressionAttributeNames"}
+_COMMON = {
+    "TableName",
+    "ConditionExpression",
+    "ExpressionAttributeNames",
+    "ReturnValuesOnConditionCheckFailure",
+}
 _ALLOWED: dict[str, set[str]] = {
     "put": _COMMON | {"Item", "ExpressionAttributeValues", "ReturnValues"},
     "update": _COMMON | {"Key", "UpdateExpression", "ExpressionAttributeValues", "ReturnValues"},
@@ -92,6 +97,11 @@ class Request:
     @property
     def return_values(self) -> str:
         return str(self.params.get("ReturnValues", "NONE"))
+
+    @property
+    def old_on_failure(self) -> bool:
+        """Whether a false condition hands back the item as it was (as DynamoDB does)."""
+        return self.params.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
 
     @property
     def condition(self) -> str | None:
@@ -211,6 +221,19 @@ def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
     return canonical
 
 
+def check_enum(params: Mapping[str, Any], name: str, allowed: Sequence[str]) -> None:
+    """A parameter outside its enum is refused in DynamoDB's own words (botocore does
+    not check enums)."""
+    value = params.get(name)
+    if value is not None and value not in allowed:
+        member = name[0].lower() + name[1:]
+        raise invalid(
+            f"1 validation error detected: Value '{value}' at '{member}' failed to satisfy "
+            f"constraint: Member must satisfy enum value set: [{', '.join(sorted(allowed))}]",
+            None,
+        )
+
+
 def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -> Request:
     """Validate boto3-style ``params`` for ``op``; its key made canonical (one id per item)."""
     table = check_table(params.get("TableName"))
@@ -223,6 +246,7 @@ def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -
         rv = params.get("ReturnValues", "NONE")
         if rv not in _RETURN_VALUES[op]:
             raise invalid(f"ReturnValues={rv!r} is not supported for {op}_item", table)
+    check_enum(params, "ReturnValuesOnConditionCheckFailure", ("ALL_OLD", "NONE"))
     check_expressions(params, table)
     params = dict(params)
     if op == "put":

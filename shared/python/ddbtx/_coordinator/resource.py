@@ -15,6 +15,7 @@ from boto3.exceptions import Boto3Error
 from .. import schema as s
 from .._base.conditions import Condition
 from .._base.effects import Step, request
+from .._base.items import strip
 from .._base.requests import KeySchemas, build
 from .._stores.completion import Completion
 from ..errors import (
@@ -231,7 +232,11 @@ def write_outside(manager: Outside, op: str, params: dict[str, Any]) -> Step[dic
         values = params.get("ExpressionAttributeValues")
         if wanted.condition and not Condition(wanted.condition, names).matches(found or {}, values):
             raise ConditionalCheckFailedError(
-                "the request's condition is false", operation=op, table=table, key=wanted.key
+                "the request's condition is false",
+                operation=op,
+                item=strip(found) if found and wanted.old_on_failure else None,
+                table=table,
+                key=wanted.key,
             )
         # Free, and the condition holds now: a holder released the item meanwhile.
     raise TransactionError(f"an item in {table} kept changing under a write")

@@ -159,4 +159,6 @@ class Rewrites(UnderLock):
         if absent and local.prior != seen:
             # our clear landed, its answer lost: go on from it
             return (yield from self.apply(local, item))
-        raise self.writes.condition_false(req) from exc
+        # What this transaction sees: its own earlier write, or nothing after its delete.
+        sees = None if item is None or flag(item, s.ATTR_DELETED) else item
+        raise self.writes.condition_false(req, sees) from exc

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import schema as s
 from .._base.effects import Step, request
-from .._base.items import MAX_ITEM_BYTES, Item, item_size
+from .._base.items import MAX_ITEM_BYTES, Item, item_size, strip
 from .._base.requests import PROTOCOL_OVERHEAD, Request, grouped, merge_set, used_placeholders
 from .._stores.completion import Completion
 from .._stores.record import new_lock_value
@@ -75,11 +75,15 @@ class ItemWrites:
         names, values = self.lock_names(local)
         names["#ddbtxv"] = s.ATTR_VERDICT
         condition = VERDICT.format(condition=grouped(str(req.condition)))
+        # The verdict's own answer is the item the condition was false on, when asked for.
+        rv = "ALL_OLD" if req.old_on_failure else "NONE"
         try:
-            yield from self.update(req, "REMOVE #ddbtxv", condition, names, values)
+            answer = yield from self.update(
+                req, "REMOVE #ddbtxv", condition, names, values, ReturnValues=rv
+            )
         except ConditionFailed:
             return
-        raise self.condition_false(req)
+        raise self.condition_false(req, answer.get("Attributes"))
 
     def check_on_absent(self, local: Local) -> Step[None]:
         """Evaluate the user's condition as DynamoDB would on an absent item."""
@@ -103,10 +107,16 @@ class ItemWrites:
         except ValidationFailed as exc:
             raise rejected(self.tx.id, [req], exc) from exc
 
-    def condition_false(self, req: Request) -> ConditionalCheckFailedError:
+    def condition_false(
+        self, req: Request, seen: Item | None = None
+    ) -> ConditionalCheckFailedError:
+        """The request's condition is false on ``seen``, the item as this transaction sees it
+        (None: absent), handed back with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``."""
+        old = strip(seen) if req.old_on_failure and seen is not None else None
         return ConditionalCheckFailedError(
             "the request's condition is false",
             operation=req.op,
+            item=old or None,
             tx_id=self.tx.id,
             table=req.table,
             key=req.key,
