@@ -637,6 +637,213 @@ OLD_ON_FAILURE = [
     delete("old-on-failure-function", "begins_with(s, :x)", params=_OLD),
 ]
 
+#: The legacy parameters, translated to expressions in a transaction (DynamoDB defines each
+#: as an expression: Developer Guide, Legacy conditional parameters).
+_N = {"N": "5"}
+LEGACY = [
+    update(
+        "au-put",
+        None,
+        params={"AttributeUpdates": {"v": {"Value": {"S": "x"}, "Action": "PUT"}}},
+        explicit=True,
+    ),
+    update(
+        "au-put-default",
+        None,
+        params={"AttributeUpdates": {"v": {"Value": {"S": "x"}}}},
+        explicit=True,
+    ),
+    update(
+        "au-add-number",
+        None,
+        params={"AttributeUpdates": {"n": {"Value": _N, "Action": "ADD"}}},
+        explicit=True,
+    ),
+    update(
+        "au-add-set",
+        None,
+        params={"AttributeUpdates": {"ss": {"Value": {"SS": ["c"]}, "Action": "ADD"}}},
+        explicit=True,
+    ),
+    update(
+        "au-delete-attr",
+        None,
+        params={"AttributeUpdates": {"s": {"Action": "DELETE"}}},
+        explicit=True,
+    ),
+    update(
+        "au-delete-elements",
+        None,
+        params={"AttributeUpdates": {"ss": {"Value": {"SS": ["a"]}, "Action": "DELETE"}}},
+        explicit=True,
+    ),
+    update(
+        "au-mixed",
+        None,
+        params={
+            "AttributeUpdates": {
+                "v": {"Value": {"S": "x"}},
+                "n": {"Value": _N, "Action": "ADD"},
+                "s": {"Action": "DELETE"},
+            }
+        },
+        explicit=True,
+    ),
+    update(
+        "au-upsert",
+        None,
+        params={"AttributeUpdates": {"v": {"Value": {"S": "x"}}}},
+        explicit=True,
+        start=ABSENT,
+    ),
+    update(
+        "au-put-no-value",
+        None,
+        params={"AttributeUpdates": {"v": {"Action": "PUT"}}},
+        explicit=True,
+    ),
+    update(
+        "au-with-expression",
+        "SET w = :v",
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "ExpressionAttributeValues": {":v": {"S": "y"}},
+        },
+        explicit=True,
+    ),
+    update(
+        "expected-value-true",
+        None,
+        params={"AttributeUpdates": {"v": {"Value": {"S": "x"}}}, "Expected": {"n": {"Value": _N}}},
+        explicit=True,
+    ),
+    update(
+        "expected-value-false",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {"n": {"Value": {"N": "6"}}},
+        },
+        explicit=True,
+    ),
+    update(
+        "expected-not-exists-absent",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {"pk": {"Exists": False}},
+        },
+        explicit=True,
+        start=ABSENT,
+    ),
+    update(
+        "expected-not-exists-present",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {"pk": {"Exists": False}},
+        },
+        explicit=True,
+    ),
+    update(
+        "expected-comparisons",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {
+                "n": {
+                    "ComparisonOperator": "BETWEEN",
+                    "AttributeValueList": [{"N": "1"}, {"N": "9"}],
+                },
+                "s": {"ComparisonOperator": "BEGINS_WITH", "AttributeValueList": [{"S": "he"}]},
+                "ss": {"ComparisonOperator": "CONTAINS", "AttributeValueList": [{"S": "a"}]},
+                "name": {
+                    "ComparisonOperator": "IN",
+                    "AttributeValueList": [{"S": "bob"}, {"S": "alice"}],
+                },
+                "t": {"ComparisonOperator": "NOT_NULL"},
+                "q": {"ComparisonOperator": "NULL"},
+            },
+        },
+        explicit=True,
+    ),
+    update(
+        "expected-or",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {
+                "n": {"ComparisonOperator": "GT", "AttributeValueList": [{"N": "9"}]},
+                "s": {"ComparisonOperator": "EQ", "AttributeValueList": [{"S": "hello"}]},
+            },
+            "ConditionalOperator": "OR",
+        },
+        explicit=True,
+    ),
+    update(
+        "expected-or-false",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {
+                "n": {"ComparisonOperator": "LT", "AttributeValueList": [{"N": "1"}]},
+                "s": {"ComparisonOperator": "NE", "AttributeValueList": [{"S": "hello"}]},
+            },
+            "ConditionalOperator": "OR",
+        },
+        explicit=True,
+    ),
+    update(
+        "expected-exists-no-value",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {"n": {"Exists": True}},
+        },
+        explicit=True,
+    ),
+    update(
+        "expected-between-one-value",
+        None,
+        params={
+            "AttributeUpdates": {"v": {"Value": {"S": "x"}}},
+            "Expected": {
+                "n": {"ComparisonOperator": "BETWEEN", "AttributeValueList": [{"N": "1"}]}
+            },
+        },
+        explicit=True,
+    ),
+    put(
+        "expected-true",
+        {"v": {"S": "x"}},
+        params={"Expected": {"s": {"Value": {"S": "hello"}}}},
+        explicit=True,
+    ),
+    put(
+        "expected-false",
+        {"v": {"S": "x"}},
+        params={"Expected": {"s": {"Value": {"S": "bye"}}}},
+        explicit=True,
+    ),
+    put(
+        "expected-not-exists-absent",
+        {"v": {"S": "x"}},
+        params={"Expected": {"pk": {"Exists": False}}},
+        explicit=True,
+        start=ABSENT,
+    ),
+    delete(
+        "expected-true",
+        params={"Expected": {"n": {"ComparisonOperator": "GE", "AttributeValueList": [_N]}}},
+        explicit=True,
+    ),
+    delete(
+        "expected-false",
+        params={"Expected": {"n": {"ComparisonOperator": "LT", "AttributeValueList": [_N]}}},
+        explicit=True,
+    ),
+]
+
 SHAPES: list[Shape] = [
     *UPDATES,
     *CONDITION_SHAPES,
@@ -645,6 +852,7 @@ SHAPES: list[Shape] = [
     *DELETES,
     *PARENTHESIZED,
     *OLD_ON_FAILURE,
+    *LEGACY,
     *PLACEHOLDER_ERRORS,
     *KEY_ERRORS,
     *ACROSS_SCHEMAS,

@@ -95,6 +95,18 @@ ENUM = (
     "set (the API reference lists each parameter's valid values); this emulator ignores it"
 )
 
+LEGACY_OR = (
+    "ConditionalOperator OR: the condition holds when any Expected entry holds (Developer "
+    "Guide, Legacy conditional parameters: ConditionalOperator); this emulator stops at the "
+    "first false one"
+)
+LEGACY = (
+    "Expected and AttributeUpdates are checked (Value required with Exists true and for a PUT "
+    "or ADD; BETWEEN takes two values) and Expected applies to DeleteItem too (API reference, "
+    "Legacy conditional parameters); moto skips the checks (or fails with an internal error) "
+    "and ignores Expected on DeleteItem"
+)
+
 EMULATOR_DEVIATIONS: dict[tuple[str, str, str], str] = {
     **{
         (shape, "moto", "*"): PLACEHOLDERS
@@ -130,7 +142,12 @@ EMULATOR_DEVIATIONS: dict[tuple[str, str, str], str] = {
     # does; sent directly (the other paths) moto's answer and ours are moto's alike.
     **{
         (f"update/{shape}", "moto", "after_get"): UPDATED_NEW
-        for shape in ("upsert-cond-not-exists", "SR/upsert", "paren-not-exists-absent")
+        for shape in (
+            "upsert-cond-not-exists",
+            "SR/upsert",
+            "paren-not-exists-absent",
+            "expected-not-exists-absent",
+        )
     },
     **{
         (shape, "moto", "*"): NUMBERS
@@ -177,6 +194,16 @@ EMULATOR_DEVIATIONS: dict[tuple[str, str, str], str] = {
         )
     },
     **{("update/old-on-failure-bogus", emulator, "*"): ENUM for emulator in ("moto", "dynalite")},
+    **{("update/expected-or", emulator, "*"): LEGACY_OR for emulator in ("moto", "dynalite")},
+    **{
+        (shape, "moto", "*"): LEGACY
+        for shape in (
+            "update/au-put-no-value",
+            "update/expected-between-one-value",
+            "update/expected-exists-no-value",
+            "delete/expected-false",
+        )
+    },
 }
 
 CASES = [

@@ -11,6 +11,7 @@ from .. import schema
 from ..errors import InvalidRequestError, TableNotFound
 from .effects import Step, request
 from .items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, request_id
+from .legacy import as_expressions
 
 Op = Literal["put", "update", "delete", "get"]
 
@@ -237,6 +238,7 @@ def check_enum(params: Mapping[str, Any], name: str, allowed: Sequence[str]) -> 
 def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -> Request:
     """Validate boto3-style ``params`` for ``op``; its key made canonical (one id per item)."""
     table = check_table(params.get("TableName"))
+    params = as_expressions(params) if op != "get" else params
     unknown = set(params) - _ALLOWED[op]
     if unknown:
         raise invalid(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
