@@ -333,6 +333,35 @@ def parse_projection(text: str, names: Mapping[str, str] | None = None) -> list[
     return paths
 
 
+_CLAUSES = frozenset({"SET", "REMOVE", "ADD", "DELETE"})
+
+
+def updated_paths(text: str, names: Mapping[str, str] | None = None) -> list[Path]:
+    """The document paths an ``UpdateExpression`` writes, names resolved: what
+    ``UPDATED_OLD`` and ``UPDATED_NEW`` answer with (projected as DynamoDB projects them)."""
+    parser = _Parser(text, names or {})
+    paths: list[Path] = []
+    while parser.peek() is not None:
+        clause = parser.take()
+        if clause.kind != "word" or clause.text.upper() not in _CLAUSES:
+            raise ExpressionError(f"expected SET, REMOVE, ADD or DELETE, found {clause}")
+        while True:
+            paths.append(parser.path())
+            depth = 0
+            # The rest of the action (an operand, a function's arguments) up to the next
+            # action of the clause (a comma outside parentheses) or the next clause.
+            while (token := parser.peek()) is not None:
+                if depth == 0 and token.kind == "word" and token.text.upper() in _CLAUSES:
+                    break
+                if depth == 0 and token.kind == "punct" and token.text == ",":
+                    break
+                depth += {"(": 1, ")": -1}.get(token.text, 0) if token.kind == "punct" else 0
+                parser.take()
+            if not parser.accept("punct", ","):
+                break
+    return paths
+
+
 def project(item: Item, paths: list[Path]) -> Item:
     """``item`` with only ``paths``, as DynamoDB projects it (list elements keep their
     order and close up: ``l[3], l[1]`` gives ``l[1]`` then ``l[3]``)."""

@@ -11,7 +11,7 @@ from .._base.items import Item, flag, strip, write_marker
 from .._base.requests import with_user_condition
 from .._stores.record import new_lock_value
 from ..errors import ConditionFailed, ValidationFailed
-from .responses import attributes
+from .responses import attributes, rebuilt
 from .view import Local, rejected
 from .writes import UnderLock, image_sets
 
@@ -150,12 +150,7 @@ class Rewrites(UnderLock):
             local.applied = local.confirmed = True
             assert item is not None
             after = {} if flag(item, s.ATTR_DELETED) else strip(item)
-            rv, old = req.return_values, before or {}
-            if rv == "ALL_OLD":
-                return attributes(old)
-            if rv == "UPDATED_OLD":  # the attributes the write changed, as they were
-                return attributes({k: v for k, v in old.items() if after.get(k) != v})
-            return attributes(after) if rv in ("ALL_NEW", "UPDATED_NEW") else {}
+            return rebuilt(req, before, after)
         if absent and local.prior != seen:
             # our clear landed, its answer lost: go on from it
             return (yield from self.apply(local, item))
