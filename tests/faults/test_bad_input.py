@@ -19,6 +19,7 @@ from ddbtx import (
     TransactionManager,
 )
 from ddbtx import schema as s
+from ddbtx.errors import TableNotFound
 from helpers import Tables, assert_clean, data_state, scan
 
 LIMIT = 400 * 1024
@@ -154,7 +155,8 @@ def test_given_an_empty_missing_or_malformed_key_then_the_request_is_refused(
 def test_given_a_missing_table_then_the_request_names_it(
     tm: TransactionManager, tables: Tables, unchanged: dict[str, Any]
 ) -> None:
-    with pytest.raises(InvalidRequestError, match="no-such-table"), tm.transaction() as tx:
+    # DynamoDB's own ResourceNotFoundException (as natively), naming the table
+    with pytest.raises(TableNotFound, match="no-such-table"), tm.transaction() as tx:
         add(tx, tables.data, "a")
         tx.update_item(
             TableName="no-such-table",

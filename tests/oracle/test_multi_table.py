@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from ddbtx import ConditionalCheckFailedError, InvalidRequestError
 from ddbtx.local import KINDS
 
 from .runner import INDEX, PATHS, Twins, leftovers, send_through
@@ -66,12 +65,12 @@ FAILURES: dict[str, tuple[Item, str]] = {
             "ConditionExpression": "attribute_not_exists(pk)",
             "ExpressionAttributeValues": {":v": VALUES[":v"]},
         },
-        ConditionalCheckFailedError.__name__,
+        "ConditionalCheckFailedException",
     ),
     "rejected-by-dynamodb": (
         # ADD to a string: only DynamoDB can tell, when the write is applied.
         {"UpdateExpression": "ADD s :one", "ExpressionAttributeValues": {":one": VALUES[":one"]}},
-        InvalidRequestError.__name__,
+        "ValidationException",
     ),
 }
 
