@@ -3,6 +3,7 @@ so one step runs unchanged on either driver and the explorer; a driver only perf
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,6 +69,75 @@ def request(operation: str, *, resent: list[bool] | None = None, **params: Any) 
     if resent is not None:
         resent.append(reply.resent)
     return reply.response
+
+
+#: The calls that can report what they consumed (every data-plane call the protocol sends).
+_METERED = frozenset(
+    {
+        "put_item",
+        "update_item",
+        "delete_item",
+        "get_item",
+        "query",
+        "scan",
+        "batch_get_item",
+        "batch_write_item",
+        "transact_write_items",
+        "transact_get_items",
+    }
+)
+
+
+class Meter:
+    """Capacity units consumed by the calls of one user request, per table."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.units: dict[str, float] = {}
+        self._lock = threading.Lock()  # a gather's sub-steps may run on several threads
+
+    def add(self, consumed: Any) -> None:
+        """A response's ``ConsumedCapacity`` (one table's, or a batch's list of them)."""
+        entries = consumed if isinstance(consumed, list) else [consumed] if consumed else []
+        with self._lock:
+            for entry in entries:
+                table = str(entry.get("TableName", ""))
+                self.units[table] = self.units.get(table, 0.0) + float(
+                    entry.get("CapacityUnits", 0.0)
+                )
+
+    def total(self) -> float:
+        return sum(self.units.values())
+
+
+def metered(step: Step[T], meter: Meter) -> Step[T]:
+    """``step`` with every call it (or a step it gathers) sends asking DynamoDB what it
+    consumed, added to ``meter``; the answers it is sent are as they were without."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = step.throw(error) if error is not None else step.send(answer)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        error = None
+        if isinstance(effect, Call) and effect.operation in _METERED:
+            effect = Call(effect.operation, {**effect.params, "ReturnConsumedCapacity": meter.mode})
+        elif isinstance(effect, Gather):
+            effect = Gather(tuple(metered(sub, meter) for sub in effect.steps))
+        try:
+            answer = yield effect
+        except GeneratorExit:
+            step.close()
+            raise
+        except BaseException as exc:  # thrown in by the driver: the step's to see
+            error = exc
+            continue
+        if isinstance(answer, Reply) and "ConsumedCapacity" in answer.response:
+            response = dict(answer.response)
+            meter.add(response.pop("ConsumedCapacity"))
+            answer = Reply(response, answer.resent)
 
 
 def query_all(**params: Any) -> Step[list[dict[str, Any]]]:

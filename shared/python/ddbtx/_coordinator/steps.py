@@ -6,9 +6,9 @@ import typing
 from typing import Any, TypeVar
 
 from .. import schema as s
-from .._base.effects import Step, gather
+from .._base.effects import Meter, Step, gather, metered
 from .._base.items import Item, is_locked_by, write_marker
-from .._base.requests import KeySchemas, Op, Request, build
+from .._base.requests import KeySchemas, Op, Request, build, check_enum
 from .._item_steps.add import Adding
 from .._item_steps.contention import Patience
 from .._item_steps.lock import ItemSteps
@@ -93,7 +93,26 @@ class CoordinatorSteps:
         )
 
     def request(self, op: Op, params: dict[str, Any]) -> Step[dict[str, Any]]:
-        """One request (boto3's parameters): its answer once its item is locked and written."""
+        """One request (boto3's parameters): its answer once its item is locked and written.
+
+        With ``ReturnConsumedCapacity`` the answer's ``ConsumedCapacity`` counts every
+        request the transaction sent for it (its TX record's, images' and item's), under the
+        request's table: what the call cost.
+        """
+        check_enum(params, "ReturnConsumedCapacity", ("INDEXES", "NONE", "TOTAL"))
+        mode = params.get("ReturnConsumedCapacity", "NONE")
+        params = {k: v for k, v in params.items() if k != "ReturnConsumedCapacity"}
+        if mode == "NONE":
+            return (yield from self._request(op, params))
+        meter = Meter(mode)
+        answer = yield from metered(self._request(op, params), meter)
+        table = str(params.get("TableName"))
+        consumed: dict[str, Any] = {"TableName": table, "CapacityUnits": meter.total()}
+        if mode == "INDEXES":  # the request's own table's share, as DynamoDB breaks it down
+            consumed["Table"] = {"CapacityUnits": meter.units.get(table, 0.0)}
+        return {**answer, "ConsumedCapacity": consumed}
+
+    def _request(self, op: Op, params: dict[str, Any]) -> Step[dict[str, Any]]:
         self.check_pending()
         req = yield from self.build(op, params)
         if self.replay is not None:
