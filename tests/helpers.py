@@ -179,3 +179,29 @@ class LostAnswer:
 
     def close(self) -> None:
         self.client.meta.events.unregister("before-send.dynamodb", self._before_send)
+
+
+class _Validated(Exception):
+    """boto3 validated a request and was about to send it."""
+
+
+def _stop_before_sending(**_: Any) -> None:
+    raise _Validated
+
+
+def boto3_refusal(client: Any, method: str, params: dict[str, Any]) -> str | None:
+    """The ``ParamValidationError`` boto3 itself raises for ``params`` (its text), or None
+    when boto3 would send them: the request is validated by the client, never sent."""
+    from botocore.exceptions import ParamValidationError
+
+    events = client.meta.events
+    events.register("before-call.dynamodb", _stop_before_sending, unique_id="boto3-refusal")
+    try:
+        getattr(client, method)(**params)
+    except ParamValidationError as exc:
+        return str(exc)
+    except _Validated:
+        return None
+    finally:
+        events.unregister("before-call.dynamodb", unique_id="boto3-refusal")
+    raise AssertionError(f"{method} {params} was sent")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
 from ddbtx import (
     ConditionalCheckFailedError,
@@ -21,7 +21,7 @@ from ddbtx import (
 )
 from ddbtx.errors import DdbtxError, DynamoDBError, TableNotFound
 from drivers import EventLoopThread
-from helpers import Tables, assert_clean
+from helpers import Tables, assert_clean, boto3_refusal
 
 
 def native_error(call: Callable[[], Any]) -> ClientError:
@@ -217,3 +217,62 @@ def test_given_an_unknown_old_on_failure_value_then_dynamodbs_enum_error(
         "satisfy enum value set: [ALL_OLD, NONE]",
     }
     assert_clean(ddb, accounts)
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("put_item", {"Item": {"pk": "not-an-attribute-value"}}),
+        ("put_item", {"Item": {"pk": {"S": "a"}, "n": {"N": 5}}}),
+        ("update_item", {"Key": {"pk": {"S": "a"}}, "UpdateExpression": 7}),
+        ("delete_item", {}),
+        ("get_item", {"Key": {"pk": {"S": "a"}}, "ConsistentRead": "yes"}),
+    ],
+    ids=["item-not-attribute-values", "number-not-a-string", "expression-not-a-string",
+         "no-key", "consistent-read-not-a-bool"],
+)  # fmt: skip
+def test_given_a_request_boto3_refuses_then_a_transaction_refuses_it_the_same_way(
+    tm: TransactionManager, ddb: Any, accounts: Tables, method: str, params: dict[str, Any]
+) -> None:
+    # Given what boto3 raises for the request sent natively (before sending anything)
+    full = {"TableName": accounts.data, **params}
+    native = boto3_refusal(ddb, method, full)
+    assert native is not None
+    # When a transaction is sent it
+    with pytest.raises(ParamValidationError) as raised, tm.transaction() as tx:
+        getattr(tx, method)(**full)
+    # Then it is botocore's own error, word for word, and nothing changed
+    assert str(raised.value) == native
+    assert_clean(ddb, accounts)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"S": 123}, "NUMBER_VALUE cannot be converted to String"),
+        ({"N": 1.5}, "DECIMAL_VALUE cannot be converted to String"),
+        ({"S": True}, "TRUE_VALUE cannot be converted to String"),
+        ({"BOOL": "maybe"}, "Unexpected token received from parser"),
+        ({"SS": "a"}, "Unexpected field type"),
+        ({"L": [{"S": {"x": 1}}]}, "Start of structure or map found where not expected"),
+        ({"M": {"a": {"N": 2}}}, "NUMBER_VALUE cannot be converted to String"),
+    ],
+    ids=["S-int", "N-float", "S-bool", "BOOL-word", "SS-string", "L-map-in-S", "M-int-in-N"],
+)
+def test_given_a_malformed_value_without_client_validation_then_a_serialization_error(
+    backend: Any,
+    tables: Tables,
+    accounts: Tables,
+    value: dict[str, Any],
+    message: str,
+) -> None:
+    # Given a client that does not validate parameters (they go to DynamoDB as they are)
+    client = backend.client()
+    client.meta.config.parameter_validation = False
+    tm = TransactionManager(client, tables.tx, tables.images)
+    # When a transaction puts an item with a value of the wrong JSON type
+    with pytest.raises(ClientError) as raised, tm.transaction() as tx:
+        tx.put_item(TableName=accounts.data, Item={"pk": {"S": "a"}, "v": value})
+    # Then DynamoDB's SerializationException (AWS's text for it), never a Python error
+    assert raised.value.response["Error"] == {"Code": "SerializationException", "Message": message}
+    assert_clean(client, accounts)

@@ -36,13 +36,8 @@ def accounts(ddb: Any, table_name: Callable[[str], str]) -> str:
         ("put_item", {"Item": {"name": {"S": "alice"}}}, "Item lacks key attributes ['id']"),
         (
             "put_item",
-            {"Item": {"id": {"S": "alice"}}, "Expected": {}},
-            "put_item does not support ['Expected'] in a transaction",
-        ),
-        (
-            "put_item",
-            {"Item": {"id": ["alice"]}},
-            "attribute 'id' is not a low-level AttributeValue: ['alice']",
+            {"Item": {"id": {"S": "alice"}}, "ReturnItemCollectionMetrics": "SIZE"},
+            "put_item does not support ['ReturnItemCollectionMetrics'] in a transaction",
         ),
     ],
 )  # fmt: skip

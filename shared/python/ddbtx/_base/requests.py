@@ -7,8 +7,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from botocore.exceptions import ParamValidationError
+from botocore.validate import ParamValidator
+
 from .. import schema
-from ..errors import InvalidRequestError, TableNotFound
+from ..errors import DynamoDBError, InvalidRequestError, TableNotFound
 from .effects import Step, request
 from .items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, request_id
 from .legacy import as_expressions
@@ -117,6 +120,69 @@ def invalid(message: str, table: str | None, key: Item | None = None) -> Invalid
 def _check_av(name: str, value: Any, table: str) -> None:
     if not (isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _AV_TYPES):
         raise invalid(f"attribute {name!r} is not a low-level AttributeValue: {value!r:.80}", table)
+    ((kind, raw),) = value.items()
+    _check_serializable(kind, raw)
+
+
+#: What each AttributeValue member holds, as DynamoDB's JSON protocol reads it.
+_MEMBER = {"S": "String", "N": "String", "B": "Blob", "BOOL": "Boolean", "NULL": "Boolean"}
+_SETS = {"SS": "String", "NS": "String", "BS": "Blob"}
+
+
+def _serialization(message: str) -> DynamoDBError:
+    """DynamoDB's SerializationException: a value of the wrong JSON type (sent as it is by a
+    client without parameter validation)."""
+    return DynamoDBError(message, code="SerializationException", operation="")
+
+
+def _check_serializable(kind: str, raw: Any) -> None:
+    """A member holding a value DynamoDB cannot read as its type: DynamoDB's own answer."""
+    if kind in _MEMBER:
+        _check_scalar(_MEMBER[kind], raw)
+    elif kind in _SETS or kind == "L":
+        if isinstance(raw, dict):
+            raise _serialization("Start of structure or map found where not expected")
+        if not isinstance(raw, list | tuple):
+            raise _serialization("Unexpected field type")
+        for element in raw:
+            if kind == "L":
+                if not (isinstance(element, dict) and len(element) == 1):
+                    raise _serialization("Start of structure or map found where not expected")
+                ((inner, value),) = element.items()
+                _check_serializable(inner, value)
+            else:
+                _check_scalar(_SETS[kind], element)
+    elif kind == "M":
+        if not isinstance(raw, dict):
+            raise _serialization("Unexpected field type")
+        for element in raw.values():
+            if isinstance(element, dict) and len(element) == 1:
+                ((inner, value),) = element.items()
+                _check_serializable(inner, value)
+
+
+def _check_scalar(expected: str, raw: Any) -> None:
+    if isinstance(raw, dict):
+        raise _serialization("Start of structure or map found where not expected")
+    if isinstance(raw, list | tuple):
+        java = "java.nio.ByteBuffer" if expected == "Blob" else f"java.lang.{expected}"
+        raise _serialization(f"Unrecognized collection type class {java}")
+    if expected == "Blob":
+        if isinstance(raw, bool | int | float):
+            raise _serialization("only base-64-encoded strings are convertible to bytes")
+        return
+    if isinstance(raw, bool):
+        if expected == "String":
+            raise _serialization(
+                f"{'TRUE' if raw else 'FALSE'}_VALUE cannot be converted to String"
+            )
+        return
+    if isinstance(raw, int | float):
+        what = "NUMBER_VALUE" if isinstance(raw, int) or raw.is_integer() else "DECIMAL_VALUE"
+        raise _serialization(f"{what} cannot be converted to {expected}")
+    spelled = ("TRUE", "1", "YES", "FALSE", "0", "NO")
+    if expected == "Boolean" and isinstance(raw, str) and raw.upper() not in spelled:
+        raise _serialization("Unexpected token received from parser")
 
 
 def check_placeholders(params: Mapping[str, Any], table: str) -> None:
@@ -220,6 +286,27 @@ def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
         except ValueError as exc:
             raise invalid(f"key attribute {name!r}: {exc}", table) from None
     return canonical
+
+
+#: The API of each operation a transaction takes.
+OPERATIONS: dict[str, str] = {
+    "put": "PutItem",
+    "update": "UpdateItem",
+    "delete": "DeleteItem",
+    "get": "GetItem",
+}
+
+
+def check_shape(client: Any, op: Op, params: Mapping[str, Any]) -> None:
+    """The request as the client checks it before sending, when it does (botocore's
+    ``parameter_validation``, on by default): botocore's own ``ParamValidationError``."""
+    meta = getattr(client, "meta", None)
+    if meta is None or not getattr(meta.config, "parameter_validation", True):
+        return
+    model = meta.service_model.operation_model(OPERATIONS[op])
+    report = ParamValidator().validate(params, model.input_shape)
+    if report.has_errors():
+        raise ParamValidationError(report=report.generate_report())
 
 
 def check_enum(params: Mapping[str, Any], name: str, allowed: Sequence[str]) -> None:

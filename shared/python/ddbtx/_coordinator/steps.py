@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from .. import schema as s
 from .._base.effects import Meter, Step, gather, metered
 from .._base.items import Item, is_locked_by, write_marker
-from .._base.requests import KeySchemas, Op, Request, build, check_enum
+from .._base.requests import KeySchemas, Op, Request, build, check_enum, check_shape
 from .._item_steps.add import Adding
 from .._item_steps.contention import Patience
 from .._item_steps.lock import ItemSteps
@@ -99,6 +99,7 @@ class CoordinatorSteps:
         request the transaction sent for it (its TX record's, images' and item's), under the
         request's table: what the call cost.
         """
+        check_shape(self.p.client, op, params)
         check_enum(params, "ReturnConsumedCapacity", ("INDEXES", "NONE", "TOTAL"))
         mode = params.get("ReturnConsumedCapacity", "NONE")
         params = {k: v for k, v in params.items() if k != "ReturnConsumedCapacity"}
