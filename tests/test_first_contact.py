@@ -31,9 +31,13 @@ def accounts(ddb: Any, table_name: Callable[[str], str]) -> str:
             "update_item",
             {"Key": {"name": {"S": "alice"}}, "UpdateExpression": "SET a = :v",
              "ExpressionAttributeValues": {":v": {"N": "1"}}},
-            "Key must have exactly the key attributes ['id'], got ['name']",
+            "The provided key element does not match the schema",
         ),
-        ("put_item", {"Item": {"name": {"S": "alice"}}}, "Item lacks key attributes ['id']"),
+        (
+            "put_item",
+            {"Item": {"name": {"S": "alice"}}},
+            "One or more parameter values were invalid: Missing the key id in the item",
+        ),
         (
             "put_item",
             {"Item": {"id": {"S": "alice"}}, "ReturnItemCollectionMetrics": "SIZE"},

@@ -431,18 +431,22 @@ BAD: dict[str, tuple[str, dict[str, Any], str]] = {
     "unused-name": (
         "scan",
         {"ProjectionExpression": "n", "ExpressionAttributeNames": {"#x": "x"}},
-        "no expression uses",
+        "Value provided in ExpressionAttributeNames unused in expressions: keys: {#x}",
     ),
-    "undefined-value": ("scan", {"FilterExpression": "n = :x"}, "ExpressionAttributeValues"),
+    "undefined-value": ("scan", {"FilterExpression": "n = :x"}, "attribute value: :x"),
     "empty-names": ("scan", {"ExpressionAttributeNames": {}}, "must not be empty"),
     "count-with-projection": ("scan", {"Select": "COUNT", "ProjectionExpression": "n"}, "COUNT"),
     "no-key-condition": ("query", {}, "KeyConditionExpression is missing"),
     "unknown-index": ("query", {**P, "IndexName": "nope"}, "has no index"),
     "unparsable-filter": ("scan", {"FilterExpression": "n = = n"}, "cannot be parsed"),
     "batch-empty": ("batch_get_item", {"RequestItems": {}}, "RequestItems"),
-    "batch-bad-key": ("batch_get_item", {"Keys": [{"pk": {"N": "1"}, "sk": {"N": "1"}}]}, "type"),
+    "batch-bad-key": (
+        "batch_get_item",
+        {"Keys": [{"pk": {"N": "1"}, "sk": {"N": "1"}}]},
+        "does not match the schema",
+    ),
     "batch-duplicate-keys": ("batch_get_item", {"Keys": [key(1), key(1)]}, "duplicates"),
-    "get-missing-key-part": ("get_item", {"Key": {"pk": {"S": "p"}}}, "key attributes"),
+    "get-missing-key-part": ("get_item", {"Key": {"pk": {"S": "p"}}}, "does not match the schema"),
 }
 
 

@@ -147,8 +147,8 @@ def test_given_an_empty_transaction_when_committed_then_nothing_is_written(
     ("params", "message"),
     [
         ({"Item": {"pk": S("x"), "_tx:id": S("forged")}}, "reserved prefix"),
-        ({"Item": {"balance": N(1)}}, "lacks key attributes"),
-        ({"Item": {"pk": S("")}}, "non-empty"),
+        ({"Item": {"balance": N(1)}}, "Missing the key pk in the item"),
+        ({"Item": {"pk": S("")}}, "cannot contain an empty string value. Key: pk"),
         ({"Item": {"pk": S("x")}, "ReturnValues": "ALL_NEW"}, "ReturnValues"),
         (
             {

@@ -230,57 +230,80 @@ def check_expressions(
     for name in expression_params:
         value = params.get(name)
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise invalid(f"{name} must be a non-empty string", table)
-    expressions = [params[p] for p in expression_params if params.get(p) is not None]
-    used = set(_PLACEHOLDER.findall(" ".join(expressions)))
+            raise invalid(f"Invalid {name}: The expression can not be empty;", table)
+    given = {p: str(params[p]) for p in expression_params if params.get(p) is not None}
+    used = set(_PLACEHOLDER.findall(" ".join(given.values())))
     for param, sigil in (("ExpressionAttributeNames", "#"), ("ExpressionAttributeValues", ":")):
         mine = {t for t in used if t.startswith(sigil)}
-        _check_defined(param, params.get(param), mine, used, bool(expressions), table)
+        _check_defined(param, params.get(param), mine, used, given, table)
+
+
+#: DynamoDB's words for a placeholder an expression uses but no map defines.
+_UNDEFINED = {
+    "ExpressionAttributeNames": "An expression attribute name used in the document path is not "
+    "defined; attribute name: {}",
+    "ExpressionAttributeValues": "An expression attribute value used in expression is not "
+    "defined; attribute value: {}",
+}
 
 
 def _check_defined(
-    param: str, defined: Any, mine: set[str], used: set[str], expressions: bool, table: str
+    param: str,
+    defined: Any,
+    mine: set[str],
+    used: set[str],
+    expressions: Mapping[str, str],
+    table: str,
 ) -> None:
-    """One placeholder map against ``mine`` (used, of its kind) and ``used`` (both kinds)."""
-    if defined is None:
-        mentioned = ", ".join(sorted(mine))
-        if mentioned:
-            raise invalid(f"{mentioned} used in an expression but {param} is missing", table)
-        return
-    if not defined:
+    """One placeholder map against ``mine`` (used, of its kind) and ``used`` (both kinds),
+    refused in DynamoDB's words."""
+    if defined is not None and not defined:
         raise invalid(f"{param} must not be empty", table)
-    if not expressions:
+    if defined is not None and not expressions:
         raise invalid(f"{param} can only be specified when using expressions", table)
-    undefined = ", ".join(sorted(mine - set(defined)))
+    undefined = sorted(mine - set(defined or {}))
     if undefined:
-        raise invalid(f"{undefined} used in an expression but not defined in {param}", table)
-    unused = ", ".join(sorted(set(defined) - used))
+        where = next(e for e, text in expressions.items() if undefined[0] in text)
+        raise invalid(f"Invalid {where}: {_UNDEFINED[param].format(undefined[0])}", table)
+    unused = sorted(set(defined or {}) - used)
     if unused:
-        raise invalid(f"{param} has entries no expression uses: {unused}", table)
+        keys = ", ".join(unused)
+        raise invalid(f"Value provided in {param} unused in expressions: keys: {{{keys}}}", table)
 
 
 def _key_types(key_names: Sequence[str] | KeyTypes) -> KeyTypes:
     return key_names if isinstance(key_names, Mapping) else dict.fromkeys(key_names)
 
 
-def _check_key(key: Any, key_types: KeyTypes, table: str) -> Item:
-    """The key in canonical form (hash first), after checking it against the key schema."""
-    if not isinstance(key, dict) or not key:
-        raise invalid("Key is missing or empty", table)
-    if set(key) != set(key_types):
-        raise invalid(
-            f"Key must have exactly the key attributes {sorted(key_types)}, got {sorted(key)}",
-            table,
-        )
+#: DynamoDB's words for a ``Key`` that is not the table's.
+NOT_THE_SCHEMA = "The provided key element does not match the schema"
+
+
+def _check_key(key: Any, key_types: KeyTypes, table: str, *, in_item: bool = False) -> Item:
+    """The key in canonical form (hash first), after checking it against the key schema;
+    refused in DynamoDB's words (a put's key, ``in_item``, in PutItem's)."""
+    if not isinstance(key, dict) or not key or set(key) != set(key_types):
+        raise invalid(NOT_THE_SCHEMA, table)
     canonical: Item = {}
     for name, expected in key_types.items():
         value = key[name]
         _check_av(name, value, table)
         ((kind, raw),) = value.items()
-        if kind not in ("S", "N", "B") or raw in ("", b""):
-            raise invalid(f"key attribute {name!r} must be a non-empty S, N or B", table)
-        if expected is not None and kind != expected:
-            raise invalid(f"type mismatch for key {name!r}: expected {expected}, got {kind}", table)
+        if raw in ("", b"") and kind in ("S", "B"):
+            what = "string" if kind == "S" else "binary"
+            raise invalid(
+                "One or more parameter values are not valid. The AttributeValue for a key "
+                f"attribute cannot contain an empty {what} value. Key: {name}",
+                table,
+            )
+        if (expected is not None and kind != expected) or kind not in ("S", "N", "B"):
+            if not in_item:
+                raise invalid(NOT_THE_SCHEMA, table)
+            raise invalid(
+                "One or more parameter values were invalid: Type mismatch for key "
+                f"{name} expected: {expected or 'S, N or B'} actual: {kind}",
+                table,
+            )
         try:
             canonical[name] = canonical_key_value(value)
         except ValueError as exc:
@@ -360,8 +383,11 @@ def _check_item(params: dict[str, Any], key_types: KeyTypes, table: str) -> Item
         _check_av(name, value, table)
     missing = [k for k in key_types if k not in item]
     if missing:
-        raise invalid(f"Item lacks key attributes {missing}", table)
-    key = _check_key({k: item[k] for k in key_types}, key_types, table)
+        raise invalid(
+            f"One or more parameter values were invalid: Missing the key {missing[0]} in the item",
+            table,
+        )
+    key = _check_key({k: item[k] for k in key_types}, key_types, table, in_item=True)
     params["Item"] = {**item, **key}
     size = item_size(item)
     if size + PROTOCOL_OVERHEAD > MAX_ITEM_BYTES:
