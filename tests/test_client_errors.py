@@ -276,3 +276,37 @@ def test_given_a_malformed_value_without_client_validation_then_a_serialization_
     # Then DynamoDB's SerializationException (AWS's text for it), never a Python error
     assert raised.value.response["Error"] == {"Code": "SerializationException", "Message": message}
     assert_clean(client, accounts)
+
+
+@pytest.mark.parametrize(
+    ("update", "condition"),
+    [
+        ("SET balance = :n,", None),
+        ("SET balance = = :n", None),
+        ("SET balance = :n", "balance = = :n"),
+        ("SET balance = :n", "attribute_exists(balance"),
+        ("SET balance = :n REMOVE", "balance > :n"),
+    ],
+    ids=["trailing-comma", "double-equals", "condition-double-equals", "condition-open",
+         "empty-remove"],
+)  # fmt: skip
+def test_given_a_syntax_error_then_dynamodbs_message_about_the_users_own_expression(
+    tm: TransactionManager, ddb: Any, accounts: Tables, update: str, condition: str | None
+) -> None:
+    # Given an expression DynamoDB refuses, and its answer sent natively
+    params: dict[str, Any] = {
+        "TableName": accounts.data,
+        "Key": {"pk": {"S": "a"}},
+        "UpdateExpression": update,
+        "ExpressionAttributeValues": {":n": {"N": "1"}},
+    }
+    if condition is not None:
+        params["ConditionExpression"] = condition
+    native = native_error(lambda: ddb.update_item(**params))
+    # When a transaction sends it
+    with pytest.raises(ClientError) as raised, tm.transaction() as tx:
+        tx.update_item(**params)
+    # Then its error is DynamoDB's, word for word: never ddbtx's rewritten expression
+    assert raised.value.response["Error"] == native.response["Error"]
+    assert "ddbtx" not in raised.value.response["Error"]["Message"]
+    assert_clean(ddb, accounts)

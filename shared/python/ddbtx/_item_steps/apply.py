@@ -8,9 +8,9 @@ from .. import schema as s
 from .._base.effects import Step
 from .._base.items import flag, strip
 from .._base.requests import with_user_condition
-from ..errors import ConditionFailed, InvalidRequestError, ValidationFailed
+from ..errors import ConditionFailed, ValidationFailed
 from .responses import attributes, return_values
-from .view import Local, rejected
+from .view import Local
 from .writes import UnderLock, image_sets
 
 #: apply: only under this request's lock, and only once.
@@ -36,7 +36,7 @@ class Applies(UnderLock):
         try:
             yield from self.writes.update(req, "SET #ddbtxd = :ddbtxt", condition, names, values)
         except ValidationFailed as exc:
-            raise rejected(self.tx.id, [req], exc, sized=True) from exc
+            raise (yield from self.writes.refusal(req, exc, sized=True)) from exc
         except ConditionFailed as exc:
             item = yield from self.p.read_item(req.table, req.key)
             if (item or {}).get(s.ATTR_LOCK, {}).get("S") != values[":ddbtxl"]["S"]:
@@ -60,14 +60,7 @@ class Applies(UnderLock):
         try:
             return (yield from self._write(local, condition, names, values))
         except ValidationFailed as exc:
-            raise InvalidRequestError(
-                f"DynamoDB rejected the write: {exc}",
-                operation=req.op,
-                dynamodb_message=exc.response["Error"].get("Message"),
-                tx_id=self.tx.id,
-                table=req.table,
-                key=req.key,
-            ) from exc
+            raise (yield from self.writes.refusal(req, exc)) from exc
         except ConditionFailed as exc:
             return (yield from self._settle_apply(local, values[":ddbtxl"]["S"], exc))
 

@@ -17,7 +17,7 @@ from .apply import Applies
 from .contention import Contending, ItemContention
 from .responses import attributes, return_values, wrap
 from .rewrite import Rewrites
-from .view import Local, rejected
+from .view import Local
 from .writes import ItemWrites
 
 #: lock: the item exists and nobody holds it (the request's own condition is ANDed in).
@@ -69,7 +69,7 @@ class ItemSteps:
                         continue
                     guessing = False
                 except ValidationFailed as exc:
-                    raise rejected(self.tx.id, [req], exc, sized=True) from exc
+                    raise (yield from self.writes.refusal(req, exc, sized=True)) from exc
                 except (DynamoDBError, BotoCoreError):
                     local.maybe_landed = True  # no answer: it may have been applied
                     raise

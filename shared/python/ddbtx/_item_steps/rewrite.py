@@ -12,7 +12,7 @@ from .._base.requests import with_user_condition
 from .._stores.record import new_lock_value
 from ..errors import ConditionFailed, ValidationFailed
 from .responses import attributes, rebuilt
-from .view import Local, rejected
+from .view import Local
 from .writes import UnderLock, image_sets
 
 #: rewrite: under this request's lock, and only over exactly what the earlier writes left
@@ -49,7 +49,7 @@ class Rewrites(UnderLock):
         try:
             result = yield from self._write(local)
         except ValidationFailed as exc:
-            raise rejected(self.tx.id, [req], exc, sized=True) from exc
+            raise (yield from self.writes.refusal(req, exc, sized=True)) from exc
         except ConditionFailed as exc:
             return (yield from self._settle(local, before, exc))
         local.applied = local.confirmed = True

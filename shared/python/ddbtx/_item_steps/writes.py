@@ -13,7 +13,12 @@ from .._base.items import MAX_ITEM_BYTES, Item, item_size, strip
 from .._base.requests import PROTOCOL_OVERHEAD, Request, grouped, merge_set, used_placeholders
 from .._stores.completion import Completion
 from .._stores.record import new_lock_value
-from ..errors import ConditionalCheckFailedError, ConditionFailed, ValidationFailed
+from ..errors import (
+    ConditionalCheckFailedError,
+    ConditionFailed,
+    InvalidRequestError,
+    ValidationFailed,
+)
 from .view import Local, rejected
 
 #: verdict: a no-op write that succeeds only while the item exists, is free, and the
@@ -106,6 +111,46 @@ class ItemWrites:
             raise self.condition_false(req) from exc
         except ValidationFailed as exc:
             raise rejected(self.tx.id, [req], exc) from exc
+
+    def refusal(
+        self, req: Request, exc: ValidationFailed, *, sized: bool = False
+    ) -> Step[InvalidRequestError]:
+        """DynamoDB refused a write of ``req``, in DynamoDB's own words for the user's request.
+
+        The protocol's write joins the user's expressions with its own, so DynamoDB's message
+        may quote ddbtx's text; the user's expressions are asked about alone (only on this
+        error path), and DynamoDB's refusal of them, if any, is the answer.
+        """
+        alone = yield from self._ask_alone(req)
+        return rejected(self.tx.id, [req], alone or exc, sized=sized)
+
+    def _ask_alone(self, req: Request) -> Step[ValidationFailed | None]:
+        """The user's update and condition expressions sent on their own, on a key that
+        cannot exist, under a condition that cannot hold: nothing is written either way."""
+        names = req.params.get("ExpressionAttributeNames") or {}
+        values = req.params.get("ExpressionAttributeValues") or {}
+        probe = {name: _probe_value(value) for name, value in req.key.items()}
+        asks: list[tuple[str, dict[str, Any]]] = []
+        update = req.params.get("UpdateExpression")
+        if update:
+            # never holds on the probe key: the update is parsed and checked, not applied
+            exists = "attribute_exists(#ddbtxk)"
+            mine = {**names, "#ddbtxk": next(iter(req.key))}
+            used = used_placeholders(mine, values, update, exists)
+            asks.append(
+                ("update_item", {"UpdateExpression": update, "ConditionExpression": exists, **used})
+            )
+        if req.condition:
+            used = used_placeholders(names, values, req.condition)
+            asks.append(("delete_item", {"ConditionExpression": req.condition, **used}))
+        for operation, params in asks:
+            try:
+                yield from request(operation, TableName=req.table, Key=probe, **params)
+            except ValidationFailed as refused:
+                return refused
+            except ConditionFailed:
+                continue
+        return None
 
     def condition_false(
         self, req: Request, seen: Item | None = None
