@@ -1,0 +1,445 @@
+"""Where the emulators depart from AWS, and where ddbtx is known to depart from DynamoDB.
+
+Two lists, each entry named and decided by predicates:
+
+- :data:`DEVIATIONS`: an emulator answers a case otherwise than AWS documents (the
+  reasons are the oracle's own where it has one, :mod:`oracle.test_oracle`). Its native
+  answer cannot be the reference there, so the case is not compared on that emulator
+  (the run counts it, by deviation).
+- :data:`KNOWN`: classes of differences ddbtx still has, each limited to the fields it
+  may explain (messages, mostly). Each is strict: a full-budget run that never hits one
+  fails, so that a fix shows and its entry is deleted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ddbtx.local import KINDS
+from oracle.runner import KEYS, normal
+from oracle.test_oracle import (
+    DELETE_RETURN_VALUES,
+    ENUM,
+    NO_EXPRESSION,
+    NUMBERS,
+    OLD_ON_FAILURE,
+    PLACEHOLDERS,
+    SYNTAX,
+    UPDATED_NEW,
+)
+
+from .runner import Observed
+from .strategies import Case, Tag
+
+MOTO = frozenset({"moto"})
+DYNALITE = frozenset({"dynalite"})
+BOTH = frozenset(KINDS)
+
+
+# --- the emulators' deviations ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """An emulator's departure from AWS's documented behaviour, on the cases it decides:
+    those whose request has a feature (``request``) and, where given, whose native answer
+    shows the departure (``answer``). Without ``answer`` the case is not even sent there
+    (the emulator would crash)."""
+
+    name: str
+    #: What AWS does (the Developer Guide or API reference says so), and what the emulator does
+    aws: str
+    emulators: frozenset[str]
+    request: Callable[[Case], bool]
+    #: Given the case and the emulator's answer
+    answer: Callable[[Case, Observed], bool] | None = None
+    #: Whose answer shows it: the native request's, or the emulator's to ddbtx's requests
+    side: Literal["native", "ddbtx"] = "native"
+
+
+PATH_IN_LIST = (
+    "the operands of IN are any operands, document paths included (Developer Guide: "
+    "Comparison operator and function reference); dynalite's process exits when a path in "
+    "the list (or under size()) names nothing in the item"
+)
+EVALUATION = (
+    "a condition compares operands of any types (false when the types differ), and BETWEEN, "
+    "IN and size() take any operand (Developer Guide: Comparison operator and function "
+    "reference); moto's backend raises a Python exception instead (its server: an internal "
+    "error)"
+)
+NESTED_FUNCTION = (
+    "a function's operand may be a function (Developer Guide: Update expressions, syntax: "
+    "operand ::= path | function, function ::= list_append (list1, list2) | if_not_exists "
+    "(path, value)); moto refuses it as a syntax error"
+)
+ONLY_WITH_EXPRESSIONS = (
+    "ExpressionAttributeNames or ExpressionAttributeValues without any expression is a "
+    "ValidationException saying they 'can only be specified when using expressions' (API "
+    "reference, Common errors of PutItem, UpdateItem, DeleteItem); moto calls them unused"
+)
+ATOMIC = (
+    "a write DynamoDB refuses changes nothing: each UpdateItem is atomic on its item "
+    "(Developer Guide: Working with items and attributes, UpdateItem); moto applies the "
+    "actions before the one it refuses (ADD to a list, for one)"
+)
+DUPLICATE_IN_SET = (
+    "a set with the same element twice is a ValidationException (Developer Guide: Data "
+    "types, Sets); moto stores it"
+)
+
+
+def tagged(*tags: Tag) -> Callable[[Case], bool]:
+    """The request has one of ``tags``."""
+    return lambda case: bool(case.tags & set(tags))
+
+
+def anything(case: Case) -> bool:
+    return True
+
+
+def accepted_or_crashed(case: Case, native: Observed) -> bool:
+    """The emulator did not refuse the request (it applied it, or failed inside)."""
+    return native.code != "ValidationException"
+
+
+def crashed(case: Case, answer: Observed) -> bool:
+    """The emulator failed inside (a Python exception raised in moto's code, in process)."""
+    return answer.origin == "moto"
+
+
+def syntax_error(case: Case, native: Observed) -> bool:
+    return "Syntax error" in (native.message or "")
+
+
+def without_enum_message(case: Case, native: Observed) -> bool:
+    return "returnValuesOnConditionCheckFailure" not in (native.message or "")
+
+
+def key_in_updated_new(case: Case) -> bool:
+    return case.op == "update" and case.params.get("ReturnValues") == "UPDATED_NEW"
+
+
+def returns_key(case: Case, native: Observed) -> bool:
+    return bool(native.attributes) and bool(case.key_names & set(native.attributes))
+
+
+def old_item_kept_back(case: Case, native: Observed) -> bool:
+    return native.code == "ConditionalCheckFailedException" and native.old is None
+
+
+def placeholders_without_expressions(case: Case) -> bool:
+    expressions = ("ConditionExpression", "UpdateExpression")
+    maps = ("ExpressionAttributeNames", "ExpressionAttributeValues")
+    return not any(e in case.params for e in expressions) and any(m in case.params for m in maps)
+
+
+def not_said_only_with_expressions(case: Case, native: Observed) -> bool:
+    return "can only be specified when using expressions" not in (native.message or "")
+
+
+def changed_though_refused(case: Case, native: Observed) -> bool:
+    """Refused, yet the item is not the one it started as."""
+    return native.code == "ValidationException" and native.item != _start_item(case)
+
+
+def _start_item(case: Case) -> Any:
+    if case.start is None:
+        return None
+    return normal({**KEYS[case.schema].stored, **case.start})
+
+
+DEVIATIONS: tuple[Deviation, ...] = (
+    Deviation("path in an IN list", PATH_IN_LIST, DYNALITE, tagged(Tag.PATH_IN_LIST)),
+    Deviation(
+        "ReturnValuesOnConditionCheckFailure outside its enum",
+        ENUM,
+        BOTH,
+        tagged(Tag.BAD_OLD_ON_FAILURE),
+        without_enum_message,
+    ),
+    Deviation(
+        "ReturnValues of another operation",
+        DELETE_RETURN_VALUES,
+        DYNALITE,
+        lambda case: case.op == "delete" and Tag.RV_FOR_OTHER_OP in case.tags,
+        accepted_or_crashed,
+    ),
+    Deviation(
+        "placeholders unused, undefined or empty",
+        PLACEHOLDERS,
+        MOTO,
+        tagged(
+            Tag.UNUSED_NAME,
+            Tag.UNUSED_VALUE,
+            Tag.UNDEFINED_NAME,
+            Tag.UNDEFINED_VALUE,
+            Tag.EMPTY_MAP,
+        ),
+        accepted_or_crashed,
+    ),
+    Deviation(
+        "placeholders without expressions",
+        ONLY_WITH_EXPRESSIONS,
+        MOTO,
+        placeholders_without_expressions,
+        not_said_only_with_expressions,
+    ),
+    Deviation("nested function", NESTED_FUNCTION, MOTO, tagged(Tag.NESTED_FUNCTION), syntax_error),
+    Deviation(
+        "partial update", ATOMIC, MOTO, lambda case: case.op == "update", changed_though_refused
+    ),
+    Deviation("malformed expression", SYNTAX, MOTO, tagged(Tag.SYNTAX, Tag.BARE_RESERVED), crashed),
+    Deviation(
+        "no UpdateExpression", NO_EXPRESSION, MOTO, tagged(Tag.NO_UPDATE_EXPRESSION), crashed
+    ),
+    Deviation("invalid number", NUMBERS, MOTO, tagged(Tag.BAD_NUMBER), accepted_or_crashed),
+    Deviation(
+        "duplicate in a set", DUPLICATE_IN_SET, MOTO, tagged(Tag.BAD_SET), accepted_or_crashed
+    ),
+    Deviation("UPDATED_NEW with the key", UPDATED_NEW, MOTO, key_in_updated_new, returns_key),
+    Deviation(
+        "no Item on a false condition",
+        OLD_ON_FAILURE,
+        DYNALITE,
+        lambda case: (
+            case.params.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
+            and case.start is not None
+        ),
+        old_item_kept_back,
+    ),
+    Deviation("internal error evaluating", EVALUATION, MOTO, anything, crashed),
+    Deviation(
+        "internal error on ddbtx's request", EVALUATION, MOTO, anything, crashed, side="ddbtx"
+    ),
+)
+
+
+def unsendable(emulator: str, case: Case) -> Deviation | None:
+    """The emulator's deviation that keeps the case from being sent to it, if any."""
+    for candidate in DEVIATIONS:
+        if emulator in candidate.emulators and candidate.answer is None and candidate.request(case):
+            return candidate
+    return None
+
+
+def deviation(
+    emulator: str, case: Case, answer: Observed, side: Literal["native", "ddbtx"] = "native"
+) -> Deviation | None:
+    """The emulator's deviation that keeps the case from being compared, if any: shown by its
+    answer to the native request (``side``), or to ddbtx's requests."""
+    for candidate in DEVIATIONS:
+        if (
+            emulator in candidate.emulators
+            and candidate.side == side
+            and candidate.answer is not None
+            and candidate.request(case)
+            and candidate.answer(case, answer)
+        ):
+            return candidate
+    return None
+
+
+# --- ddbtx's known differences -------------------------------------------------------------
+
+#: ddbtx's own texts for what it checks before any write (``_base/requests.py``), by the
+#: error each stands for.
+OWN_TEXTS: dict[str, re.Pattern[str]] = {
+    "unused placeholder": re.compile(r"^Expression\w+ has entries no expression uses: "),
+    "undefined placeholder": re.compile(
+        r"^[#:]\w+(, [#:]\w+)* used in an expression but (not defined in \w+|\w+ is missing)$"
+    ),
+    "empty placeholder map": re.compile(r"^Expression\w+ must not be empty$"),
+    "ReturnValues": re.compile(r"^ReturnValues='[^']*' is not supported for \w+_item$"),
+}
+
+#: DynamoDB's texts (as the emulators word them) for the same errors.
+DYNAMODB_TEXTS: dict[str, re.Pattern[str]] = {
+    "unused placeholder": re.compile(r"Value provided in Expression\w+ unused in expressions"),
+    "undefined placeholder": re.compile(
+        r"An expression attribute (name|value) used in (the document path|expression) is not "
+        r"defined"
+    ),
+    "empty placeholder map": re.compile(r"Expression\w+ must not be empty"),
+    "ReturnValues": re.compile(
+        r"ReturnValues can only be|Return values set to invalid value|at 'returnValues'"
+    ),
+}
+
+
+def own_error(message: str | None) -> str | None:
+    """The error ddbtx's own text stands for, if the message is one of ddbtx's."""
+    return next((e for e, p in OWN_TEXTS.items() if p.search(message or "")), None)
+
+
+def dynamodb_error(message: str | None) -> str | None:
+    """The error DynamoDB's text stands for, among those ddbtx checks itself."""
+    return next((e for e, p in DYNAMODB_TEXTS.items() if p.search(message or "")), None)
+
+
+@dataclass(frozen=True)
+class Known:
+    """A class of differences between ddbtx and DynamoDB, left to fix (or documented)."""
+
+    name: str
+    about: str
+    #: The only fields a difference of this class may be in
+    fields: frozenset[str]
+    #: Given the case, the native observation and ddbtx's
+    applies: Callable[[Case, Observed, Observed], bool]
+    emulators: frozenset[str] = BOTH
+
+
+MESSAGE = frozenset({"message"})
+
+
+def _same_error_in_own_words(case: Case, native: Observed, ours: Observed) -> bool:
+    error = own_error(ours.message)
+    return error is not None and dynamodb_error(native.message) == error
+
+
+def _own_check_first(case: Case, native: Observed, ours: Observed) -> bool:
+    error = own_error(ours.message)
+    return (
+        native.code == "ValidationException"
+        and error is not None
+        and dynamodb_error(native.message) != error
+    )
+
+
+#: DynamoDB's texts for an UpdateExpression it refuses whatever the item holds.
+UPDATE_REFUSED = re.compile(
+    r"^(1 validation error detected: )?(Invalid UpdateExpression: |One or more parameter "
+    r"values were invalid: Cannot update attribute \w+\. This attribute is part of the key)"
+)
+#: DynamoDB's texts for a ConditionExpression it refuses.
+CONDITION_REFUSED = re.compile(r"^(1 validation error detected: )?Invalid ConditionExpression: ")
+
+
+def _condition_before_update(case: Case, native: Observed, ours: Observed) -> bool:
+    return (
+        case.op == "update"
+        and native.code == "ValidationException"
+        and bool(UPDATE_REFUSED.search(native.message or ""))
+        and bool(CONDITION_REFUSED.search(ours.message or ""))
+    )
+
+
+SYNTAX_ERROR = re.compile(
+    r"^(1 validation error detected: )?Invalid ConditionExpression: Syntax error; "
+)
+
+
+def _syntax_error_in_rewrite(case: Case, native: Observed, ours: Observed) -> bool:
+    return bool(SYNTAX_ERROR.search(native.message or "")) and bool(
+        SYNTAX_ERROR.search(ours.message or "")
+    )
+
+
+def _false_condition_before_update(case: Case, native: Observed, ours: Observed) -> bool:
+    return (
+        case.op == "update"
+        and native.code == "ValidationException"
+        and bool(UPDATE_REFUSED.search(native.message or ""))
+        and ours.code == "ConditionalCheckFailedException"
+    )
+
+
+#: DynamoDB's texts for an invalid value (a number out of range, a set with a duplicate or
+#: empty, ...), as an item's attribute: without ExpressionAttributeValues' frame
+#: ("ExpressionAttributeValues contains invalid value: ... for key :x").
+ITEM_VALUE = re.compile(
+    r"^(1 validation error detected: )?(One or more parameter values were invalid: |Input "
+    r"collection contains duplicates|Number overflow|Number underflow|The parameter cannot be "
+    r"converted to a numeric value)"
+)
+
+
+def _value_in_record(case: Case, native: Observed, ours: Observed) -> bool:
+    return native.code == "ValidationException" and bool(ITEM_VALUE.search(ours.message or ""))
+
+
+KNOWN: tuple[Known, ...] = (
+    Known(
+        "own words",
+        "ddbtx refuses unused, undefined and empty placeholders and a ReturnValues the "
+        "operation does not take itself, before any write, with texts of its own; DynamoDB "
+        "refuses the same with others (e.g. 'Value provided in ExpressionAttributeValues unused "
+        "in expressions: keys: {:x}' against 'ExpressionAttributeValues has entries no "
+        "expression uses: :x')",
+        MESSAGE,
+        _same_error_in_own_words,
+    ),
+    Known(
+        "own checks first",
+        "a request with several errors: ddbtx reports the one its own checks find (placeholders, "
+        "ReturnValues) before DynamoDB has parsed the expressions, where DynamoDB reports "
+        "another first (a syntax error, a reserved word, an operand of the wrong type)",
+        MESSAGE,
+        _own_check_first,
+    ),
+    Known(
+        "invalid value refused in ddbtx's record",
+        "an invalid value in ExpressionAttributeValues (a number out of range, a set with a "
+        "duplicate or empty): ddbtx writes the request into its TX record before sending it, "
+        "and DynamoDB refuses that write in its words for an item's attribute ('Input "
+        "collection contains duplicates'), not in those for the parameter ('"
+        "ExpressionAttributeValues contains invalid value: Input collection contains "
+        "duplicates for key :x'); or refuses it before an error DynamoDB reports first",
+        MESSAGE,
+        _value_in_record,
+    ),
+    Known(
+        "condition checked before the update expression",
+        "an update with a ConditionExpression and an UpdateExpression both invalid: ddbtx "
+        "sends the condition first (with the lock) and reports DynamoDB's complaint about it, "
+        "DynamoDB reports the UpdateExpression's",
+        MESSAGE,
+        _condition_before_update,
+        # moto checks an UpdateExpression only after the condition: no case shows it there
+        DYNALITE,
+    ),
+    Known(
+        "syntax error in ddbtx's rewritten condition",
+        "a ConditionExpression with a syntax error: DynamoDB's message describes where the "
+        "parser stopped in the expression it was sent, and ddbtx sends the user's condition "
+        'in parentheses ANDed with its own (e.g. dynalite: \'Expected ")", "AND", '
+        '"OR" ... but end of input found\' natively, \'... but ")" found\' through ddbtx; '
+        "AWS quotes the text near the error, ddbtx's rewrite included)",
+        MESSAGE,
+        _syntax_error_in_rewrite,
+        # moto fails inside on a malformed condition (SYNTAX): no case shows it there
+        DYNALITE,
+    ),
+    Known(
+        "false condition before an invalid update expression",
+        "NOT ONLY A MESSAGE: an update whose UpdateExpression DynamoDB refuses whatever the item "
+        "(a syntax error, overlapping paths, ADD or DELETE with an operand of the wrong type, "
+        "a key attribute) "
+        "and whose ConditionExpression is false on the item: natively ValidationException, "
+        "through ddbtx ConditionalCheckFailedException (with the item as Item when asked): "
+        "ddbtx evaluates the condition with the lock, and the UpdateExpression reaches "
+        "DynamoDB only at apply",
+        frozenset({"code", "message", "old"}),
+        _false_condition_before_update,
+        # moto checks an UpdateExpression only after the condition: no case shows it there
+        DYNALITE,
+    ),
+)
+
+
+def known(
+    emulator: str, case: Case, native: Observed, ours: Observed, differing: set[str]
+) -> Known | None:
+    """The known class that explains every differing field, if one does."""
+    for candidate in KNOWN:
+        if (
+            emulator in candidate.emulators
+            and differing <= candidate.fields
+            and candidate.applies(case, native, ours)
+        ):
+            return candidate
+    return None
