@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from oracle.runner import Twins
 
 from . import known as k
-from .runner import Difference, differences, native, through_ddbtx
+from .runner import Difference, condition_alone, differences, native, through_ddbtx
 from .strategies import Case, cases
 
 
@@ -66,7 +66,9 @@ class Tally:
             self.agreed += 1
             return None
         finding = Finding(case, tuple(found))
-        explained = k.known(self.emulator, case, theirs, ours, {d.field for d in found})
+        alone = condition_alone(self.twins, case) if k.wants_condition_alone(case, theirs) else None
+        sides = k.Sides(theirs, ours, alone)
+        explained = k.known(self.emulator, case, sides, {d.field for d in found})
         if explained is None:
             self.unknown.append(finding)
             return finding

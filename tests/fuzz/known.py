@@ -60,10 +60,11 @@ class Deviation:
     side: Literal["native", "ddbtx"] = "native"
 
 
-PATH_IN_LIST = (
-    "the operands of IN are any operands, document paths included (Developer Guide: "
-    "Comparison operator and function reference); dynalite's process exits when a path in "
-    "the list (or under size()) names nothing in the item"
+PATH_IN_LIST_OR_BOUND = (
+    "the operands of IN and BETWEEN are any operands, document paths included (Developer "
+    "Guide: Comparison operator and function reference); dynalite's process exits when a "
+    "path in an IN list or as BETWEEN's upper bound (or under size() there) names nothing "
+    "in the item"
 )
 EVALUATION = (
     "a condition compares operands of any types (false when the types differ), and BETWEEN, "
@@ -153,7 +154,12 @@ def _start_item(case: Case) -> Any:
 
 
 DEVIATIONS: tuple[Deviation, ...] = (
-    Deviation("path in an IN list", PATH_IN_LIST, DYNALITE, tagged(Tag.PATH_IN_LIST)),
+    Deviation(
+        "path in an IN list or as BETWEEN's upper bound",
+        PATH_IN_LIST_OR_BOUND,
+        DYNALITE,
+        tagged(Tag.PATH_IN_LIST_OR_BOUND),
+    ),
     Deviation(
         "ReturnValuesOnConditionCheckFailure outside its enum",
         ENUM,
@@ -281,6 +287,16 @@ def dynamodb_error(message: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class Sides:
+    """What the two sides did with a case, and, where a class needs it, DynamoDB's answer to
+    the request's ConditionExpression alone (:func:`runner.condition_alone`)."""
+
+    native: Observed
+    ours: Observed
+    condition_alone: Observed | None = None
+
+
+@dataclass(frozen=True)
 class Known:
     """A class of differences between ddbtx and DynamoDB, left to fix (or documented)."""
 
@@ -288,25 +304,34 @@ class Known:
     about: str
     #: The only fields a difference of this class may be in
     fields: frozenset[str]
-    #: Given the case, the native observation and ddbtx's
-    applies: Callable[[Case, Observed, Observed], bool]
+    applies: Callable[[Case, Sides], bool]
     emulators: frozenset[str] = BOTH
 
 
 MESSAGE = frozenset({"message"})
 
+#: The tags of requests that have each error ddbtx checks itself: its own texts are only
+#: right for a request that really has the error.
+HAS_ERROR: dict[str, frozenset[Tag]] = {
+    "unused placeholder": frozenset({Tag.UNUSED_NAME, Tag.UNUSED_VALUE}),
+    "undefined placeholder": frozenset({Tag.UNDEFINED_NAME, Tag.UNDEFINED_VALUE}),
+    "empty placeholder map": frozenset({Tag.EMPTY_MAP}),
+    "ReturnValues": frozenset({Tag.RV_FOR_OTHER_OP, Tag.BAD_RETURN_VALUES}),
+}
 
-def _same_error_in_own_words(case: Case, native: Observed, ours: Observed) -> bool:
-    error = own_error(ours.message)
-    return error is not None and dynamodb_error(native.message) == error
+
+def _same_error_in_own_words(case: Case, sides: Sides) -> bool:
+    error = own_error(sides.ours.message)
+    return error is not None and dynamodb_error(sides.native.message) == error
 
 
-def _own_check_first(case: Case, native: Observed, ours: Observed) -> bool:
-    error = own_error(ours.message)
+def _own_check_first(case: Case, sides: Sides) -> bool:
+    error = own_error(sides.ours.message)
     return (
-        native.code == "ValidationException"
+        sides.native.code == "ValidationException"
         and error is not None
-        and dynamodb_error(native.message) != error
+        and bool(case.tags & HAS_ERROR[error])
+        and dynamodb_error(sides.native.message) != error
     )
 
 
@@ -315,36 +340,52 @@ UPDATE_REFUSED = re.compile(
     r"^(1 validation error detected: )?(Invalid UpdateExpression: |One or more parameter "
     r"values were invalid: Cannot update attribute \w+\. This attribute is part of the key)"
 )
-#: DynamoDB's texts for a ConditionExpression it refuses.
-CONDITION_REFUSED = re.compile(r"^(1 validation error detected: )?Invalid ConditionExpression: ")
-
-
-def _condition_before_update(case: Case, native: Observed, ours: Observed) -> bool:
-    return (
-        case.op == "update"
-        and native.code == "ValidationException"
-        and bool(UPDATE_REFUSED.search(native.message or ""))
-        and bool(CONDITION_REFUSED.search(ours.message or ""))
-    )
-
-
 SYNTAX_ERROR = re.compile(
     r"^(1 validation error detected: )?Invalid ConditionExpression: Syntax error; "
 )
 
 
-def _syntax_error_in_rewrite(case: Case, native: Observed, ours: Observed) -> bool:
-    return bool(SYNTAX_ERROR.search(native.message or "")) and bool(
-        SYNTAX_ERROR.search(ours.message or "")
+def wants_condition_alone(case: Case, native: Observed) -> bool:
+    """An update DynamoDB refused for its UpdateExpression, with a condition: the classes
+    below ask DynamoDB what it says of the condition alone."""
+    return (
+        case.op == "update"
+        and "ConditionExpression" in case.params
+        and native.code == "ValidationException"
+        and bool(UPDATE_REFUSED.search(native.message or ""))
     )
 
 
-def _false_condition_before_update(case: Case, native: Observed, ours: Observed) -> bool:
+def _both_syntax_errors(first: Observed, second: Observed) -> bool:
+    return bool(SYNTAX_ERROR.search(first.message or "")) and bool(
+        SYNTAX_ERROR.search(second.message or "")
+    )
+
+
+def _condition_before_update(case: Case, sides: Sides) -> bool:
+    """ddbtx reports what DynamoDB says of the condition alone (a syntax error in its own
+    place in ddbtx's rewrite)."""
+    alone, ours = sides.condition_alone, sides.ours
     return (
-        case.op == "update"
-        and native.code == "ValidationException"
-        and bool(UPDATE_REFUSED.search(native.message or ""))
-        and ours.code == "ConditionalCheckFailedException"
+        alone is not None
+        and alone.code == ours.code == "ValidationException"
+        and (alone.message == ours.message or _both_syntax_errors(alone, ours))
+    )
+
+
+def _syntax_error_in_rewrite(case: Case, sides: Sides) -> bool:
+    return _both_syntax_errors(sides.native, sides.ours)
+
+
+def _false_condition_before_update(case: Case, sides: Sides) -> bool:
+    """The condition alone is false on the item (DynamoDB says so), and ddbtx's Item is the
+    item as it was, where asked for (dynalite itself never returns one)."""
+    alone, ours = sides.condition_alone, sides.ours
+    asked = case.params.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
+    return (
+        alone is not None
+        and alone.code == ours.code == "ConditionalCheckFailedException"
+        and ours.old == (_start_item(case) if asked else None)
     )
 
 
@@ -358,8 +399,12 @@ ITEM_VALUE = re.compile(
 )
 
 
-def _value_in_record(case: Case, native: Observed, ours: Observed) -> bool:
-    return native.code == "ValidationException" and bool(ITEM_VALUE.search(ours.message or ""))
+def _value_in_record(case: Case, sides: Sides) -> bool:
+    return (
+        sides.native.code == "ValidationException"
+        and bool(case.tags & {Tag.BAD_NUMBER, Tag.BAD_SET})
+        and bool(ITEM_VALUE.search(sides.ours.message or ""))
+    )
 
 
 KNOWN: tuple[Known, ...] = (
@@ -391,6 +436,8 @@ KNOWN: tuple[Known, ...] = (
         "duplicates for key :x'); or refuses it before an error DynamoDB reports first",
         MESSAGE,
         _value_in_record,
+        # moto stores a duplicate in a set (its deviation): no case shows it there
+        DYNALITE,
     ),
     Known(
         "condition checked before the update expression",
@@ -431,15 +478,13 @@ KNOWN: tuple[Known, ...] = (
 )
 
 
-def known(
-    emulator: str, case: Case, native: Observed, ours: Observed, differing: set[str]
-) -> Known | None:
+def known(emulator: str, case: Case, sides: Sides, differing: set[str]) -> Known | None:
     """The known class that explains every differing field, if one does."""
     for candidate in KNOWN:
         if (
             emulator in candidate.emulators
             and differing <= candidate.fields
-            and candidate.applies(case, native, ours)
+            and candidate.applies(case, sides)
         ):
             return candidate
     return None

@@ -8,9 +8,10 @@ reset between cases: the tables are made once per emulator.
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -77,7 +78,7 @@ def _failure(exc: Exception) -> tuple[str, str, Any]:
     """Code, message and ``Item`` of what a user caught."""
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
-        item = exc.response.get("Item")  # type: ignore[typeddict-item]
+        item = exc.response.get("Item")
         return str(error.get("Code")), str(error.get("Message")), normal(item) if item else None
     return type(exc).__name__, str(exc), None
 
@@ -123,6 +124,26 @@ def native(twins: Twins, case: Case) -> Observed:
     except Exception as exc:  # any failure is what the user sees: compared, not raised
         return _observe(twins, table, case, None, exc)
     return _observe(twins, table, case, response, None)
+
+
+#: Placeholders in an expression (its grammar has no string literals to hide one in).
+_PLACEHOLDER = re.compile(r"[#:][0-9A-Za-z_]+")
+
+
+def condition_alone(twins: Twins, case: Case) -> Observed:
+    """DynamoDB's own answer to the case's ConditionExpression alone: a DeleteItem with it
+    (and the placeholders it uses) on T1, from the starting item."""
+    condition = case.params["ConditionExpression"]
+    used = set(_PLACEHOLDER.findall(condition))
+    params: Item = {"ConditionExpression": condition}
+    for which in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
+        mine = {k: v for k, v in case.params.get(which, {}).items() if k in used}
+        if mine:
+            params[which] = mine
+    failure = "ReturnValuesOnConditionCheckFailure"
+    if failure in case.params:
+        params[failure] = case.params[failure]
+    return native(twins, replace(case, op="delete", params=params))
 
 
 async def _in_aio_transaction(tm: aio.TransactionManager, op: str, params: Item) -> Item:

@@ -66,8 +66,9 @@ class Tag(StrEnum):
     BUILDER = "builder"
     #: a function in an update's function (``list_append(if_not_exists(l, :e), :v)``)
     NESTED_FUNCTION = "nested-function"
-    #: an IN list holds a path, or a path's size (``:v IN (m.a, size(s))``)
-    PATH_IN_LIST = "path-in-list"
+    #: a path, or a path's size, in an IN list or as BETWEEN's upper bound
+    #: (``:v IN (m.a, size(s))``, ``:v BETWEEN :w AND s``)
+    PATH_IN_LIST_OR_BOUND = "path-in-list-or-bound"
 
 
 # --- values --------------------------------------------------------------------------
@@ -160,6 +161,8 @@ INDEXES = (0, 1, 2, 5)
 #: DynamoDB reserved words among the names above: invalid bare, fine behind ``#``.
 RESERVED = frozenset({"name", "status", "size", "data"})
 _BARE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+#: A path's elements: a name (bare or ``#placeholder``), or an index.
+_ELEMENTS = re.compile(r"(#?\w+)|\[(\d+)\]")
 
 
 # --- the case ----------------------------------------------------------------------------
@@ -202,6 +205,16 @@ class Case:
         )
 
 
+_PERCENT = st.integers(0, 99)
+ADD_KINDS = ("N", "N", "SS", "NS", "BS", "S", "L")
+DELETE_KINDS = ("SS", "NS", "BS", "N")
+
+
+@functools.cache
+def _indexes(count: int) -> st.SearchStrategy[int]:
+    return st.integers(0, count - 1)
+
+
 class Writer:
     """Writes one request's expressions, drawing every choice, and keeps their placeholders.
 
@@ -215,17 +228,17 @@ class Writer:
         self.names: dict[str, str] = {}
         self.values: dict[str, Item] = {}
         self.tags: set[Tag] = set()
+        self.start = start
         #: Values the starting item holds: conditions compare with them, to be true at times.
         self.known: list[Item] = _leaves(start or {})
 
     # -- choices
     def pick(self, options: tuple[Any, ...] | list[Any]) -> Any:
-        # A tuple: Hypothesis keeps one strategy per (hashable) argument.
-        return self.draw(st.sampled_from(tuple(options)))
+        return options[self.draw(_indexes(len(options)))]
 
     def rarely(self, percent: int) -> bool:
         """True ``percent`` times in 100; shrinks to False."""
-        return bool(self.draw(st.integers(0, 99)) >= 100 - percent)
+        return bool(self.draw(_PERCENT) >= 100 - percent)
 
     def keyword(self, word: str) -> str:
         """DynamoDB's keywords are case-insensitive: mostly upper case, at times lower."""
@@ -259,6 +272,28 @@ class Writer:
             else:
                 text += "." + self.element(self.pick(MEMBERS))
         return text
+
+    def names_something(self, operand: str) -> bool:
+        """The operand is a value, or a path (or a path's size) naming something in the
+        starting item."""
+        if operand.startswith(":"):
+            return True
+        found: Item | None = {"M": self.start} if self.start is not None else None
+        path = operand.removeprefix("size(").removesuffix(")")
+        for name, index in _ELEMENTS.findall(path):
+            if found is None:
+                return False
+            ((kind, inner),) = found.items()
+            if name and kind == "M":
+                found = inner.get(self.names.get(name, name))
+            elif index and kind == "L" and int(index) < len(inner):
+                found = inner[int(index)]
+            else:
+                return False
+        if found is None:
+            return False
+        # A size is only of a string, binary, set, list or map
+        return path == operand or next(iter(found)) not in ("N", "BOOL", "NULL")
 
     # -- values
     def value(self, kinds: tuple[str, ...] = TYPES) -> str:
@@ -323,13 +358,15 @@ class Writer:
             return self.function()
         if kind == "between":
             low, high = self.operand(), self.operand()
+            if not self.names_something(high):
+                self.tags.add(Tag.PATH_IN_LIST_OR_BOUND)
             between, and_ = self.keyword("BETWEEN"), self.keyword("AND")
             return f"{self.operand()} {between} {low} {and_} {high}"
         if kind == "in":
             count = self.draw(st.integers(1, 4))
             listed = [self.operand() for _ in range(count)]
-            if any(not m.startswith(":") for m in listed):
-                self.tags.add(Tag.PATH_IN_LIST)
+            if not all(self.names_something(m) for m in listed):
+                self.tags.add(Tag.PATH_IN_LIST_OR_BOUND)
             members = ", ".join(listed)
             return f"{self.operand()} {self.keyword('IN')} ({members})"
         if kind in ("and", "or"):
@@ -385,11 +422,9 @@ class Writer:
                 actions = [self.set_action(targets) for _ in range(count)]
             elif clause == "REMOVE":
                 actions = [self.path(targets, key=("pk",)) for _ in range(count)]
-            elif clause == "ADD":
-                kinds = ("N", "N", "SS", "NS", "BS", "S", "L")
-                actions = [f"{self.path(targets)} {self.value(kinds)}" for _ in range(count)]
             else:
-                kinds = ("SS", "NS", "BS", "N")
+                # ADD takes a number or a set, DELETE a set: the others are invalid
+                kinds = ADD_KINDS if clause == "ADD" else DELETE_KINDS
                 actions = [f"{self.path(targets)} {self.value(kinds)}" for _ in range(count)]
             parts.append(f"{self.keyword(clause)} {', '.join(actions)}")
         return " ".join(parts)
@@ -414,7 +449,7 @@ def _leaves(item: Item) -> list[Item]:
         if kind == "M":
             found += [v for v in _leaves(raw) if v not in found]
         elif kind == "L":
-            found += [v for v in _leaves(dict(enumerate(raw))) if v not in found]
+            found += [v for v in _leaves({str(i): v for i, v in enumerate(raw)}) if v not in found]
     return found
 
 
@@ -513,19 +548,21 @@ def build_condition(condition: ConditionBase) -> Item:
 
 #: Ways to break an expression's syntax (each keeps its placeholders in use).
 SYNTAX_ERRORS: dict[str, Callable[[str], str]] = {
+    "dangling-and": lambda e: f"{e} AND",
+    "unclosed": lambda e: f"({e}",
     "doubled-comparator": lambda e: re.sub(r"(=|<>|<=|>=|<|>)", r"\1 =", e, count=1),
     "unknown-function": lambda e: f"no_such_function(s) AND {e}",
     "function-upper-case": lambda e: f"ATTRIBUTE_EXISTS(s) AND {e}",
-    "dangling-and": lambda e: f"{e} AND",
-    "unclosed": lambda e: f"({e}",
     "empty-parens": lambda e: f"() AND {e}",
     "size-alone": lambda e: f"size(s) AND {e}",
 }
 
 
 def break_syntax(w: Writer, expression: str) -> str:
-    w.tags.add(Tag.SYNTAX)
-    return SYNTAX_ERRORS[w.pick(tuple(SYNTAX_ERRORS))](expression)
+    broken = SYNTAX_ERRORS[w.pick(tuple(SYNTAX_ERRORS))](expression)
+    if broken != expression:  # a BETWEEN alone has no comparator to double
+        w.tags.add(Tag.SYNTAX)
+    return broken
 
 
 def spoil_placeholders(w: Writer, params: Item) -> None:
@@ -580,19 +617,24 @@ _PUT_ITEMS = st.dictionaries(
 )
 
 
+def _start_value(name: str) -> st.SearchStrategy[Item]:
+    """A starting item's value of ``name``: mostly of its usual type, at times of any."""
+    usual = _MAPS if name == "m" else attribute_values((ATTRIBUTES[name],))
+    return st.one_of(usual, attribute_values())
+
+
+_ATTRIBUTE_SETS = st.fixed_dictionaries(
+    {}, optional={name: _start_value(name) for name in ATTRIBUTES}
+)
+
+
 @st.composite
 def starting_items(draw: Draw) -> Item | None:
-    """None (no item), or attributes of every type, mostly each of its usual type."""
+    """None (no item) a quarter of the time, else attributes of every type, mostly each of
+    its usual type."""
     if draw(st.integers(0, 99)) < 25:
         return None
-    item: Item = {}
-    for name, usual in ATTRIBUTES.items():
-        if draw(st.integers(0, 99)) < 55:
-            kinds = (usual,) if draw(st.integers(0, 99)) < 75 else TYPES
-            if name == "m" and kinds == ("M",):
-                item[name] = draw(_MAPS)
-            else:
-                item[name] = draw(attribute_values(kinds))
+    item: Item = draw(_ATTRIBUTE_SETS)
     return item
 
 

@@ -8,6 +8,8 @@ a known class are counted, not failed (:mod:`.known`); anything else fails the t
 
 ``DDBTX_FUZZ_EXAMPLES`` sets the examples per emulator (2,000 by default; the ``slow``
 variant, run by ``make faults``, ten times as many). The seed is fixed: a run replays.
+``DDBTX_FUZZ_SHRINK=1`` stops at the first unknown difference and has Hypothesis shrink it
+to a minimal case (printed as the falsifying example).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .strategies import Case
 #: The budget the known classes were established at: below it, a class not hit is no failure.
 DEFAULT_EXAMPLES = 2000
 EXAMPLES = int(os.environ.get("DDBTX_FUZZ_EXAMPLES", DEFAULT_EXAMPLES))
+SHRINK = os.environ.get("DDBTX_FUZZ_SHRINK") == "1"
 #: The self-test's budget: enough to find the planted bug, a tenth of the default.
 SELF_TEST_EXAMPLES = 200
 
@@ -42,7 +45,7 @@ def emulator(request: pytest.FixtureRequest) -> str:
 def fuzz_and_report(twins: Twins, emulator: str, examples: int) -> None:
     # Given the twin tables on one emulator
     # When `examples` random writes go natively to T1 and through ddbtx to T2
-    tally = fuzz(twins, emulator, examples)
+    tally = fuzz(twins, emulator, examples, shrink=SHRINK)
     # Then every difference is of a known class, and each known class still occurs
     strict = examples >= DEFAULT_EXAMPLES
     summary = tally.summary(strict=strict)
