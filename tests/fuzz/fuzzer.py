@@ -57,7 +57,7 @@ class Tally:
             self.skipped[deviation.name] += 1
             return None
         ours = through_ddbtx(self.twins, case)
-        deviation = k.deviation(self.emulator, case, ours, side="ddbtx")
+        deviation = k.deviation(self.emulator, case, theirs, ours)
         if deviation is not None:
             self.skipped[deviation.name] += 1
             return None

@@ -42,21 +42,26 @@ BOTH = frozenset(KINDS)
 # --- the emulators' deviations ---------------------------------------------------------
 
 
+#: A deviation's test of the emulator's answers: given the case, its answer to the native
+#: request, and (after ddbtx ran; None before) what ddbtx got from it.
+Answer = Callable[[Case, Observed, Observed | None], bool]
+
+
 @dataclass(frozen=True)
 class Deviation:
     """An emulator's departure from AWS's documented behaviour, on the cases it decides:
-    those whose request has a feature (``request``) and, where given, whose native answer
-    shows the departure (``answer``). Without ``answer`` the case is not even sent there
-    (the emulator would crash)."""
+    those whose request has a feature (``request``) and, where given, whose answers show
+    the departure (``answer``). Without ``answer`` the case is not even sent there (the
+    emulator would crash)."""
 
     name: str
     #: What AWS does (the Developer Guide or API reference says so), and what the emulator does
     aws: str
     emulators: frozenset[str]
     request: Callable[[Case], bool]
-    #: Given the case and the emulator's answer
-    answer: Callable[[Case, Observed], bool] | None = None
-    #: Whose answer shows it: the native request's, or the emulator's to ddbtx's requests
+    answer: Answer | None = None
+    #: When it shows: in the native answer alone (ddbtx is then not run), or only with
+    #: what ddbtx got from the emulator
     side: Literal["native", "ddbtx"] = "native"
 
 
@@ -87,6 +92,12 @@ ATOMIC = (
     "(Developer Guide: Working with items and attributes, UpdateItem); moto applies the "
     "actions before the one it refuses (ADD to a list, for one)"
 )
+PREFIX = (
+    "an invalid expression's message is its own (e.g. 'Value provided in "
+    "ExpressionAttributeNames unused in expressions: keys: {#x}'); '1 validation error "
+    "detected: ' begins only those of parameter constraints (API reference, Common "
+    "errors: ValidationException); moto prefixes it to every ValidationException"
+)
 DUPLICATE_IN_SET = (
     "a set with the same element twice is a ValidationException (Developer Guide: Data "
     "types, Sets); moto stores it"
@@ -102,21 +113,22 @@ def anything(case: Case) -> bool:
     return True
 
 
-def accepted_or_crashed(case: Case, native: Observed) -> bool:
+def accepted_or_crashed(case: Case, native: Observed, ours: Observed | None) -> bool:
     """The emulator did not refuse the request (it applied it, or failed inside)."""
     return native.code != "ValidationException"
 
 
-def crashed(case: Case, answer: Observed) -> bool:
-    """The emulator failed inside (a Python exception raised in moto's code, in process)."""
-    return answer.origin == "moto"
+def crashed(case: Case, native: Observed, ours: Observed | None) -> bool:
+    """The emulator failed inside (a Python exception raised in moto's code, in process):
+    on the native request, or (once ddbtx ran) on ddbtx's."""
+    return (ours or native).origin == "moto"
 
 
-def syntax_error(case: Case, native: Observed) -> bool:
+def syntax_error(case: Case, native: Observed, ours: Observed | None) -> bool:
     return "Syntax error" in (native.message or "")
 
 
-def without_enum_message(case: Case, native: Observed) -> bool:
+def without_enum_message(case: Case, native: Observed, ours: Observed | None) -> bool:
     return "returnValuesOnConditionCheckFailure" not in (native.message or "")
 
 
@@ -124,11 +136,11 @@ def key_in_updated_new(case: Case) -> bool:
     return case.op == "update" and case.params.get("ReturnValues") == "UPDATED_NEW"
 
 
-def returns_key(case: Case, native: Observed) -> bool:
+def returns_key(case: Case, native: Observed, ours: Observed | None) -> bool:
     return bool(native.attributes) and bool(case.key_names & set(native.attributes))
 
 
-def old_item_kept_back(case: Case, native: Observed) -> bool:
+def old_item_kept_back(case: Case, native: Observed, ours: Observed | None) -> bool:
     return native.code == "ConditionalCheckFailedException" and native.old is None
 
 
@@ -138,13 +150,28 @@ def placeholders_without_expressions(case: Case) -> bool:
     return not any(e in case.params for e in expressions) and any(m in case.params for m in maps)
 
 
-def not_said_only_with_expressions(case: Case, native: Observed) -> bool:
+def not_said_only_with_expressions(case: Case, native: Observed, ours: Observed | None) -> bool:
     return "can only be specified when using expressions" not in (native.message or "")
 
 
-def changed_though_refused(case: Case, native: Observed) -> bool:
+def changed_though_refused(case: Case, native: Observed, ours: Observed | None) -> bool:
     """Refused, yet the item is not the one it started as."""
     return native.code == "ValidationException" and native.item != _start_item(case)
+
+
+#: moto's prefix on messages AWS gives without one (AWS has it on parameter constraints only).
+MOTO_PREFIX = "1 validation error detected: "
+
+
+def prefixed_only(case: Case, native: Observed, ours: Observed | None) -> bool:
+    """The messages differ by moto's prefix alone."""
+    text = native.message or ""
+    return (
+        ours is not None
+        and text.startswith(MOTO_PREFIX)
+        and "failed to satisfy constraint" not in text
+        and text.removeprefix(MOTO_PREFIX) == ours.message
+    )
 
 
 def _start_item(case: Case) -> Any:
@@ -221,6 +248,9 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation(
         "internal error on ddbtx's request", EVALUATION, MOTO, anything, crashed, side="ddbtx"
     ),
+    Deviation(
+        "'1 validation error detected' prefix", PREFIX, MOTO, anything, prefixed_only, "ddbtx"
+    ),
 )
 
 
@@ -233,17 +263,18 @@ def unsendable(emulator: str, case: Case) -> Deviation | None:
 
 
 def deviation(
-    emulator: str, case: Case, answer: Observed, side: Literal["native", "ddbtx"] = "native"
+    emulator: str, case: Case, native: Observed, ours: Observed | None = None
 ) -> Deviation | None:
     """The emulator's deviation that keeps the case from being compared, if any: shown by its
-    answer to the native request (``side``), or to ddbtx's requests."""
+    answer to the native request alone (``ours`` None), or with what ddbtx got from it."""
+    side = "native" if ours is None else "ddbtx"
     for candidate in DEVIATIONS:
         if (
             emulator in candidate.emulators
             and candidate.side == side
             and candidate.answer is not None
             and candidate.request(case)
-            and candidate.answer(case, answer)
+            and candidate.answer(case, native, ours)
         ):
             return candidate
     return None
@@ -251,34 +282,45 @@ def deviation(
 
 # --- ddbtx's known differences -------------------------------------------------------------
 
-#: ddbtx's own texts for what it checks before any write (``_base/requests.py``), by the
-#: error each stands for.
-OWN_TEXTS: dict[str, re.Pattern[str]] = {
-    "unused placeholder": re.compile(r"^Expression\w+ has entries no expression uses: "),
+#: The errors ddbtx finds itself, before sending anything (``_base/requests.py``): each
+#: in DynamoDB's words, but a ReturnValues the operation does not take, in ddbtx's own.
+PRE_SEND: dict[str, re.Pattern[str]] = {
+    "unused placeholder": re.compile(
+        r"^Value provided in Expression\w+ unused in expressions: keys: \{"
+    ),
     "undefined placeholder": re.compile(
-        r"^[#:]\w+(, [#:]\w+)* used in an expression but (not defined in \w+|\w+ is missing)$"
+        r"^Invalid (Condition|Update)Expression: An expression attribute (name|value) used in "
+        r"(the document path|expression) is not defined"
     ),
     "empty placeholder map": re.compile(r"^Expression\w+ must not be empty$"),
+    "placeholders without expressions": re.compile(
+        r"^Expression\w+ can only be specified when using expressions$"
+    ),
+    "key attribute updated": re.compile(
+        r"^One or more parameter values were invalid: Cannot update attribute (\w+)\. This "
+        r"attribute is part of the key$"
+    ),
     "ReturnValues": re.compile(r"^ReturnValues='[^']*' is not supported for \w+_item$"),
 }
+#: Those ddbtx words otherwise than DynamoDB.
+OWN_WORDS = frozenset({"ReturnValues"})
 
-#: DynamoDB's texts (as the emulators word them) for the same errors.
+#: DynamoDB's texts for the same errors, as the emulators word them.
 DYNAMODB_TEXTS: dict[str, re.Pattern[str]] = {
     "unused placeholder": re.compile(r"Value provided in Expression\w+ unused in expressions"),
-    "undefined placeholder": re.compile(
-        r"An expression attribute (name|value) used in (the document path|expression) is not "
-        r"defined"
-    ),
+    "undefined placeholder": PRE_SEND["undefined placeholder"],
     "empty placeholder map": re.compile(r"Expression\w+ must not be empty"),
+    "placeholders without expressions": re.compile(r"can only be specified when using expr"),
+    "key attribute updated": re.compile(r"Cannot update attribute \w+\. This attribute is part"),
     "ReturnValues": re.compile(
         r"ReturnValues can only be|Return values set to invalid value|at 'returnValues'"
     ),
 }
 
 
-def own_error(message: str | None) -> str | None:
-    """The error ddbtx's own text stands for, if the message is one of ddbtx's."""
-    return next((e for e, p in OWN_TEXTS.items() if p.search(message or "")), None)
+def pre_send_error(message: str | None) -> str | None:
+    """The error of ddbtx's own checks the message reports, if it is one."""
+    return next((e for e, p in PRE_SEND.items() if p.search(message or "")), None)
 
 
 def dynamodb_error(message: str | None) -> str | None:
@@ -310,27 +352,42 @@ class Known:
 
 MESSAGE = frozenset({"message"})
 
-#: The tags of requests that have each error ddbtx checks itself: its own texts are only
-#: right for a request that really has the error.
-HAS_ERROR: dict[str, frozenset[Tag]] = {
-    "unused placeholder": frozenset({Tag.UNUSED_NAME, Tag.UNUSED_VALUE}),
-    "undefined placeholder": frozenset({Tag.UNDEFINED_NAME, Tag.UNDEFINED_VALUE}),
-    "empty placeholder map": frozenset({Tag.EMPTY_MAP}),
-    "ReturnValues": frozenset({Tag.RV_FOR_OTHER_OP, Tag.BAD_RETURN_VALUES}),
-}
+
+def has_error(error: str, case: Case, message: str | None) -> bool:
+    """The request really has the error ddbtx reports (so ddbtx's check is right to)."""
+    if error == "placeholders without expressions":
+        return placeholders_without_expressions(case)
+    if error == "key attribute updated":
+        found = PRE_SEND[error].search(message or "")
+        return found is not None and found.group(1) in case.key_names & _updated_names(case)
+    tags = {
+        "unused placeholder": {Tag.UNUSED_NAME, Tag.UNUSED_VALUE},
+        "undefined placeholder": {Tag.UNDEFINED_NAME, Tag.UNDEFINED_VALUE},
+        "empty placeholder map": {Tag.EMPTY_MAP},
+        "ReturnValues": {Tag.RV_FOR_OTHER_OP, Tag.BAD_RETURN_VALUES},
+    }[error]
+    return bool(case.tags & tags)
+
+
+def _updated_names(case: Case) -> set[str]:
+    """The attribute names the UpdateExpression names, bare or behind a placeholder."""
+    expression = case.params.get("UpdateExpression", "")
+    names = case.params.get("ExpressionAttributeNames", {})
+    bare = set(re.findall(r"(?<![#:\w])([A-Za-z_]\w*)", expression))
+    return bare | {names[p] for p in re.findall(r"#\w+", expression) if p in names}
 
 
 def _same_error_in_own_words(case: Case, sides: Sides) -> bool:
-    error = own_error(sides.ours.message)
-    return error is not None and dynamodb_error(sides.native.message) == error
+    error = pre_send_error(sides.ours.message)
+    return error in OWN_WORDS and dynamodb_error(sides.native.message) == error
 
 
 def _own_check_first(case: Case, sides: Sides) -> bool:
-    error = own_error(sides.ours.message)
+    error = pre_send_error(sides.ours.message)
     return (
         sides.native.code == "ValidationException"
         and error is not None
-        and bool(case.tags & HAS_ERROR[error])
+        and has_error(error, case, sides.ours.message)
         and dynamodb_error(sides.native.message) != error
     )
 
@@ -339,9 +396,6 @@ def _own_check_first(case: Case, sides: Sides) -> bool:
 UPDATE_REFUSED = re.compile(
     r"^(1 validation error detected: )?(Invalid UpdateExpression: |One or more parameter "
     r"values were invalid: Cannot update attribute \w+\. This attribute is part of the key)"
-)
-SYNTAX_ERROR = re.compile(
-    r"^(1 validation error detected: )?Invalid ConditionExpression: Syntax error; "
 )
 
 
@@ -356,25 +410,14 @@ def wants_condition_alone(case: Case, native: Observed) -> bool:
     )
 
 
-def _both_syntax_errors(first: Observed, second: Observed) -> bool:
-    return bool(SYNTAX_ERROR.search(first.message or "")) and bool(
-        SYNTAX_ERROR.search(second.message or "")
-    )
-
-
 def _condition_before_update(case: Case, sides: Sides) -> bool:
-    """ddbtx reports what DynamoDB says of the condition alone (a syntax error in its own
-    place in ddbtx's rewrite)."""
+    """ddbtx reports what DynamoDB says of the condition alone."""
     alone, ours = sides.condition_alone, sides.ours
     return (
         alone is not None
         and alone.code == ours.code == "ValidationException"
-        and (alone.message == ours.message or _both_syntax_errors(alone, ours))
+        and alone.message == ours.message
     )
-
-
-def _syntax_error_in_rewrite(case: Case, sides: Sides) -> bool:
-    return _both_syntax_errors(sides.native, sides.ours)
 
 
 def _false_condition_before_update(case: Case, sides: Sides) -> bool:
@@ -409,20 +452,21 @@ def _value_in_record(case: Case, sides: Sides) -> bool:
 
 KNOWN: tuple[Known, ...] = (
     Known(
-        "own words",
-        "ddbtx refuses unused, undefined and empty placeholders and a ReturnValues the "
-        "operation does not take itself, before any write, with texts of its own; DynamoDB "
-        "refuses the same with others (e.g. 'Value provided in ExpressionAttributeValues unused "
-        "in expressions: keys: {:x}' against 'ExpressionAttributeValues has entries no "
-        "expression uses: :x')",
+        "own words for ReturnValues",
+        "ddbtx refuses a ReturnValues the operation does not take (or outside the enum) "
+        "itself, before any write, in words of its own: \"ReturnValues='ALL_NEW' is not "
+        "supported for put_item\"; DynamoDB says 'ReturnValues can only be ALL_OLD or NONE' "
+        "(or, outside the enum, '1 validation error detected: Value ... at 'returnValues' "
+        "failed to satisfy constraint ...')",
         MESSAGE,
         _same_error_in_own_words,
     ),
     Known(
         "own checks first",
-        "a request with several errors: ddbtx reports the one its own checks find (placeholders, "
-        "ReturnValues) before DynamoDB has parsed the expressions, where DynamoDB reports "
-        "another first (a syntax error, a reserved word, an operand of the wrong type)",
+        "a request with several errors: ddbtx reports the one its own checks find before "
+        "sending anything (placeholders unused, undefined or empty, a key attribute in the "
+        "UpdateExpression, ReturnValues), where DynamoDB reports another first (a syntax "
+        "error, a reserved word, an operand of the wrong type)",
         MESSAGE,
         _own_check_first,
     ),
@@ -447,18 +491,6 @@ KNOWN: tuple[Known, ...] = (
         MESSAGE,
         _condition_before_update,
         # moto checks an UpdateExpression only after the condition: no case shows it there
-        DYNALITE,
-    ),
-    Known(
-        "syntax error in ddbtx's rewritten condition",
-        "a ConditionExpression with a syntax error: DynamoDB's message describes where the "
-        "parser stopped in the expression it was sent, and ddbtx sends the user's condition "
-        'in parentheses ANDed with its own (e.g. dynalite: \'Expected ")", "AND", '
-        '"OR" ... but end of input found\' natively, \'... but ")" found\' through ddbtx; '
-        "AWS quotes the text near the error, ddbtx's rewrite included)",
-        MESSAGE,
-        _syntax_error_in_rewrite,
-        # moto fails inside on a malformed condition (SYNTAX): no case shows it there
         DYNALITE,
     ),
     Known(

@@ -32,8 +32,10 @@ from .strategies import Case
 DEFAULT_EXAMPLES = 2000
 EXAMPLES = int(os.environ.get("DDBTX_FUZZ_EXAMPLES", DEFAULT_EXAMPLES))
 SHRINK = os.environ.get("DDBTX_FUZZ_SHRINK") == "1"
-#: The self-test's budget: enough to find the planted bug, a tenth of the default.
-SELF_TEST_EXAMPLES = 200
+#: The self-test's budget, a seventh of the default. Hypothesis draws simple cases first and
+#: compound conditions later: 300 examples find the planted bug 12 times on each emulator,
+#: 200 only twice on dynalite.
+SELF_TEST_EXAMPLES = 300
 
 
 @pytest.fixture
@@ -93,7 +95,7 @@ def test_the_fuzzer_finds_the_parentheses_bug_planted_back(
     twins: Twins, emulator: str, parentheses_bug: None
 ) -> None:
     # Given ddbtx with the old parentheses bug back in
-    # When the fuzzer runs a tenth of its budget
+    # When the fuzzer runs a seventh of its budget
     tally = fuzz(twins, emulator, SELF_TEST_EXAMPLES)
     summary = tally.summary(strict=False)
     print(summary)
