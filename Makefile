@@ -38,8 +38,8 @@ node_modules/.installed: package.json package-lock.json
 test: setup
 	$(RUN) pytest -n 2 $(PYTEST_ARGS)
 
-# The slow tests (stress runs, every fault kind at every call), which `make test`
-# leaves out, then the fault harness's figures table.
+# The slow tests (stress runs, every fault kind at every call, the differential fuzzer at ten
+# times its examples), which `make test` leaves out, then the fault harness's figures table.
 faults: setup
 	$(RUN) pytest -n 2 -m slow $(PYTEST_ARGS)
 	$(RUN) python -m tests.faults.run --skip listappend $(FAULT_ARGS)
@@ -132,7 +132,7 @@ diff deploy bootstrap destroy: setup
 	$(CDK) $@ $(CDK_ARGS)
 
 clean:
-	rm -rf .venv .tools node_modules cdk.out dist docs/_build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .tools node_modules cdk.out dist docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis tests/.hypothesis
 
 # Real DynamoDB in your account (needs credentials; prints the plan, runs with --yes):
 #   make test-aws AWS_ARGS=--yes     or     DDBTX_AWS_TESTS=1 make test-aws
