@@ -20,6 +20,7 @@ from ddbtx import (
     aio,
 )
 from ddbtx.errors import DdbtxError, DynamoDBError, TableNotFound
+from ddbtx.instrumentation import count_requests
 from drivers import EventLoopThread
 from helpers import Tables, assert_clean, boto3_refusal
 
@@ -309,4 +310,52 @@ def test_given_a_syntax_error_then_dynamodbs_message_about_the_users_own_express
     # Then its error is DynamoDB's, word for word: never ddbtx's rewritten expression
     assert raised.value.response["Error"] == native.response["Error"]
     assert "ddbtx" not in raised.value.response["Error"]["Message"]
+    assert_clean(ddb, accounts)
+
+
+# --- what DynamoDB's order of checks costs -----------------------------------------------
+
+
+def failed_attempt_costs(tm: TransactionManager, params: dict[str, Any]) -> int:
+    """Requests a transaction sends for an update whose condition is false (it rolls back)."""
+    with (
+        count_requests(tm.client) as counts,
+        pytest.raises(ConditionalCheckFailedError),
+        tm.transaction() as tx,
+    ):
+        tx.update_item(**params)
+    return counts.total
+
+
+def test_given_an_update_shape_never_applied_then_only_its_first_false_condition_asks_dynamodb(
+    tm: TransactionManager, ddb: Any, accounts: Tables
+) -> None:
+    # Given an update whose condition is false on the item, of a shape the manager never
+    # applied (the manager knows the table's key already)
+    params = false_condition(accounts.data, "a")
+    tm.key_names(accounts.data)
+    # When it is tried twice
+    first = failed_attempt_costs(tm, params)
+    second = failed_attempt_costs(tm, params)
+    # Then the first asks DynamoDB about the UpdateExpression alone (it checks that before
+    # the condition), once: the second costs one request less
+    assert first == second + 1
+    assert_clean(ddb, accounts)
+
+
+def test_given_an_update_shape_applied_before_then_its_false_condition_asks_nothing_more(
+    make_tm: Callable[..., TransactionManager], ddb: Any, accounts: Tables
+) -> None:
+    tm, fresh = make_tm(), make_tm()
+    fresh.key_names(accounts.data)
+    # Given an update of that shape the manager applied once (the condition true: 5 >= 1)
+    one = {":n": {"N": "1"}}
+    applied = {**false_condition(accounts.data, "a"), "ExpressionAttributeValues": one}
+    with tm.transaction() as tx:
+        tx.update_item(**applied)
+    # When an update of the same shape meets a false condition, on a fresh manager and this one
+    on_fresh = failed_attempt_costs(fresh, false_condition(accounts.data, "a"))
+    on_this = failed_attempt_costs(tm, false_condition(accounts.data, "a"))
+    # Then only the manager that never applied it asks
+    assert on_this == on_fresh - 1
     assert_clean(ddb, accounts)

@@ -8,10 +8,9 @@ reset between cases: the tables are made once per emulator.
 
 from __future__ import annotations
 
-import re
 import traceback
 from collections.abc import Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
@@ -19,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from ddbtx import aio
 from ddbtx import schema as s
+from helpers import scan
 from oracle.runner import KEYS, Twins, leftovers, normal
 from oracle.shapes import Item
 
@@ -42,7 +42,7 @@ class Observed:
     item: Any
     #: Protocol attributes (``_tx:``) left on the item
     protocol: tuple[str, ...]
-    #: Protocol rows left: TX records, spilled rows, images
+    #: Left behind: TX records, spilled rows, images, and any other item of the table
     leftovers: tuple[str, ...]
     #: Where what was raised (not a ClientError) came from: the package of the innermost
     #: frame (``moto``: the emulator failed inside, in process). Not compared.
@@ -109,9 +109,20 @@ def _observe(
         attributes=_answer(response) if response is not None else None,
         item=normal(item),
         protocol=protocol,
-        leftovers=tuple(leftovers(twins)) if table == twins.ours[case.schema] else (),
+        leftovers=_left_by_ddbtx(twins, table, case) if table == twins.ours[case.schema] else (),
         origin=_origin(exc) if exc is not None else None,
     )
+
+
+def _left_by_ddbtx(twins: Twins, table: str, case: Case) -> tuple[str, ...]:
+    """The protocol's rows, and any item of the twin but the case's (a probe's, say)."""
+    key = KEYS[case.schema].stored
+    strays = [
+        f"item {normal({k: row[k] for k in key})}"
+        for row in scan(twins.client, table)
+        if normal({k: row.get(k) for k in key}) != normal(key)
+    ]
+    return tuple(leftovers(twins) + strays)
 
 
 def native(twins: Twins, case: Case) -> Observed:
@@ -124,26 +135,6 @@ def native(twins: Twins, case: Case) -> Observed:
     except Exception as exc:  # any failure is what the user sees: compared, not raised
         return _observe(twins, table, case, None, exc)
     return _observe(twins, table, case, response, None)
-
-
-#: Placeholders in an expression (its grammar has no string literals to hide one in).
-_PLACEHOLDER = re.compile(r"[#:][0-9A-Za-z_]+")
-
-
-def condition_alone(twins: Twins, case: Case) -> Observed:
-    """DynamoDB's own answer to the case's ConditionExpression alone: a DeleteItem with it
-    (and the placeholders it uses) on T1, from the starting item."""
-    condition = case.params["ConditionExpression"]
-    used = set(_PLACEHOLDER.findall(condition))
-    params: Item = {"ConditionExpression": condition}
-    for which in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
-        mine = {k: v for k, v in case.params.get(which, {}).items() if k in used}
-        if mine:
-            params[which] = mine
-    failure = "ReturnValuesOnConditionCheckFailure"
-    if failure in case.params:
-        params[failure] = case.params[failure]
-    return native(twins, replace(case, op="delete", params=params))
 
 
 async def _in_aio_transaction(tm: aio.TransactionManager, op: str, params: Item) -> Item:

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import re
+import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -146,6 +147,22 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [_canonical(v) for v in value]
     return value
+
+
+def probe_key(key: Item) -> Item:
+    """A key of ``key``'s attributes and types that no item has: a write there, refused or
+    conditional on the item existing, touches nothing (DynamoDB's answer is the point)."""
+    return {name: _probe_value(value) for name, value in key.items()}
+
+
+def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
+    ((kind, _),) = value.items()
+    token = uuid.uuid4()
+    if kind == "N":
+        return {"N": str(token.int % 10**30 + 10**30)}
+    if kind == "B":
+        return {"B": b"ddbtx-probe-" + token.bytes}
+    return {"S": f"ddbtx-probe-{token.hex}"}
 
 
 def request_id(table: str, key: Item) -> str:

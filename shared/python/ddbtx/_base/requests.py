@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -13,7 +13,7 @@ from botocore.validate import ParamValidator
 from .. import schema
 from ..errors import DynamoDBError, InvalidRequestError, TableNotFound
 from .effects import Step, request
-from .items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, request_id
+from .items import MAX_ITEM_BYTES, Item, canonical_key_value, item_size, probe_key, request_id
 from .legacy import as_expressions
 
 Op = Literal["put", "update", "delete", "get"]
@@ -97,6 +97,12 @@ class Request:
     key: Item
     params: dict[str, Any] = field(repr=False)
     rid: str = ""
+    #: The parameters as the user wrote them (legacy ones untranslated), where known
+    written: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def on_probe_key(self) -> tuple[dict[str, Any], Item]:
+        """The request as the user wrote it, on a key no item has; that key."""
+        return on_probe_key(self.op, self.written or self.params, tuple(self.key))
 
     @property
     def return_values(self) -> str:
@@ -115,6 +121,23 @@ class Request:
 
 def invalid(message: str, table: str | None, key: Item | None = None) -> InvalidRequestError:
     return InvalidRequestError(message, table=table, key=key)
+
+
+class NativeRefusal(InvalidRequestError):
+    """A refusal DynamoDB makes too, in its words, found before sending anything.
+
+    A request with another error besides may get that one from DynamoDB, which checks in an
+    order of its own: ``probe`` is the request as the user wrote it on a key no item has
+    (:func:`ddbtx._base.items.probe_key`), for the coordinator to ask DynamoDB which.
+    """
+
+    def __init__(
+        self, refusal: InvalidRequestError, op: Op, probe: dict[str, Any], probe_key: Item
+    ) -> None:
+        super().__init__(str(refusal.detail), table=refusal.table)
+        self.op = op
+        self.probe = probe
+        self.probe_key = probe_key
 
 
 def _check_av(name: str, value: Any, table: str) -> None:
@@ -332,7 +355,7 @@ def check_shape(client: Any, op: Op, params: Mapping[str, Any]) -> None:
         raise ParamValidationError(report=report.generate_report())
 
 
-def check_enum(params: Mapping[str, Any], name: str, allowed: Sequence[str]) -> None:
+def check_enum(params: Mapping[str, Any], name: str, allowed: Collection[str]) -> None:
     """A parameter outside its enum is refused in DynamoDB's own words (botocore does
     not check enums)."""
     value = params.get(name)
@@ -348,25 +371,55 @@ def check_enum(params: Mapping[str, Any], name: str, allowed: Sequence[str]) -> 
 def build(op: Op, params: dict[str, Any], key_names: Sequence[str] | KeyTypes) -> Request:
     """Validate boto3-style ``params`` for ``op``; its key made canonical (one id per item)."""
     table = check_table(params.get("TableName"))
+    original = params
     params = as_expressions(params) if op != "get" else params
     unknown = set(params) - _ALLOWED[op]
     if unknown:
         raise invalid(f"{op}_item does not support {sorted(unknown)} in a transaction", table)
     key_types = _key_types(key_names)
     check_placeholders(params, table)
+    try:
+        _check_natively(op, params, table)
+    except InvalidRequestError as refusal:
+        # DynamoDB may name another error of the request first: asked on a probe key, if
+        # the key is one (a key error is said as it is, the probe needing a key).
+        _check_key_of(op, dict(params), key_types, table)
+        raise NativeRefusal(refusal, op, *on_probe_key(op, original, tuple(key_types))) from None
+    params = dict(params)
+    key = _check_key_of(op, params, key_types, table)
+    rid = request_id(table, key)
+    return Request(op=op, table=table, key=key, params=params, rid=rid, written=original)
+
+
+def _check_natively(op: Op, params: Mapping[str, Any], table: str) -> None:
+    """The checks DynamoDB makes itself, each refused in its words."""
     if op in _RETURN_VALUES:
-        rv = params.get("ReturnValues", "NONE")
-        if rv not in _RETURN_VALUES[op]:
-            raise invalid(f"ReturnValues={rv!r} is not supported for {op}_item", table)
+        check_enum(params, "ReturnValues", _RETURN_VALUES["update"])
+        if params.get("ReturnValues", "NONE") not in _RETURN_VALUES[op]:
+            raise invalid("ReturnValues can only be ALL_OLD or NONE", table)
     check_enum(params, "ReturnValuesOnConditionCheckFailure", ("ALL_OLD", "NONE"))
     check_expressions(params, table)
-    params = dict(params)
+
+
+def _check_key_of(op: Op, params: dict[str, Any], key_types: KeyTypes, table: str) -> Item:
+    """The request's key, canonical (made so in ``params`` too), once checked."""
     if op == "put":
-        key = _check_item(params, key_types, table)
-    else:
-        key = _check_key(params.get("Key"), key_types, table)
-        params["Key"] = key
-    return Request(op=op, table=table, key=key, params=params, rid=request_id(table, key))
+        return _check_item(params, key_types, table)
+    key = _check_key(params.get("Key"), key_types, table)
+    params["Key"] = key
+    return key
+
+
+def on_probe_key(
+    op: str, params: Mapping[str, Any], key_names: Sequence[str]
+) -> tuple[dict[str, Any], Item]:
+    """A request (its key valid) on a key no item has; that key."""
+    if op == "put":
+        item = params["Item"]
+        probe = probe_key({k: item[k] for k in key_names})
+        return {**params, "Item": {**item, **probe}}, probe
+    probe = probe_key(params["Key"])
+    return {**params, "Key": probe}, probe
 
 
 def _check_item(params: dict[str, Any], key_types: KeyTypes, table: str) -> Item:
@@ -403,6 +456,19 @@ def too_large(size: int | None = None) -> str:
         f"bytes at most) within the {MAX_ITEM_BYTES}-byte DynamoDB limit (docs/limits.md: items "
         "within about 60 bytes of 400 KB); write it natively instead"
     )
+
+
+def update_shape(req: Request) -> tuple[Any, ...] | None:
+    """What DynamoDB's checks of an update's UpdateExpression that do not read the item
+    depend on (syntax, overlapping paths, key attributes, operand types): the expression,
+    its names, and each value's type; None for a request without one."""
+    update = req.params.get("UpdateExpression")
+    if req.op != "update" or not update:
+        return None
+    names = req.params.get("ExpressionAttributeNames") or {}
+    values = req.params.get("ExpressionAttributeValues") or {}
+    types = tuple(sorted((placeholder, next(iter(v))) for placeholder, v in values.items()))
+    return (req.table, update, tuple(sorted(names.items())), types)
 
 
 def merge_set(update_expression: str, assignments: str) -> str:

@@ -8,12 +8,21 @@ from typing import Any, TypeVar
 from .. import schema as s
 from .._base.effects import Meter, Step, gather, metered
 from .._base.items import Item, is_locked_by, write_marker
-from .._base.requests import KeySchemas, Op, Request, build, check_enum, check_shape
+from .._base.requests import (
+    KeySchemas,
+    NativeRefusal,
+    Op,
+    Request,
+    build,
+    check_enum,
+    check_shape,
+)
 from .._item_steps.add import Adding
 from .._item_steps.contention import Patience
 from .._item_steps.lock import ItemSteps
 from .._item_steps.responses import wrap
 from .._item_steps.view import AddRefused, Decided, Local, RecordView
+from .._item_steps.writes import ask_as_sent
 from .._stores.completion import Completion, user_view
 from .._stores.record import Header, new_lock_value, new_nonce
 from ..errors import (
@@ -190,6 +199,17 @@ class CoordinatorSteps:
                 else {}
             )
             return build(op, params, key_types)
+        except NativeRefusal as exc:
+            # DynamoDB's answer names the error it finds first (the request may have more).
+            asked = yield from ask_as_sent(exc.op, exc.probe, exc.probe_key)
+            said = asked.response["Error"]["Message"] if asked is not None else None
+            raise InvalidRequestError(
+                f"DynamoDB rejected the request: {asked}" if asked is not None else exc.detail,
+                operation=op,
+                dynamodb_message=said or exc.response["Error"]["Message"],
+                tx_id=self.id,
+                table=exc.table,
+            ) from exc
         except InvalidRequestError as exc:
             raise InvalidRequestError(
                 exc.detail,
@@ -270,9 +290,31 @@ class CoordinatorSteps:
             raise
         if joined is not None:
             return joined
+        error = refused.error
+        if type(error) is InvalidRequestError:
+            # The record took the requests' values; DynamoDB's words are for the requests.
+            error = (yield from self.as_dynamodb_says(locals_)) or error
         if refused.partial:
             yield from self.abort()
-        raise refused.error from refused
+        raise error from refused
+
+    def as_dynamodb_says(self, locals_: list[Local]) -> Step[InvalidRequestError | None]:
+        """DynamoDB's refusal of the first of the writes it refuses when asked as sent."""
+        for local in locals_:
+            req = local.request
+            if req.op == "get":
+                continue
+            asked = yield from ask_as_sent(req.op, *req.on_probe_key())
+            if asked is not None:
+                return InvalidRequestError(
+                    f"DynamoDB rejected the request: {asked}",
+                    operation=req.op,
+                    dynamodb_message=asked.response["Error"]["Message"],
+                    tx_id=self.id,
+                    table=req.table,
+                    key=req.key,
+                )
+        return None
 
     def guarded(self, step: Step[T]) -> Step[T]:
         """Run lock/apply steps; errors that doom the transaction roll it back first."""

@@ -42,7 +42,7 @@ class Applies(UnderLock):
             if (item or {}).get(s.ATTR_LOCK, {}).get("S") != values[":ddbtxl"]["S"]:
                 return (yield from self.steps.lost_lock(local))
             if not flag(item, s.ATTR_DELETED):
-                raise self.writes.condition_false(req, item) from exc
+                raise (yield from self.writes.condition_false(req, item)) from exc
         local.confirmed = True
         return attributes(local.pre) if req.return_values == "ALL_OLD" else {}
 
@@ -101,5 +101,5 @@ class Applies(UnderLock):
             assert item is not None
             return return_values(local, item)
         if held:
-            raise self.writes.condition_false(req, item) from exc
+            raise (yield from self.writes.condition_false(req, item)) from exc
         return (yield from self.steps.lost_lock(local))

@@ -156,4 +156,4 @@ class Rewrites(UnderLock):
             return (yield from self.apply(local, item))
         # What this transaction sees: its own earlier write, or nothing after its delete.
         sees = None if item is None or flag(item, s.ATTR_DELETED) else item
-        raise self.writes.condition_false(req, sees) from exc
+        raise (yield from self.writes.condition_false(req, sees)) from exc

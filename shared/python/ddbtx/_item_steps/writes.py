@@ -4,18 +4,27 @@
 from __future__ import annotations
 
 import typing
-import uuid
 from typing import Any
+
+from botocore.exceptions import BotoCoreError
 
 from .. import schema as s
 from .._base.effects import Step, request
-from .._base.items import MAX_ITEM_BYTES, Item, item_size, strip
-from .._base.requests import PROTOCOL_OVERHEAD, Request, grouped, merge_set, used_placeholders
+from .._base.items import MAX_ITEM_BYTES, Item, item_size, probe_key, strip
+from .._base.requests import (
+    PROTOCOL_OVERHEAD,
+    Request,
+    grouped,
+    merge_set,
+    update_shape,
+    used_placeholders,
+)
 from .._stores.completion import Completion
 from .._stores.record import new_lock_value
 from ..errors import (
     ConditionalCheckFailedError,
     ConditionFailed,
+    DynamoDBError,
     InvalidRequestError,
     ValidationFailed,
 )
@@ -88,12 +97,12 @@ class ItemWrites:
             )
         except ConditionFailed:
             return
-        raise self.condition_false(req, answer.get("Attributes"))
+        raise (yield from self.condition_false(req, answer.get("Attributes")))
 
     def check_on_absent(self, local: Local) -> Step[None]:
         """Evaluate the user's condition as DynamoDB would on an absent item."""
         req = local.request
-        probe = {name: _probe_value(value) for name, value in req.key.items()}
+        probe = probe_key(req.key)
         try:
             # A conditional delete of a key that cannot exist writes nothing.
             yield from request(
@@ -108,9 +117,10 @@ class ItemWrites:
                 ),
             )
         except ConditionFailed as exc:
-            raise self.condition_false(req) from exc
+            raise (yield from self.condition_false(req)) from exc
         except ValidationFailed as exc:
-            raise rejected(self.tx.id, [req], exc) from exc
+            # DynamoDB would name an UpdateExpression's error before the condition's
+            raise (yield from self.refusal(req, exc)) from exc
 
     def refusal(
         self, req: Request, exc: ValidationFailed, *, sized: bool = False
@@ -126,37 +136,72 @@ class ItemWrites:
 
     def _ask_alone(self, req: Request) -> Step[ValidationFailed | None]:
         """The user's update and condition expressions sent on their own, on a key that
-        cannot exist, under a condition that cannot hold: nothing is written either way."""
+        cannot exist, under a condition that cannot hold: nothing is written either way.
+
+        Both refused: DynamoDB checks the UpdateExpression, then the condition, then the key
+        attributes the update would change; the first error in that order is its answer.
+        """
+        update = yield from self._ask_update(req)
+        if (update is not None and not _after_condition(update)) or not req.condition:
+            return update
         names = req.params.get("ExpressionAttributeNames") or {}
         values = req.params.get("ExpressionAttributeValues") or {}
-        probe = {name: _probe_value(value) for name, value in req.key.items()}
-        asks: list[tuple[str, dict[str, Any]]] = []
-        update = req.params.get("UpdateExpression")
-        if update:
-            # never holds on the probe key: the update is parsed and checked, not applied
-            exists = "attribute_exists(#ddbtxk)"
-            mine = {**names, "#ddbtxk": next(iter(req.key))}
-            used = used_placeholders(mine, values, update, exists)
-            asks.append(
-                ("update_item", {"UpdateExpression": update, "ConditionExpression": exists, **used})
+        used = used_placeholders(names, values, req.condition)
+        try:
+            yield from request(
+                "delete_item",
+                TableName=req.table,
+                Key=probe_key(req.key),
+                ConditionExpression=req.condition,
+                **used,
             )
-        if req.condition:
-            used = used_placeholders(names, values, req.condition)
-            asks.append(("delete_item", {"ConditionExpression": req.condition, **used}))
-        for operation, params in asks:
-            try:
-                yield from request(operation, TableName=req.table, Key=probe, **params)
-            except ValidationFailed as refused:
-                return refused
-            except ConditionFailed:
-                continue
+        except ValidationFailed as condition:
+            return condition
+        except ConditionFailed:
+            pass
+        return update
+
+    def _ask_update(self, req: Request) -> Step[ValidationFailed | None]:
+        """DynamoDB's refusal of the user's UpdateExpression whatever the item holds, if any
+        (asked once per shape: :func:`ddbtx._base.requests.update_shape`)."""
+        shape = update_shape(req)
+        if shape is None or shape in self.p.valid_updates:
+            return None
+        update = str(req.params["UpdateExpression"])
+        # never holds on the probe key: the update is parsed and checked, not applied
+        exists = "attribute_exists(#ddbtxk)"
+        names = {
+            **(req.params.get("ExpressionAttributeNames") or {}),
+            "#ddbtxk": next(iter(req.key)),
+        }
+        values = req.params.get("ExpressionAttributeValues") or {}
+        try:
+            yield from request(
+                "update_item",
+                TableName=req.table,
+                Key=probe_key(req.key),
+                UpdateExpression=update,
+                ConditionExpression=exists,
+                **used_placeholders(names, values, update, exists),
+            )
+        except ValidationFailed as refused:
+            return refused
+        except ConditionFailed:
+            self.p.valid_update(shape)
         return None
 
     def condition_false(
         self, req: Request, seen: Item | None = None
-    ) -> ConditionalCheckFailedError:
+    ) -> Step[ConditionalCheckFailedError | InvalidRequestError]:
         """The request's condition is false on ``seen``, the item as this transaction sees it
-        (None: absent), handed back with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``."""
+        (None: absent), handed back with ``ReturnValuesOnConditionCheckFailure=ALL_OLD``.
+
+        DynamoDB checks an UpdateExpression before the condition: one it refuses whatever
+        the item holds is the answer instead (ddbtx checked the condition first, with the lock).
+        """
+        refused = yield from self._ask_update(req)
+        if refused is not None:
+            return rejected(self.tx.id, [req], refused)
         old = strip(seen) if req.old_on_failure and seen is not None else None
         return ConditionalCheckFailedError(
             "the request's condition is false",
@@ -217,11 +262,13 @@ class ItemWrites:
     ) -> Step[dict[str, Any]]:
         """The user's UpdateExpression with protocol assignments joined to its SET clause."""
         update = merge_set(req.params.get("UpdateExpression") or "", protocol_sets)
-        return (
-            yield from self.update(
-                req, update, condition, names, values, ReturnValues=return_values
-            )
+        answer = yield from self.update(
+            req, update, condition, names, values, ReturnValues=return_values
         )
+        shape = update_shape(req)
+        if shape is not None:
+            self.p.valid_update(shape)  # DynamoDB took it: no question on a false condition
+        return answer
 
     def update(
         self,
@@ -244,6 +291,33 @@ class ItemWrites:
         return response
 
 
+#: DynamoDB's refusal of an update of a key attribute: made only after both expressions
+#: were checked (an error in the condition comes first).
+KEY_ATTRIBUTE = "This attribute is part of the key"
+
+
+def _after_condition(refused: ValidationFailed) -> bool:
+    return KEY_ATTRIBUTE in str(refused.response["Error"].get("Message", ""))
+
+
+def ask_as_sent(op: str, probe: dict[str, Any], key: Item) -> Step[ValidationFailed | None]:
+    """DynamoDB's own refusal of a request ddbtx refused before sending (``probe``: the
+    request as the user wrote it, on a key no item has), or None where DynamoDB takes it.
+
+    DynamoDB refuses the request whole, so nothing is written; an emulator that lets the
+    error pass may write the probe's item, which is deleted at once. Only on this error path.
+    """
+    try:
+        yield from request(f"{op}_item", **probe)
+    except ValidationFailed as refused:
+        return refused
+    except (ConditionFailed, DynamoDBError, BotoCoreError):
+        return None  # not DynamoDB's refusal: ddbtx's own check says what is wrong
+    if op != "delete":
+        yield from request("delete_item", TableName=probe["TableName"], Key=key)
+    return None
+
+
 def image_sets(image: dict[str, Any], names: dict[str, str], values: dict[str, Any]) -> str:
     """SET clauses (each after ", ") writing ``image``'s attributes, placeholders added."""
     clauses = ""
@@ -251,13 +325,3 @@ def image_sets(image: dict[str, Any], names: dict[str, str], values: dict[str, A
         names[f"#ddbtxi{i}"], values[f":ddbtxi{i}"] = attr, value
         clauses += f", #ddbtxi{i} = :ddbtxi{i}"
     return clauses
-
-
-def _probe_value(value: dict[str, Any]) -> dict[str, Any]:
-    ((kind, _),) = value.items()
-    token = uuid.uuid4()
-    if kind == "N":
-        return {"N": str(token.int % 10**30 + 10**30)}
-    if kind == "B":
-        return {"B": b"ddbtx-probe-" + token.bytes}
-    return {"S": f"ddbtx-probe-{token.hex}"}

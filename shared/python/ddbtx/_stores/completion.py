@@ -7,7 +7,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -24,6 +24,8 @@ from .record import Entry, Header, RecordStore, new_lock_value, new_tx_id, param
 
 #: Saved images outlive any transaction that needs them; TTL only collects orphans.
 IMAGE_TTL = timedelta(days=7)
+#: UpdateExpression shapes kept as known valid (``Completion.valid_updates``).
+VALID_UPDATES_KEPT = 4096
 
 __all__ = [
     "Completion",
@@ -90,6 +92,16 @@ class Completion:
         self.skipped_requests = 0
         #: Per table: did the last put of a transaction insert or replace? (lock's first guess)
         self.put_paths: dict[str, str] = {}
+        #: Shapes of UpdateExpressions DynamoDB took (``requests.update_shape``): a false
+        #: condition needs no question about them (``ItemWrites.condition_false``)
+        self.valid_updates: set[Hashable] = set()
+
+    def valid_update(self, shape: Hashable) -> None:
+        """DynamoDB took an UpdateExpression of this shape (kept for the most recent few
+        thousand shapes: an application has few)."""
+        if len(self.valid_updates) >= VALID_UPDATES_KEPT:
+            self.valid_updates.clear()
+        self.valid_updates.add(shape)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
