@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from ddbtx import aio
 from ddbtx import schema as s
 from helpers import scan
-from oracle.runner import KEYS, Twins, leftovers, normal
+from oracle.runner import KEYS, Twins, leftovers, normal, reset, stored
 from oracle.shapes import Item
 
 from .strategies import Case
@@ -53,23 +53,6 @@ class Observed:
 FIELDS = ("code", "message", "old", "attributes", "item", "protocol", "leftovers")
 
 
-def reset(twins: Twins, table: str, case: Case) -> None:
-    """Given: ``table`` holds the case's starting item under its key, or no item there."""
-    key = KEYS[case.schema].stored
-    if case.start is None:
-        twins.client.delete_item(TableName=table, Key=key)
-    else:
-        twins.client.put_item(TableName=table, Item={**key, **case.start})
-
-
-def _stored(twins: Twins, table: str, case: Case) -> Item | None:
-    key = KEYS[case.schema].stored
-    item: Item | None = twins.client.get_item(TableName=table, Key=key, ConsistentRead=True).get(
-        "Item"
-    )
-    return item
-
-
 def _answer(response: Item) -> Any:
     return normal(response.get("Attributes") or None)
 
@@ -99,7 +82,7 @@ def _origin(exc: Exception) -> str | None:
 def _observe(
     twins: Twins, table: str, case: Case, response: Item | None, exc: Exception | None
 ) -> Observed:
-    item = _stored(twins, table, case)
+    item = stored(twins, table, case)
     protocol = tuple(sorted(a for a in item or {} if a.startswith(s.RESERVED_PREFIX)))
     code, message, old = _failure(exc) if exc is not None else (None, None, None)
     return Observed(

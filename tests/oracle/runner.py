@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -287,7 +287,16 @@ class Expected:
     index: list[Any]
 
 
-def reset(twins: Twins, table: str, shape: Shape) -> None:
+class Seeded(Protocol):
+    """A request with the item its table holds first (a shape, or the fuzzer's case)."""
+
+    @property
+    def schema(self) -> str: ...
+    @property
+    def start(self) -> Item | None: ...
+
+
+def reset(twins: Twins, table: str, shape: Seeded) -> None:
     """Given: the table holds the shape's starting item (or none) under its key."""
     key = KEYS[shape.schema].stored
     if shape.start is None:
@@ -296,7 +305,7 @@ def reset(twins: Twins, table: str, shape: Shape) -> None:
         twins.client.put_item(TableName=table, Item={**key, **shape.start})
 
 
-def stored(twins: Twins, table: str, shape: Shape) -> Item | None:
+def stored(twins: Twins, table: str, shape: Seeded) -> Item | None:
     key = KEYS[shape.schema].stored
     response = twins.client.get_item(TableName=table, Key=key, ConsistentRead=True)
     item: Item | None = response.get("Item")
