@@ -27,6 +27,7 @@ then). Every action is safe to repeat.
 
 import base64
 import binascii
+import os
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Final, Literal
@@ -47,9 +48,14 @@ from ddbtx import locks, recovery
 from ddbtx.errors import InvalidTransactionIdError, LockNotFoundError
 from ddbtx.sweeper import JanitorSettings, janitor_client
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer()
+# Powertools' variables (the CDK app sets them) win; these defaults let the handler run
+# anywhere else too (locally, in a test) instead of failing for want of a namespace.
+SERVICE: Final = os.environ.get("POWERTOOLS_SERVICE_NAME", "ddbtx-recovery")
+logger = Logger(service=SERVICE)
+metrics = Metrics(
+    namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "ddbtx"), service=SERVICE
+)
+tracer = Tracer(service=SERVICE)
 copy_config_to_registered_loggers(source_logger=logger, include={"ddbtx"})
 
 # Cold start: a missing or malformed variable fails here, with a message naming it.

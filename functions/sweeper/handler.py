@@ -14,6 +14,7 @@ variables.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Final
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -24,9 +25,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ddbtx.sweeper import JanitorSettings, SweepReport, janitor_client
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer()
+# Powertools' variables (the CDK app sets them) win; these defaults let the handler run
+# anywhere else too (locally, in a test) instead of failing for want of a namespace.
+SERVICE: Final = os.environ.get("POWERTOOLS_SERVICE_NAME", "ddbtx-sweeper")
+logger = Logger(service=SERVICE)
+metrics = Metrics(
+    namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "ddbtx"), service=SERVICE
+)
+tracer = Tracer(service=SERVICE)
 # The core logs through the standard library; give it the same JSON format and keys.
 copy_config_to_registered_loggers(source_logger=logger, include={"ddbtx"})
 

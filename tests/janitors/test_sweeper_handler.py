@@ -391,3 +391,29 @@ def test_given_a_bad_environment_when_the_sweeper_cold_starts_then_it_names_the_
     # When the handler module is imported (a cold start), Then it fails naming the variable
     with pytest.raises(ConfigError, match=message):
         load_handler("sweeper")
+
+
+@pytest.mark.parametrize("function", ["sweeper", "recovery"])
+def test_given_no_powertools_variables_when_a_handler_runs_outside_lambda_then_it_works(
+    janitor_env: JanitorTables,
+    monkeypatch: pytest.MonkeyPatch,
+    ddbtx_logger: logging.Logger,
+    capsys: pytest.CaptureFixture[str],
+    function: str,
+) -> None:
+    # Given the janitor's own settings but none of Powertools' (as on a laptop)
+    for variable in ("POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_SERVICE_NAME"):
+        monkeypatch.delenv(variable, raising=False)
+    # When the handler cold-starts and answers an event
+    module = load_handler(function)
+    module.metrics.clear_metrics()
+    event = scheduled_event() if function == "sweeper" else {"action": "sweep"}
+    answer = module.handler(event, LambdaContext(function_name=f"ddbtx-{function}"))
+    assert answer["errors"] == 0 if function == "sweeper" else answer["ok"] is True
+    if function == "recovery":  # it publishes on a broken lock only: publish one as it does
+        module.metrics.add_metric(name="LocksBroken", unit="Count", value=1)
+        module.metrics.flush_metrics()
+    # Then it ran (no "Must contain a metric namespace"), publishing in the ddbtx namespace
+    # under its own service name (emf_metrics asserts both of each metric)
+    assert emf_metrics(capsys.readouterr().out)
+    assert module.SERVICE == f"ddbtx-{function}"
