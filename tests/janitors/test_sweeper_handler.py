@@ -416,4 +416,4 @@ def test_given_no_powertools_variables_when_a_handler_runs_outside_lambda_then_i
     # Then it ran (no "Must contain a metric namespace"), publishing in the ddbtx namespace
     # under its own service name (emf_metrics asserts both of each metric)
     assert emf_metrics(capsys.readouterr().out)
-    assert module.SERVICE == f"ddbtx-{function}"
+    assert f"ddbtx-{function}" == module.SERVICE
