@@ -124,7 +124,8 @@ $(CHECKOV): $(TOOLS)/.uv-$(UV_VERSION)
 
 .PHONY: check-template
 check-template: $(CFN_LINT) $(CHECKOV)
-	@ls cdk.out/*.template.json >/dev/null 2>&1 || { echo "make: no template in cdk.out/; run make synth first" >&2; exit 1; }
+	@# Synthesizes first when there is no template yet (CI's order, synth then this, keeps one synth).
+	@ls cdk.out/*.template.json >/dev/null 2>&1 || $(MAKE) --no-print-directory synth
 	$(CFN_LINT) --config-file .cfnlintrc.yaml -- cdk.out/*.template.json
 	for template in cdk.out/*.template.json; do $(CHECKOV) --config-file .checkov.yaml -f "$$template" || exit 1; done
 
