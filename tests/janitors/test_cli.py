@@ -505,3 +505,54 @@ def test_given_the_cli_when_asked_its_version_then_it_prints_it_and_exits_0(
     status, out, err = bare_ddbtx("--version")
     # Then it prints the package's version
     assert (status, out, err) == (0, f"ddbtx {__version__}\n", "")
+
+
+def test_given_stuck_decided_done_and_live_transactions_when_pending_is_listed_then_the_plan_shows(
+    ddbtx: Callable[..., tuple[int, str]],
+    endpoint_env: Any,
+    old_tm: TransactionManager,
+    young_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    ddb: Any,
+) -> None:
+    # Given a transfer abandoned pending long ago, one decided committed long ago but never
+    # completed, one completed, and one still live
+    t = janitor_tables
+    seed(a=100, b=100, c=100, d=100, e=100, f=100, g=100, h=100)
+    stuck = abandon(old_tm, t.data, "pending", ("a", "b"))
+    decided = abandon(old_tm, t.data, "committed", ("c", "d"))
+    abandon(old_tm, t.data, "completed", ("e", "f"))
+    live = abandon(young_tm, t.data, "pending", ("g", "h"))
+    before = scan(ddb, t.tx), scan(ddb, t.data)
+
+    # When on-call lists what is not completed
+    status, out = ddbtx("--json", "pending")
+
+    # Then the three are listed, oldest first (the live one last), each with what a sweep
+    # would do now, and the completed one is not
+    listed = json.loads(out)
+    assert status == 0
+    assert {tx["transaction_id"] for tx in listed[:2]} == {stuck, decided}
+    assert [tx["transaction_id"] for tx in listed[2:]] == [live]
+    plans = {tx["transaction_id"]: (tx["state"], tx["locks_held"], tx["plan"]) for tx in listed}
+    assert plans[stuck][:2] == ("pending", 2) and plans[stuck][2].startswith("roll back")
+    assert plans[decided][:2] == ("committed", 2) and plans[decided][2].startswith("roll forward")
+    assert plans[live][:2] == ("pending", 2) and plans[live][2].startswith("leave: active")
+    # And listing changed nothing
+    assert (scan(ddb, t.tx), scan(ddb, t.data)) == before
+
+    # When it is shown as a table
+    status, out = ddbtx("pending")
+    # Then each id is there with its plan
+    assert status == 0 and all(tx_id in out for tx_id in (stuck, decided, live))
+    assert "roll back" in out and "roll forward" in out
+
+
+def test_given_nothing_pending_when_listed_then_it_says_so(
+    ddbtx: Callable[..., tuple[int, str]], endpoint_env: Any, janitor_tables: JanitorTables
+) -> None:
+    # Given fresh tables, When pending is listed, Then it says there is nothing
+    assert ddbtx("--json", "pending") == (0, "[]\n")
+    status, out = ddbtx("pending")
+    assert status == 0 and "no transaction is pending" in out

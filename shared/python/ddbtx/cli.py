@@ -149,6 +149,25 @@ def _show_transaction(result: dict[str, Any]) -> None:
     console.print(table)
 
 
+def _show_pending(found: list[dict[str, Any]]) -> None:
+    """Two lines a transaction (an id is copied from here into `inspect` and `recover`,
+    so no column may cut it): what it is, then what a sweep would do now."""
+    console = _console()
+    if not found:
+        console.print("no transaction is pending or left uncompleted")
+        return
+    console.print(f"{len(found)} transaction(s) not completed, oldest first:")
+    for tx in found:
+        caller = f" (caller's id {tx['caller_id']!r})" if tx["caller_id"] else ""
+        console.print(
+            f"{tx['transaction_id']}{caller}  [bold]{tx['state']}[/bold], idle "
+            f"{tx['age_seconds']:.0f} s, {len(tx['items'])} request(s), "
+            f"{tx['locks_held']} lock(s) held",
+            soft_wrap=True,
+        )
+        console.print(f"  sweep now: {tx['plan']}", soft_wrap=True)
+
+
 def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
     """Every data item carrying a transaction lock, with the holder's state."""
     rows = []
@@ -323,6 +342,28 @@ def _app(state: dict[str, Options]) -> Any:
             if report.stuck_ids:
                 console.print("stuck transactions: " + ", ".join(report.stuck_ids))
         raise typer.Exit(1 if report.errors else 0)
+
+    @app.command()
+    def pending(
+        ctx: typer.Context,
+        rollback_after: int = typer.Option(60, min=0, help="seconds before pending is stale"),
+        decided_grace: int = typer.Option(
+            30, min=0, help="seconds a decided record is left to its coordinator"
+        ),
+    ) -> None:
+        """List every transaction not completed, oldest first, and what a sweep would do."""
+        opts: Options = ctx.obj
+        found = Sweeper(
+            opts.manager(),
+            rollback_after=timedelta(seconds=rollback_after),
+            delete_after=timedelta(days=1),  # not used: completed records are not listed
+            decided_grace=timedelta(seconds=decided_grace),
+            persist_cursor=False,
+        ).pending()
+        if opts.as_json:
+            _print_json(found)
+        else:
+            _show_pending(found)
 
     @app.command()
     def inspect(ctx: typer.Context, tx_id: str) -> None:

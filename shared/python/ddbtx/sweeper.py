@@ -35,6 +35,7 @@ from ._janitors.state import (
 )
 from .locks._rows import check_positive
 from .manager import SweepOutcome, TransactionManager
+from .recovery import inspect_step
 
 __all__ = [
     "CURSOR_ID",
@@ -295,6 +296,66 @@ class Sweeper:
             {k: v for k, v in report.to_dict().items() if k not in ("stuck_ids",)},
         )
         return report
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Every transaction whose record is not completed, oldest first, each as
+        :func:`ddbtx.recovery.inspect` shows it plus ``plan``: what a sweep with these
+        settings would do with it now. Changes nothing.
+
+        Examples
+        --------
+        >>> [(t["transaction_id"], t["plan"]) for t in sweeper.pending()]  # doctest: +SKIP
+        [('0187f3c2a1b4c5d6-0a1b2c3d4e5f', 'roll back: pending, stale for 3540 s')]
+        """
+        return self.tm.protocol.run(self.pending_step())
+
+    def pending_step(self) -> Step[list[dict[str, Any]]]:
+        """The step of :meth:`pending`, for any driver."""
+        ids: list[str] = []
+        for tag, shard in PARTITIONS:
+            if tag == s.STATE_COMPLETED_TAG:
+                continue
+            key: Key | None = None
+            while True:
+                params: dict[str, Any] = {"ExclusiveStartKey": key} if key else {}
+                page = yield from request(
+                    "query",
+                    TableName=self.tm.transactions_table,
+                    IndexName=s.SWEEP_INDEX,
+                    KeyConditionExpression="#sw = :sw",
+                    ExpressionAttributeNames={"#sw": s.TX_SWEEP_KEY},
+                    ExpressionAttributeValues={":sw": {"S": f"{tag}#{shard}"}},
+                    **params,
+                )
+                ids += [
+                    hit[s.TX_PK]["S"]
+                    for hit in page.get("Items", [])
+                    if hit[s.TX_SK]["S"] == s.TX_HEADER_SK
+                ]
+                key = page.get("LastEvaluatedKey")
+                if not key:
+                    break
+        found = []
+        for tx_id in ids:
+            seen = yield from inspect_step(self.tm, tx_id)
+            if seen["found"] and not seen["completed"]:  # not finished meanwhile
+                found.append({**seen, "plan": self.plan(seen["state"], seen["age_seconds"])})
+        return sorted(found, key=lambda t: (t["updated_ms"], t["transaction_id"]))
+
+    def plan(self, state: str, age_seconds: float) -> str:
+        """What a sweep would do now with a record in ``state`` (not completed), last changed
+        ``age_seconds`` ago."""
+        if state == "pending":
+            limit = self.rollback_after.total_seconds()
+            if age_seconds > limit:
+                return f"roll back: pending, stale for {age_seconds - limit:.0f} s"
+            return f"leave: active (stale in {limit - age_seconds:.0f} s)"
+        limit = self.decided_grace.total_seconds()
+        verb = "roll forward" if state == "committed" else "complete the rollback"
+        if age_seconds > limit:
+            return f"{verb}: decided {age_seconds:.0f} s ago"
+        wait = limit - age_seconds
+        return f"leave: its coordinator may still {verb} (a sweep will in {wait:.0f} s)"
 
     def run_full(self, deadline: Deadline | None = None, *, segments: int = 4) -> SweepReport:
         """Sweep every TX record by a parallel scan, then every scan task (cursor kept)."""
