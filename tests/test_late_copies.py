@@ -9,10 +9,11 @@ client, and a sweep runs. Whatever arrived, the data must be what T2 left, with 
 - every single copy: survived today (no assertion is weakened for it);
 - every pair of copies in their original order, and random sets of up to four copies in
   any order (both ``slow``: ``make faults``): NOT survived yet. Two copies to one item (a
-  lock, then the write under it) overwrite T2's data; the fence of issue 34, item 1 (a counter every lock moves, every
-  write under the lock conditioned on it, and the TX record kept as a tombstone) is what
-  will make these pass. Until then they are strict xfails that name the cases that break:
-  when the fence lands they pass, and the xfail must go.
+  lock, then the write under it) overwrite T2's data; the fence of issue 34, item 1 (a
+  counter every lock moves, every write under the lock conditioned on it, and the TX
+  record kept as a tombstone) is what will make these pass. Until then they are strict
+  xfails that name the cases that break: when the fence lands they pass, and the xfail
+  must go.
 
 Both emulators.
 """
