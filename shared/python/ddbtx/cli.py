@@ -21,7 +21,7 @@ from ._cli.errors import CliError, check_endpoint, explain
 from ._cli.progress import SweepProgress, library_logs, report_table
 from .demo import run_demo
 from .errors import InvalidTransactionIdError, LockNotFoundError, TableNotFound
-from .local import KINDS
+from .local import KINDS, serve
 from .locks import break_lock, list_locks
 from .manager import TransactionManager
 from .sweeper import Sweeper
@@ -342,6 +342,16 @@ def _app(state: dict[str, Options]) -> Any:
             if report.stuck_ids:
                 console.print("stuck transactions: " + ", ".join(report.stuck_ids))
         raise typer.Exit(1 if report.errors else 0)
+
+    @app.command("local")
+    def local_(
+        port: int = typer.Option(8000, min=1, max=65535, help="port on 127.0.0.1"),
+        backend: str = typer.Option("moto", help="the emulator: moto or dynalite (Node.js)"),
+    ) -> None:
+        """Serve an embedded DynamoDB in the foreground until Ctrl-C, printing the exports."""
+        if backend not in KINDS:
+            raise CliError(f"--backend must be one of {', '.join(KINDS)}, not {backend!r}")
+        serve(backend, port)
 
     @app.command()
     def pending(

@@ -99,12 +99,14 @@ class LocalDynamo:
     []
     """
 
-    def __init__(self, kind: Kind = "moto", *, own_process: bool = False) -> None:
-        """``own_process``: serve moto from a child interpreter (not sharing the GIL)."""
+    def __init__(self, kind: Kind = "moto", *, own_process: bool = False, port: int = 0) -> None:
+        """``own_process``: serve moto from a child interpreter (not sharing the GIL);
+        ``port``: the port to serve on (0: a free one)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.kind: Kind = kind
         self.own_process = own_process
+        self.requested_port = port
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._moto: Any = None
@@ -114,7 +116,7 @@ class LocalDynamo:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> LocalDynamo:
-        self.port = free_port()
+        self.port = self.requested_port or free_port()
         if self.kind == "moto" and not self.own_process:
             self._moto = _linearizable_moto_server(self.port)
             threading.Thread(target=self._moto.serve_forever, daemon=True).start()
@@ -171,6 +173,51 @@ class LocalDynamo:
         self.stop()
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["serve-moto"]:
-    # The child of LocalDynamo("moto", own_process=True): serve until terminated.
-    _linearizable_moto_server(int(sys.argv[2])).serve_forever()
+def exports(db: LocalDynamo) -> str:
+    """The shell lines that point boto3 (and the ddbtx CLI) at ``db``."""
+    return (
+        f"export AWS_ENDPOINT_URL_DYNAMODB={db.endpoint_url}\n"
+        f"export AWS_DEFAULT_REGION={LOCAL_CREDENTIALS['region_name']}"
+        f" AWS_ACCESS_KEY_ID={LOCAL_CREDENTIALS['aws_access_key_id']}"
+        f" AWS_SECRET_ACCESS_KEY={LOCAL_CREDENTIALS['aws_secret_access_key']}"
+    )
+
+
+def serve(kind: Kind = "moto", port: int = 8000, *, out: Any = None) -> None:
+    """Serve an embedded DynamoDB on ``port`` in the foreground until interrupted (Ctrl-C
+    or SIGTERM), after printing the exports that point clients at it.
+
+    Examples
+    --------
+    >>> serve("moto", 8000)  # doctest: +SKIP
+    """
+    import signal
+
+    out = out or sys.stdout
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with LocalDynamo(kind, own_process=kind == "moto", port=port) as db:
+            print(
+                f"# {kind} serves DynamoDB on {db.endpoint_url} until Ctrl-C; in a shell:", file=out
+            )
+            print(exports(db), file=out, flush=True)
+            try:
+                while not stop.wait(0.5):
+                    pass
+            except KeyboardInterrupt:
+                pass
+            print(f"# {kind} on {db.endpoint_url} stopped", file=out, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve-moto"]:
+        # The child of LocalDynamo("moto", own_process=True): serve until terminated.
+        _linearizable_moto_server(int(sys.argv[2])).serve_forever()
+    else:  # `python -m ddbtx.local [moto|dynalite] [PORT]`: as `ddbtx local`
+        chosen = sys.argv[1] if len(sys.argv) > 1 else "moto"
+        if chosen not in KINDS:
+            sys.exit(f"usage: python -m ddbtx.local [{'|'.join(KINDS)}] [PORT]")
+        serve(chosen, int(sys.argv[2]) if len(sys.argv) > 2 else 8000)
