@@ -38,10 +38,11 @@ node_modules/.installed: package.json package-lock.json
 test: setup
 	$(RUN) pytest -n 2 $(PYTEST_ARGS)
 
-# The slow tests (stress runs, every fault kind at every call, the differential fuzzer at ten
-# times its examples), which `make test` leaves out, then the fault harness's figures table.
+# The slow tests (stress runs, every fault kind at every call, the differential fuzzer at three
+# times its examples), which `make test` leaves out (the 15 slowest named), then the fault
+# harness's figures table.
 faults: setup
-	$(RUN) pytest -n 2 -m slow $(PYTEST_ARGS)
+	$(RUN) pytest -n 2 -m slow --durations=15 $(PYTEST_ARGS)
 	$(RUN) python -m tests.faults.run --skip listappend $(FAULT_ARGS)
 
 # Isolation proven by histories (docs/isolation.md): list-append histories with every read

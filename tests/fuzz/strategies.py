@@ -274,8 +274,8 @@ class Writer:
         return text
 
     def names_something(self, operand: str) -> bool:
-        """The operand is a value, or a path (or a path's size) naming something in the
-        starting item."""
+        """The operand is a value, or a path (or a path's size, not 0) naming something in
+        the starting item."""
         if operand.startswith(":"):
             return True
         found: Item | None = {"M": self.start} if self.start is not None else None
@@ -292,8 +292,12 @@ class Writer:
                 return False
         if found is None:
             return False
-        # A size is only of a string, binary, set, list or map
-        return path == operand or next(iter(found)) not in ("N", "BOOL", "NULL")
+        if path == operand:
+            return True
+        # A size is only of a string, binary, set, list or map; dynalite's process exits on
+        # a size of 0 there too (it takes the 0 for nothing)
+        ((kind, inner),) = found.items()
+        return kind not in ("N", "BOOL", "NULL") and len(inner) > 0
 
     # -- values
     def value(self, kinds: tuple[str, ...] = TYPES) -> str:
