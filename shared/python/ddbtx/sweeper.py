@@ -317,16 +317,7 @@ class Sweeper:
                 continue
             key: Key | None = None
             while True:
-                params: dict[str, Any] = {"ExclusiveStartKey": key} if key else {}
-                page = yield from request(
-                    "query",
-                    TableName=self.tm.transactions_table,
-                    IndexName=s.SWEEP_INDEX,
-                    KeyConditionExpression="#sw = :sw",
-                    ExpressionAttributeNames={"#sw": s.TX_SWEEP_KEY},
-                    ExpressionAttributeValues={":sw": {"S": f"{tag}#{shard}"}},
-                    **params,
-                )
+                page = yield from self._index_page(tag, shard, key)
                 ids += [
                     hit[s.TX_PK]["S"]
                     for hit in page.get("Items", [])
@@ -418,20 +409,7 @@ class Sweeper:
             while True:
                 run.stop_cursor = replace(cursor, partition=number, index_key=key)
                 run.check_time()
-                params: dict[str, Any] = {"ExclusiveStartKey": key} if key else {}
-                page = yield from request(
-                    "query",
-                    TableName=self.tm.transactions_table,
-                    IndexName=s.SWEEP_INDEX,
-                    KeyConditionExpression="#sw = :sw AND #ts < :cutoff",
-                    ExpressionAttributeNames={"#sw": s.TX_SWEEP_KEY, "#ts": s.TX_UPDATED},
-                    ExpressionAttributeValues={
-                        ":sw": {"S": f"{tag}#{shard}"},
-                        ":cutoff": {"N": str(cutoff)},
-                    },
-                    Limit=self.scans.page_size,
-                    **params,
-                )
+                page = yield from self._index_page(tag, shard, key, cutoff)
                 for hit in page.get("Items", []):
                     run.stop_cursor = replace(cursor, partition=number, index_key=key)
                     run.check_time()
@@ -445,6 +423,31 @@ class Sweeper:
                 if not key:
                     break
         return Cursor(task=cursor.task, scan_key=cursor.scan_key)
+
+    def _index_page(
+        self, tag: str, shard: int, key: Key | None, cutoff: int | None = None
+    ) -> Step[dict[str, Any]]:
+        """A page of the sweep index's partition ``tag#shard`` (of the records last changed
+        before ``cutoff``, where given), from ``key``."""
+        condition = "#sw = :sw"
+        names = {"#sw": s.TX_SWEEP_KEY}
+        values: dict[str, Any] = {":sw": {"S": f"{tag}#{shard}"}}
+        if cutoff is not None:
+            condition += " AND #ts < :cutoff"
+            names["#ts"] = s.TX_UPDATED
+            values[":cutoff"] = {"N": str(cutoff)}
+        params: dict[str, Any] = {"ExclusiveStartKey": key} if key else {}
+        page: dict[str, Any] = yield from request(
+            "query",
+            TableName=self.tm.transactions_table,
+            IndexName=s.SWEEP_INDEX,
+            KeyConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            Limit=self.scans.page_size,
+            **params,
+        )
+        return page
 
     def _sweep_record(self, run: Run, tx_id: str, *, stale_since: int | None) -> Step[None]:
         """``stale_since``: the ``ts`` of a pending record seen stale."""
