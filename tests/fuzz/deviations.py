@@ -62,8 +62,8 @@ PATH_IN_LIST_OR_BOUND = (
     "the operands of IN and BETWEEN are any operands, document paths included (Developer "
     "Guide: Comparison operator and function reference); dynalite's process exits when a "
     "path in an IN list or as BETWEEN's upper bound (or under size() there) names nothing "
-    "in the item, or under size() names something of size 0 (an empty string, binary, "
-    "list or map)"
+    "in the item, or something it takes for nothing: false, NULL, an empty string or "
+    "binary, a zero, or under size() something of size 0"
 )
 EVALUATION = (
     "a condition compares operands of any types (false when the types differ), and BETWEEN, "

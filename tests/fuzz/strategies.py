@@ -8,8 +8,8 @@ AND/OR/NOT, parentheses, BETWEEN, IN, every function, nested paths, list indexes
 reserved words bare or behind ``#placeholders``) or built with boto3's own
 ``Attr(...)`` and ``ConditionExpressionBuilder``, as boto3's ``Table`` builds them.
 Values are of every type, and a share of the requests is invalid on purpose; each such
-choice is recorded in :attr:`Case.tags` (:class:`Tag`), so that an emulator's deviation
-from AWS can be told apart from ddbtx's (see :mod:`.known`).
+choice is recorded in :attr:`Case.tags` (:class:`Tag`), so that where an emulator departs
+from AWS the case is not compared there (:mod:`.deviations`).
 
 Every choice is drawn, so Hypothesis shrinks a failing case to a small one; the rare
 choices (an invalid request, a deep path) shrink towards the common ones.
@@ -21,6 +21,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -165,6 +166,15 @@ _BARE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _ELEMENTS = re.compile(r"(#?\w+)|\[(\d+)\]")
 
 
+def _nothing_to_dynalite(kind: str, inner: Any) -> bool:
+    """A value dynalite takes for a missing one (JavaScript's falsy values)."""
+    if kind in ("BOOL", "NULL"):
+        return kind == "NULL" or not inner
+    if kind in ("S", "B"):
+        return len(inner) == 0
+    return kind == "N" and Decimal(inner) == 0
+
+
 # --- the case ----------------------------------------------------------------------------
 
 
@@ -292,11 +302,13 @@ class Writer:
                 return False
         if found is None:
             return False
+        ((kind, inner),) = found.items()
         if path == operand:
-            return True
+            # dynalite's process exits on a value it takes for nothing there too: false,
+            # NULL, an empty string or binary, a zero
+            return not _nothing_to_dynalite(kind, inner)
         # A size is only of a string, binary, set, list or map; dynalite's process exits on
         # a size of 0 there too (it takes the 0 for nothing)
-        ((kind, inner),) = found.items()
         return kind not in ("N", "BOOL", "NULL") and len(inner) > 0
 
     # -- values
