@@ -664,7 +664,9 @@ def _return_values(w: Writer, op: Op, params: Item) -> None:
     elif choice < 92:
         params["ReturnValues"] = w.pick(RETURN_VALUES[op])
     elif choice < 97 and op != "update":
-        params["ReturnValues"] = w.pick(tuple(set(ALL_RETURN_VALUES) - set(RETURN_VALUES[op])))
+        params["ReturnValues"] = w.pick(
+            tuple(v for v in ALL_RETURN_VALUES if v not in RETURN_VALUES[op])
+        )
         w.tags.add(Tag.RV_FOR_OTHER_OP)
     else:
         params["ReturnValues"] = w.pick(("BOGUS", "all_old"))
