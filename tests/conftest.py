@@ -248,3 +248,47 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or not workers or config.getoption("collectonly"):
         return  # not under xdist (pytest prints per file itself), or a worker
     config.pluginmanager.register(FileProgress(config), "ddbtx-file-progress")
+
+
+# --- the fast tier of fault-product tests ---------------------------------------------
+#
+# A test marked ``fault_product(axis)`` runs a fault at every call for each value of its
+# ``axis`` parameter (the fault kind, the ending, ...) on each backend. `make test` (the fast
+# tier, CI's budget) keeps half of that product, chosen like a chessboard's squares: a value
+# runs on moto where the next runs on dynalite, so each value and each backend still meets
+# the test; `make faults` (``-m slow``) runs the other half.
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = item.get_closest_marker("fault_product")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None:
+            continue
+        axis = marker.args[0]
+        backend = callspec.params.get("backend")
+        square = BACKENDS.index(backend) if backend in BACKENDS else 0
+        if (square + _position(item, axis, callspec.params[axis])) % 2:
+            item.add_marker(pytest.mark.slow)
+
+
+def _position(item: pytest.Item, axis: str, value: Any) -> int:
+    """Where ``value`` stands among the values the test's ``axis`` parametrization lists
+    (pytest's own indices count the whole product)."""
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        if axis not in names:
+            continue
+        column = names.index(axis)
+        rows = [_row(entry, len(names)) for entry in mark.args[1]]
+        return [row[column] for row in rows].index(value)
+    raise pytest.UsageError(f"{item.nodeid}: fault_product({axis!r}) names no parametrize")
+
+
+def _row(entry: Any, width: int) -> tuple[Any, ...]:
+    """One parametrize entry as its tuple of values (a ``pytest.param`` carries them)."""
+    if hasattr(entry, "marks") and hasattr(entry, "values"):
+        return tuple(entry.values)
+    return (entry,) if width == 1 else tuple(entry)

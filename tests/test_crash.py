@@ -77,6 +77,7 @@ def expected_for(tm: TransactionManager, tx_id: str) -> dict[str, int]:
 @pytest.mark.parametrize(
     "kind", ["before", "after", pytest.param("throttle", marks=pytest.mark.slow)]
 )
+@pytest.mark.fault_product("kind")
 def test_given_a_crash_at_any_call_when_a_sweeper_completes_then_all_or_nothing(
     make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, ending: str
 ) -> None:
@@ -127,6 +128,7 @@ def test_given_a_crash_during_commit_when_another_coordinator_resumes_then_it_co
 
 
 @pytest.mark.parametrize("ending", ["commit", "rollback"])
+@pytest.mark.fault_product("ending")
 def test_given_lost_responses_at_any_call_when_the_sdk_retries_then_the_transaction_succeeds(
     make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, ending: str
 ) -> None:

@@ -164,6 +164,7 @@ def test_the_same_item_added_twice_in_rows_is_refused(
 
 
 @pytest.mark.parametrize("kind", EVERY_KIND)
+@pytest.mark.fault_product("kind")
 def test_a_fault_at_any_call_of_adds_in_rows_leaves_all_or_nothing(
     make_tm: Any, ddb: Any, tables: Tables, clock: Any, kind: str
 ) -> None:

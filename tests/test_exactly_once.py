@@ -563,6 +563,7 @@ def then_applied_once(
 @pytest.mark.parametrize(
     "kind", ["before", "after", "lost", pytest.param("throttle", marks=pytest.mark.slow)]
 )
+@pytest.mark.fault_product("kind")
 def test_given_a_fault_at_any_call_of_a_run_when_rescued_then_the_work_applies_once(
     make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, kind: str, rescuer: str
 ) -> None:
@@ -597,6 +598,7 @@ def attempt(tm: TransactionManager, work: Work, outcomes: list[Any]) -> Callable
 
 
 @pytest.mark.parametrize("history", ["new-id", "after-a-rollback"])
+@pytest.mark.fault_product("history")
 def test_given_two_attempts_with_one_id_when_one_runs_at_any_point_of_the_other_then_once(
     make_tm: Callable[..., TransactionManager], ddb: Any, tables: Tables, history: str
 ) -> None:
@@ -796,6 +798,7 @@ class QueryThenWrite(Work):
         "query-then-write",
     ],
 )
+@pytest.mark.fault_product("chain")
 def test_given_work_writing_an_item_twice_when_its_attempt_dies_anywhere_then_a_retry_applies_once(
     make_tm: Callable[..., TransactionManager],
     ddb: Any,

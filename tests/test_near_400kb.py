@@ -184,6 +184,7 @@ def reset(ddb: Any, tables: Tables) -> Iterator[Callable[[], None]]:
 
 
 @pytest.mark.parametrize("kind", ["before", "after"])
+@pytest.mark.fault_product("kind")
 def test_given_a_crash_at_any_call_when_a_coordinator_and_a_sweeper_rescue_then_all_or_nothing(
     small_rows: None,
     make_tm: Callable[..., TransactionManager],

@@ -468,6 +468,7 @@ def test_given_bad_input_when_read_then_a_specific_error_and_no_request(
 
 
 @pytest.mark.parametrize("kind", ["before", "after", "lost"])
+@pytest.mark.fault_product("kind")
 def test_given_a_crash_at_any_call_of_a_locking_query_when_swept_then_nothing_is_left(
     make_tm: Callable[..., TransactionManager], table: str, ddb: Any, kind: str
 ) -> None:

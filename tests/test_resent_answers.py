@@ -72,6 +72,7 @@ def native_answer(ddb: Any, twin: str, params: dict[str, Any], first: bool) -> A
 @pytest.mark.parametrize("first", [True, False], ids=["first-write", "later-write"])
 @pytest.mark.parametrize("name", sorted(UPDATES))
 @pytest.mark.parametrize("rv", UPDATE_RVS)
+@pytest.mark.fault_product("first")
 def test_given_a_lost_answer_at_any_call_then_return_values_are_dynamodbs(
     backend: LocalDynamo,
     make_tm: Callable[..., TransactionManager],

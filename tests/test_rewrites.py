@@ -223,6 +223,7 @@ def states_after(ddb: Any, twin: str) -> dict[tuple[str, int], Any]:
 
 
 @pytest.mark.parametrize("kind", ["before", "after", "lost"])
+@pytest.mark.fault_product("kind")
 def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_record_decides(
     make_tm: Callable[..., TransactionManager],
     ddb: Any,

@@ -19,6 +19,7 @@ from ddbtx.locks import FifoLock, LeaseLockClient
 
 WORKERS = 20
 ROUNDS = 50
+HANG_GUARD_SECONDS = 3600.0
 
 
 class Counter:
@@ -81,8 +82,14 @@ def run_workers(worker: Callable[[int], None], workers: int = WORKERS) -> list[B
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(workers)]
     for thread in threads:
         thread.start()
+    # One deadline for the whole run, only as a guard against a hang: a worker still
+    # running when it passes fails the run by name, rather than the checks reading a
+    # counter that a live holder has yet to write (a slow machine once did that).
+    deadline = time.monotonic() + HANG_GUARD_SECONDS
     for thread in threads:
-        thread.join(timeout=600)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    alive = [thread.name for thread in threads if thread.is_alive()]
+    assert not alive, f"workers still running after {HANG_GUARD_SECONDS} s: {alive}"
     return errors
 
 

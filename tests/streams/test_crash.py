@@ -63,6 +63,7 @@ def crash_run(
 @pytest.mark.parametrize(
     "kind", ["before", "after", "lost", pytest.param("throttle", marks=pytest.mark.slow)]
 )
+@pytest.mark.fault_product("kind")
 def test_given_a_crash_at_every_call_when_rescued_then_the_changes_are_the_committed_values(
     make_tm: Callable[..., TransactionManager],
     ddb: Any,
