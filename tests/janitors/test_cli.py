@@ -33,17 +33,20 @@ pytest_plugins = ("janitors.fixtures",)
 def ddbtx_streams(
     backend: LocalDynamo, janitor_tables: JanitorTables, capsys: pytest.CaptureFixture[str]
 ) -> Callable[..., tuple[int, str, str]]:
-    """Run ``ddbtx --endpoint-url ... <args>``; return its status, output and stderr."""
+    """Run ``ddbtx --endpoint-url ... <args>``; return its status, output and stderr.
+    ``without``: options of the common set left out (say, ``("--data-tables",)``)."""
     t = janitor_tables
-    common = [
-        "--endpoint-url", backend.endpoint_url, "--region", "us-east-1",
-        "--transactions-table", t.tx, "--images-table", t.images,
-        "--locks-table", t.locks, "--data-tables", t.data,
-    ]  # fmt: skip
+    common = {
+        "--endpoint-url": backend.endpoint_url, "--region": "us-east-1",
+        "--transactions-table": t.tx, "--images-table": t.images,
+        "--locks-table": t.locks, "--data-tables": t.data,
+    }  # fmt: skip
 
-    def run(*args: str) -> tuple[int, str, str]:
+    def run(*args: str, without: tuple[str, ...] = ()) -> tuple[int, str, str]:
+        given = [part for name, value in common.items() if name not in without
+                 for part in (name, value)]  # fmt: skip
         capsys.readouterr()
-        status = main([*common, *args])
+        status = main([*given, *args])
         captured = capsys.readouterr()
         return status, captured.out, captured.err
 
@@ -556,3 +559,85 @@ def test_given_nothing_pending_when_listed_then_it_says_so(
     assert ddbtx("--json", "pending") == (0, "[]\n")
     status, out = ddbtx("pending")
     assert status == 0 and "no transaction is pending" in out
+
+
+def test_given_stuck_done_and_live_transactions_when_a_dry_run_sweeps_then_plans_change_nothing(
+    ddbtx: Callable[..., tuple[int, str]],
+    endpoint_env: Any,
+    old_tm: TransactionManager,
+    young_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    ddb: Any,
+) -> None:
+    # Given a transfer abandoned pending long ago, one completed long ago, and one live
+    t = janitor_tables
+    seed(a=100, b=100, c=100, d=100, e=100, f=100)
+    stuck = abandon(old_tm, t.data, "pending", ("a", "b"))
+    abandon(old_tm, t.data, "completed", ("c", "d"))
+    live = abandon(young_tm, t.data, "pending", ("e", "f"))
+    before = scan(ddb, t.tx), scan(ddb, t.data)
+
+    # When on-call asks for a dry run
+    status, out = ddbtx("--json", "sweep", "--dry-run")
+
+    # Then it plans the stuck one's rollback, leaves the live one, counts the completed
+    # record a sweep would delete, says what it did not read, and changes nothing
+    plan = json.loads(out)
+    assert status == 0
+    plans = {tx["transaction_id"]: tx["plan"] for tx in plan["transactions"]}
+    assert plans.keys() == {stuck, live}
+    assert plans[stuck].startswith("roll back") and plans[live].startswith("leave")
+    assert plan["records_to_delete"] == 1
+    assert [gap.split(":")[0] for gap in plan["not_looked_at"]] == [
+        "orphan images, stray item locks and expired lock rows"
+    ]
+    assert (scan(ddb, t.tx), scan(ddb, t.data)) == before
+
+    # When it is asked to be strict, as a table
+    status, out = ddbtx("sweep", "--dry-run", "--strict")
+    # Then the stuck one makes it exit 1, and the table says nothing is changed
+    assert status == 1 and "dry run: nothing is changed" in out and stuck in out
+
+
+def test_given_a_sweeper_without_data_or_lock_tables_when_it_sweeps_then_it_says_what_it_missed(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+) -> None:
+    # Given fresh tables, and a sweep that is not told the data tables or the locks table
+    without = ("--data-tables", "--locks-table")
+
+    # When on-call sweeps, then sweeps strictly
+    status, out, _ = ddbtx_streams("--json", "sweep", without=without)
+    strict_status, table, _ = ddbtx_streams("sweep", "--strict", without=without)
+
+    # Then the report names both parts it did not cover; only the strict sweep fails on it
+    gaps = json.loads(out)["not_covered"]
+    assert status == 0 and [gap.split(":")[0] for gap in gaps] == [
+        "no data tables given",
+        "no locks table given",
+    ]
+    assert strict_status == 1
+    assert "covered everything" in table and "no data tables given" in table
+
+    # When it is given both
+    status, out, _ = ddbtx_streams("--json", "sweep", "--strict")
+    # Then it covered everything and the strict sweep succeeds
+    assert (status, json.loads(out)["not_covered"]) == (0, [])
+
+
+def test_given_a_page_budget_spent_when_swept_strictly_then_the_stop_is_reported_and_it_fails(
+    ddbtx: Callable[..., tuple[int, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+) -> None:
+    # Given fresh tables (the scan pass still reads a page of each table)
+    # When on-call sweeps strictly with a budget of one page
+    status, out = ddbtx("--json", "sweep", "--strict", "--page-budget", "1")
+    # Then the report says where it stopped, and the strict sweep fails
+    report = json.loads(out)
+    assert report["exhausted"] is False and status == 1
+    assert report["not_covered"] == [
+        "stopped by its page budget before the end: the next run continues from the cursor"
+    ]

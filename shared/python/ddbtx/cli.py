@@ -149,6 +149,16 @@ def _show_transaction(result: dict[str, Any]) -> None:
     console.print(table)
 
 
+def _show_dry_run(plan: dict[str, Any]) -> None:
+    """The records a sweep would act on, then what it would delete and not look at."""
+    console = _console()
+    console.print("dry run: nothing is changed")
+    _show_pending(plan["transactions"])
+    console.print(f"completed TX records a sweep would delete: {plan['records_to_delete']}")
+    for gap in plan["not_looked_at"]:
+        console.print(f"not looked at: {gap}", soft_wrap=True)
+
+
 def _show_pending(found: list[dict[str, Any]]) -> None:
     """Two lines a transaction (an id is copied from here into `inspect` and `recover`,
     so no column may cut it): what it is, then what a sweep would do now."""
@@ -304,6 +314,12 @@ def _app(state: dict[str, Options]) -> Any:
         delete_after: int = typer.Option(86_400, min=0, help="seconds completed records stay"),
         page_budget: int | None = typer.Option(None, min=1, help="most scan pages (default all)"),
         full: bool = typer.Option(False, "--full", help="scan the whole transactions table"),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="print what a sweep would do with the records; change nothing"
+        ),
+        strict: bool = typer.Option(
+            False, "--strict", help="exit 1 when anything is left: stuck, an error, not covered"
+        ),
     ) -> None:
         """Sweep now: roll back stale, roll forward committed, clear leftovers."""
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -311,6 +327,21 @@ def _app(state: dict[str, Options]) -> Any:
         opts: Options = ctx.obj
         console = _console()
         manager = opts.manager()
+        if dry_run:
+            plan = Sweeper(
+                manager,
+                rollback_after=timedelta(seconds=rollback_after),
+                delete_after=timedelta(seconds=delete_after),
+                locks_table=opts.locks_table,
+                data_tables=opts.data_tables,
+                persist_cursor=False,
+            ).dry_run()
+            if opts.as_json:
+                _print_json(plan)
+            else:
+                _show_dry_run(plan)
+            acting = [t for t in plan["transactions"] if not t["plan"].startswith("leave")]
+            raise typer.Exit(1 if strict and acting else 0)
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -341,7 +372,7 @@ def _app(state: dict[str, Options]) -> Any:
             console.print(report_table(data, "sweep"))
             if report.stuck_ids:
                 console.print("stuck transactions: " + ", ".join(report.stuck_ids))
-        raise typer.Exit(1 if report.errors else 0)
+        raise typer.Exit(1 if report.errors or (strict and report.left_something) else 0)
 
     @app.command("local")
     def local_(

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from . import schema as s
 from ._base.drive import drive
-from ._base.effects import Step, gather, request
+from ._base.effects import Step, gather
 from ._base.items import Item, flag
 from ._coordinator.manager_steps import sweep
 from ._janitors.scan import TASK_IMAGES, TASK_LOCKS, Headers, ScanPass
@@ -33,9 +33,9 @@ from ._janitors.state import (
     Stop,
     SweepReport,
 )
+from ._janitors.survey import Survey
 from .locks._rows import check_positive
 from .manager import SweepOutcome, TransactionManager
-from .recovery import inspect_step
 
 __all__ = [
     "CURSOR_ID",
@@ -231,6 +231,9 @@ class Sweeper:
         self.scans = ScanPass(
             manager, tuple(data_tables), locks_table, float(lock_grace), page_size, progress
         )
+        self.survey = Survey(
+            manager, self.scans, self.rollback_after, self.decided_grace, page_size
+        )
 
     @property
     def client(self) -> Any:
@@ -287,12 +290,13 @@ class Sweeper:
             cursor = run.stop_cursor
         report = run.report
         report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
+        report.note_coverage(self.scans.not_covered())
         report.cursor = cursor.to_json()
         if self.persist_cursor:
             report.cursor_saved = yield from self.cursors.save(generation, cursor)
         logger.info(
             "sweep %s: %s",
-            "covered everything" if report.exhausted else f"stopped by {report.stopped_by}",
+            "covered everything" if not report.not_covered else "did not cover everything",
             {k: v for k, v in report.to_dict().items() if k not in ("stuck_ids",)},
         )
         return report
@@ -311,42 +315,27 @@ class Sweeper:
 
     def pending_step(self) -> Step[list[dict[str, Any]]]:
         """The step of :meth:`pending`, for any driver."""
-        ids: list[str] = []
-        for tag, shard in PARTITIONS:
-            if tag == s.STATE_COMPLETED_TAG:
-                continue
-            key: Key | None = None
-            while True:
-                page = yield from self._index_page(tag, shard, key)
-                ids += [
-                    hit[s.TX_PK]["S"]
-                    for hit in page.get("Items", [])
-                    if hit[s.TX_SK]["S"] == s.TX_HEADER_SK
-                ]
-                key = page.get("LastEvaluatedKey")
-                if not key:
-                    break
-        found = []
-        for tx_id in ids:
-            seen = yield from inspect_step(self.tm, tx_id)
-            if seen["found"] and not seen["completed"]:  # not finished meanwhile
-                found.append({**seen, "plan": self.plan(seen["state"], seen["age_seconds"])})
-        return sorted(found, key=lambda t: (t["updated_ms"], t["transaction_id"]))
+        return self.survey.pending()
 
-    def plan(self, state: str, age_seconds: float) -> str:
-        """What a sweep would do now with a record in ``state`` (not completed), last changed
-        ``age_seconds`` ago."""
-        if state == "pending":
-            limit = self.rollback_after.total_seconds()
-            if age_seconds > limit:
-                return f"roll back: pending, stale for {age_seconds - limit:.0f} s"
-            return f"leave: active (stale in {limit - age_seconds:.0f} s)"
-        limit = self.decided_grace.total_seconds()
-        verb = "roll forward" if state == "committed" else "complete the rollback"
-        if age_seconds > limit:
-            return f"{verb}: decided {age_seconds:.0f} s ago"
-        wait = limit - age_seconds
-        return f"leave: its coordinator may still {verb} (a sweep will in {wait:.0f} s)"
+    def dry_run(self) -> dict[str, Any]:
+        """What a sweep with these settings would do now with the TX records; changes nothing.
+
+        Returns ``transactions`` (:meth:`pending`: each record not completed, with its
+        ``plan``), ``records_to_delete`` (completed records older than ``delete_after``)
+        and ``not_looked_at`` (what a sweep also covers that a dry run does not read, and
+        what this sweeper is not set up to cover).
+
+        Examples
+        --------
+        >>> plan = sweeper.dry_run()                                        # doctest: +SKIP
+        >>> [t["plan"] for t in plan["transactions"]], plan["records_to_delete"]  # doctest: +SKIP
+        (['roll back: pending, stale for 3540 s'], 12)
+        """
+        return self.tm.protocol.run(self.dry_run_step())
+
+    def dry_run_step(self) -> Step[dict[str, Any]]:
+        """The step of :meth:`dry_run`, for any driver."""
+        return self.survey.dry_run(self._cutoff_ms(s.STATE_COMPLETED_TAG))
 
     def run_full(self, deadline: Deadline | None = None, *, segments: int = 4) -> SweepReport:
         """Sweep every TX record by a parallel scan, then every scan task (cursor kept)."""
@@ -382,6 +371,7 @@ class Sweeper:
         except Stop:
             pass
         run.report.skipped_requests = self.tm.protocol.skipped_requests - skipped_before
+        run.report.note_coverage(self.scans.not_covered())
         return run.report
 
     def load_cursor(self) -> tuple[int, Cursor]:
@@ -409,7 +399,7 @@ class Sweeper:
             while True:
                 run.stop_cursor = replace(cursor, partition=number, index_key=key)
                 run.check_time()
-                page = yield from self._index_page(tag, shard, key, cutoff)
+                page = yield from self.survey.index_page(tag, shard, key, cutoff)
                 for hit in page.get("Items", []):
                     run.stop_cursor = replace(cursor, partition=number, index_key=key)
                     run.check_time()
@@ -423,31 +413,6 @@ class Sweeper:
                 if not key:
                     break
         return Cursor(task=cursor.task, scan_key=cursor.scan_key)
-
-    def _index_page(
-        self, tag: str, shard: int, key: Key | None, cutoff: int | None = None
-    ) -> Step[dict[str, Any]]:
-        """A page of the sweep index's partition ``tag#shard`` (of the records last changed
-        before ``cutoff``, where given), from ``key``."""
-        condition = "#sw = :sw"
-        names = {"#sw": s.TX_SWEEP_KEY}
-        values: dict[str, Any] = {":sw": {"S": f"{tag}#{shard}"}}
-        if cutoff is not None:
-            condition += " AND #ts < :cutoff"
-            names["#ts"] = s.TX_UPDATED
-            values[":cutoff"] = {"N": str(cutoff)}
-        params: dict[str, Any] = {"ExclusiveStartKey": key} if key else {}
-        page: dict[str, Any] = yield from request(
-            "query",
-            TableName=self.tm.transactions_table,
-            IndexName=s.SWEEP_INDEX,
-            KeyConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-            Limit=self.scans.page_size,
-            **params,
-        )
-        return page
 
     def _sweep_record(self, run: Run, tx_id: str, *, stale_since: int | None) -> Step[None]:
         """``stale_since``: the ``ts`` of a pending record seen stale."""

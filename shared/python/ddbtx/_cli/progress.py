@@ -86,7 +86,7 @@ def report_table(report: dict[str, Any], title: str) -> Any:
     table = Table("what", Column("count", justify="right"), title=title, show_header=False)
     for name, label in REPORT_ROWS:
         table.add_row(label, str(report[name]))
-    table.add_row(
-        "covered everything", "yes" if report["exhausted"] else f"no ({report['stopped_by']})"
-    )
+    table.add_row("covered everything", "no" if report["not_covered"] else "yes")
+    for gap in report["not_covered"]:
+        table.add_row(f"  not covered: {gap}", "")
     return table

@@ -38,6 +38,15 @@ class ScanPass:
     page_size: int
     on_progress: Progress | None
 
+    def not_covered(self) -> list[str]:
+        """What no run of this pass looks at, as set up (each a line for an operator)."""
+        gaps = []
+        if not self.data_tables:
+            gaps.append("no data tables given: stray item locks were not looked for")
+        if self.locks_table is None:
+            gaps.append("no locks table given: expired lock rows were not looked for")
+        return gaps
+
     def run(self, run: Run, cursor: Cursor) -> Step[Cursor]:
         data = tuple(DATA_PREFIX + t for t in self.data_tables)
         tasks = (TASK_IMAGES, *data, *((TASK_LOCKS,) if self.locks_table else ()))

@@ -173,6 +173,9 @@ class SweepReport:
         Where the next run continues (JSON, see :class:`Cursor`).
     cursor_saved
         Whether this run's cursor was stored (False: a concurrent sweeper got further).
+    not_covered
+        What this sweep did not look at, one line each: the data tables or the locks table
+        it was not given, and where it stopped early. Empty when it covered everything.
     """
 
     scanned: int = 0
@@ -192,10 +195,25 @@ class SweepReport:
     cursor: dict[str, Any] = field(default_factory=lambda: Cursor().to_json())
     cursor_saved: bool = False
     stuck_ids: list[str] = field(default_factory=list)
+    not_covered: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         return asdict(self)
+
+    @property
+    def left_something(self) -> bool:
+        """Whether work may be left: an error, a stuck record, or a part not covered."""
+        return bool(self.errors or self.stuck or self.not_covered)
+
+    def note_coverage(self, gaps: list[str]) -> None:
+        """Record what the sweep did not look at: ``gaps`` and where it stopped early."""
+        self.not_covered = list(gaps)
+        if not self.exhausted:
+            self.not_covered.append(
+                f"stopped by its {(self.stopped_by or 'end').replace('_', ' ')} before the end: "
+                "the next run continues from the cursor"
+            )
 
 
 class Stop(Exception):
