@@ -21,8 +21,10 @@ publishes the ``LocksBroken`` metric.
 Any event may carry ``"correlation_id"`` (a string) for the logs. The answer is
 ``{"ok": true, "action": ..., "result": {...}}``, or for a malformed event
 ``{"ok": false, "error": "InvalidEvent", "fields": [{"field": ..., "problem": ...}]}``,
-or ``{"ok": false, "error": "LockNotFound", "message": ...}`` (nothing is changed
-then). Every action is safe to repeat.
+or ``{"ok": false, "error": "LockNotFound", "message": ...}``, or for an id no record
+answers to ``{"ok": false, "error": "TransactionNotFound", "transaction_id": ...,
+"message": ...}`` (the likely causes; the CLI prints the same and exits 1); nothing is
+changed then. Every action is safe to repeat.
 """
 
 import base64
@@ -264,6 +266,12 @@ def handler(event: Any, context: LambdaContext) -> dict[str, Any]:
         except InvalidTransactionIdError as exc:  # what its type cannot say: UTF-8 bytes
             problem = {"field": "transaction_id", "problem": str(exc)}
             return {"ok": False, "error": "InvalidEvent", "fields": [problem]}
+        if result.get("found") is False or result.get("outcome") == "missing":
+            # The CLI's answer too (exit status 1): the id and why it may not be found.
+            return {
+                "ok": False, "error": "TransactionNotFound", "action": request.action,
+                "transaction_id": result["transaction_id"], "message": result["reason"],
+            }  # fmt: skip
     elif isinstance(request, SweepEvent):
         result = sweep(request, context)
     elif isinstance(request, BreakLockEvent):

@@ -3,6 +3,7 @@ and every kind of malformed event answered with the field's name and no change."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
+from ddbtx.cli import main as cli_main
 from ddbtx.locks import LeaseLockClient
 from ddbtx.recovery import break_lock
 from helpers import assert_clean, data_state, scan
@@ -60,12 +62,11 @@ def test_given_an_abandoned_transaction_when_inspected_then_state_items_and_lock
     assert result["locks_held"] == 2
     assert sorted(i["key"]["pk"]["S"] for i in result["items"]) == ["a", "b"]
     assert all(i["locked"] and i["write_applied"] for i in result["items"])
-    assert unknown["result"] == {
-        "transaction_id": "no-such-tx",
-        "found": False,
-        "items": [],
-        "locks_held": 0,
-    }
+    assert (unknown["ok"], unknown["error"], unknown["transaction_id"]) == (
+        False,
+        "TransactionNotFound",
+        "no-such-tx",
+    )
 
 
 @pytest.mark.parametrize(
@@ -143,12 +144,16 @@ def test_given_an_id_that_names_neither_a_record_nor_an_alias_then_not_found_and
     before = snapshot(ddb, janitor_env)
 
     # When on-call inspects and recovers an id that names nothing (1,024 UTF-8 bytes at most)
-    seen = invoke(recovery, {"action": "inspect", "transaction_id": asked})["result"]
-    recovered = invoke(recovery, {"action": "recover", "transaction_id": asked})["result"]
+    seen = invoke(recovery, {"action": "inspect", "transaction_id": asked})
+    recovered = invoke(recovery, {"action": "recover", "transaction_id": asked})
 
     # Then both say so, naming the id asked for, and nothing changed
-    assert (seen["found"], seen["transaction_id"]) == (False, asked)
-    assert (recovered["outcome"], recovered["transaction_id"]) == ("missing", asked)
+    for answer in (seen, recovered):
+        assert (answer["ok"], answer["error"], answer["transaction_id"]) == (
+            False,
+            "TransactionNotFound",
+            asked,
+        )
     assert snapshot(ddb, janitor_env) == before
 
 
@@ -174,19 +179,34 @@ def test_given_an_id_no_transaction_can_have_then_invalid_event_naming_it_and_no
     assert snapshot(ddb, janitor_env) == before
 
 
-def test_given_an_unknown_transaction_when_recovered_then_it_is_reported_missing(
-    recovery: Any, janitor_env: JanitorTables
+def test_given_an_unknown_id_when_recovered_here_and_by_the_cli_then_one_answer_with_its_causes(
+    recovery: Any,
+    janitor_env: JanitorTables,
+    endpoint_env: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # When an operator recovers an id that has no record
+    # When an operator recovers an id that has no record, with the function and the CLI
     answer = invoke(recovery, {"action": "recover", "transaction_id": "no-such-tx"})
+    t = janitor_env
+    capsys.readouterr()
+    status = cli_main([
+        "--endpoint-url", endpoint_env.endpoint_url, "--region", "us-east-1",
+        "--transactions-table", t.tx, "--images-table", t.images, "--json",
+        "recover", "no-such-tx",
+    ])  # fmt: skip
+    printed = json.loads(capsys.readouterr().out)
 
-    # Then the answer says so
-    assert answer["ok"] is True
-    assert answer["result"] == {
-        "transaction_id": "no-such-tx",
-        "outcome": "missing",
-        "state_before": None,
-    }
+    # Then the function answers not found, with the table, the Region and the likely causes
+    assert (answer["ok"], answer["error"], answer["action"]) == (
+        False,
+        "TransactionNotFound",
+        "recover",
+    )
+    message = answer["message"]
+    assert f"no transaction 'no-such-tx' in {t.tx} (us-east-1)" in message
+    assert "deleted" in message and "another transactions table or Region" in message
+    # And the CLI fails with the same words
+    assert status == 1 and printed["reason"] == message
 
 
 @pytest.mark.parametrize("full", [False, True])

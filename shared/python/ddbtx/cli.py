@@ -125,7 +125,7 @@ def _show_transaction(result: dict[str, Any]) -> None:
 
     console = _console()
     if not result["found"]:
-        console.print(f"transaction {result['transaction_id']}: no TX record")
+        console.print(result["reason"], soft_wrap=True, markup=False)
         return
     caller = f" (caller's id {result['caller_id']!r})" if result["caller_id"] else ""
     blocked = ", waiting on an older transaction" if result["waiting"] else ""
@@ -424,6 +424,8 @@ def _app(state: dict[str, Options]) -> Any:
             _print_json(result)
         else:
             _console().print(f"recover {tx_id}: [bold]{result['outcome']}[/bold]")
+            if "reason" in result:
+                _console().print(result["reason"], soft_wrap=True, markup=False)
             if "after" in result:
                 _show_transaction(result["after"])
         raise typer.Exit(1 if result["outcome"] in ("missing", "active") else 0)

@@ -46,6 +46,18 @@ def _find(tm: TransactionManager, tx_id: str) -> Step[tuple[str, Header | None]]
     return named, (yield from records.read_header(named))
 
 
+def not_found(tm: TransactionManager, tx_id: str) -> str:
+    """Why no record may be found for ``tx_id``: the one answer the CLI and the recovery
+    function give for an unknown id, with the table and Region that were asked."""
+    region = getattr(getattr(tm.client, "meta", None), "region_name", None) or "no Region"
+    return (
+        f"no transaction {tx_id!r} in {tm.transactions_table} ({region}): it may have "
+        "completed and been deleted (a transaction() block deletes its record on exit; the "
+        "sweeper deletes a kept one after delete_after), or belong to another transactions "
+        "table or Region, or never have begun"
+    )
+
+
 def inspect(tm: TransactionManager, tx_id: str) -> dict[str, Any]:
     """A transaction's state, items and the locks it still holds (``tx_id``: either id).
 
@@ -68,7 +80,11 @@ def inspect_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
     """The step of :func:`inspect`, for any driver."""
     tx_id, header = yield from _find(tm, tx_id)
     if header is None:
-        return {"transaction_id": tx_id, "found": False, "items": [], "locks_held": 0}
+        reason = not_found(tm, tx_id)
+        return {
+            "transaction_id": tx_id, "found": False, "items": [], "locks_held": 0,
+            "reason": reason,
+        }  # fmt: skip
     items = []
     for entry in header.entries.values():
         item = yield from tm.protocol.read_item(entry.table, entry.key)
@@ -117,7 +133,11 @@ def recover_step(tm: TransactionManager, tx_id: str) -> Step[dict[str, Any]]:
     """The step of :func:`recover`, for any driver."""
     tx_id, before = yield from _find(tm, tx_id)
     if before is None:
-        return {"transaction_id": tx_id, "outcome": "missing", "state_before": None}
+        reason = not_found(tm, tx_id)
+        return {
+            "transaction_id": tx_id, "outcome": "missing", "state_before": None,
+            "reason": reason,
+        }  # fmt: skip
     outcome = "already_completed" if before.completed else (yield from _resolve(tm, before))
     logger.info("recover %s: %s", tx_id, outcome)
     return {
