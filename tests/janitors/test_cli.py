@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from ddbtx import TransactionManager, __version__
+from ddbtx._cli.args import hoist_globals
 from ddbtx._cli.errors import explain
 from ddbtx.cli import main
 from ddbtx.local import LocalDynamo, free_port
@@ -641,3 +642,44 @@ def test_given_a_page_budget_spent_when_swept_strictly_then_the_stop_is_reported
     assert report["not_covered"] == [
         "stopped by its page budget before the end: the next run continues from the cursor"
     ]
+
+
+def test_given_global_options_after_the_subcommand_when_run_then_as_if_given_before(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    young_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    backend: LocalDynamo,
+) -> None:
+    # Given a pending transfer
+    t = janitor_tables
+    seed(a=100, b=100)
+    tx_id = abandon(young_tm, t.data, "pending", ("a", "b"))
+    before = ddbtx_streams("--json", "inspect", tx_id)
+
+    # When on-call gives every global option after the subcommand (one as --name=value)
+    after = ddbtx_streams(
+        "inspect", tx_id, "--json", f"--endpoint-url={backend.endpoint_url}",
+        "--region", "us-east-1", "--transactions-table", t.tx, "--images-table", t.images,
+        without=("--endpoint-url", "--region", "--transactions-table", "--images-table"),
+    )  # fmt: skip
+
+    # Then the command runs as with them before it: the same answer, no usage box
+    assert after[0] == 0 and after[2] == ""
+    assert json.loads(after[1])["transaction_id"] == json.loads(before[1])["transaction_id"]
+    assert json.loads(after[1])["state"] == "pending"
+
+
+def test_hoisting_moves_only_global_options_and_nothing_after_a_double_dash() -> None:
+    # Given command lines with global options around and after a subcommand
+    # When hoisted, Then each global option (with its value) moves before the subcommand,
+    # the subcommand's own options and arguments keep their order, and '--' stops it
+    assert hoist_globals(["--json", "locks", "break", "R", "--kind", "lease", "-v"]) == [
+        "--json", "-v", "locks", "break", "R", "--kind", "lease",
+    ]  # fmt: skip
+    assert hoist_globals(["recover", "--", "--json"]) == ["recover", "--", "--json"]
+    assert hoist_globals(["--region", "r", "sweep", "--strict"]) == [
+        "--region", "r", "sweep", "--strict",
+    ]  # fmt: skip
+    assert hoist_globals(["sweep", "--region"]) == ["sweep", "--region"]  # its value missing

@@ -17,6 +17,7 @@ from . import __version__, recovery
 from . import schema as s
 from ._base.dynamo import client_config
 from ._base.items import applied, lock_owner
+from ._cli.args import hoist_globals
 from ._cli.errors import CliError, check_endpoint, explain
 from ._cli.progress import SweepProgress, library_logs, report_table
 from .demo import run_demo
@@ -555,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     state: dict[str, Options] = {}
     try:
-        _app(state)(args=argv, prog_name="ddbtx")
+        args = hoist_globals(sys.argv[1:] if argv is None else list(argv))
+        _app(state)(args=args, prog_name="ddbtx")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:
