@@ -683,3 +683,33 @@ def test_hoisting_moves_only_global_options_and_nothing_after_a_double_dash() ->
         "--region", "r", "sweep", "--strict",
     ]  # fmt: skip
     assert hoist_globals(["sweep", "--region"]) == ["sweep", "--region"]  # its value missing
+
+
+def test_given_an_endpoint_nothing_listens_on_when_a_command_runs_then_each_retry_is_said(
+    bare_ddbtx: Callable[..., tuple[int, str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given credentials, and an endpoint with nothing listening (refused at once)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    url = f"http://127.0.0.1:{free_port()}"
+    # When on-call inspects a transaction there
+    status, out, err = bare_ddbtx("--endpoint-url", url, "inspect", "tx-1")
+    # Then each retry is announced on stderr, then one line names the URL to check
+    lines = err.splitlines()
+    assert status == 2 and out == ""
+    assert lines[:-1] == [
+        f"ddbtx: cannot connect to {url} yet (attempt {n} of 5); retrying" for n in range(1, 5)
+    ]
+    assert lines[-1] == (
+        f"ddbtx: error: cannot reach DynamoDB at {url}: "
+        "check --endpoint-url / AWS_ENDPOINT_URL_DYNAMODB"
+    )
+
+
+def test_the_cli_bounds_each_connection_attempt_to_a_few_seconds() -> None:
+    # Given the CLI's client (nothing is sent)
+    from ddbtx.cli import Options
+
+    client = Options(endpoint_url="http://127.0.0.1:9", region="us-east-1").client()
+    # Then a connection attempt gives up after 3 s (botocore's default: 60)
+    assert client.meta.config.connect_timeout == 3.0

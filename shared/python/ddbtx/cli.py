@@ -19,7 +19,13 @@ from ._base.dynamo import client_config
 from ._base.items import applied, lock_owner
 from ._cli.args import hoist_globals
 from ._cli.errors import CliError, check_endpoint, explain
-from ._cli.progress import SweepProgress, library_logs, report_table
+from ._cli.progress import (
+    CONNECT_TIMEOUT,
+    SweepProgress,
+    library_logs,
+    report_table,
+    say_retries,
+)
 from .demo import run_demo
 from .errors import InvalidTransactionIdError, LockNotFoundError, TableNotFound
 from .local import KINDS, serve
@@ -33,6 +39,10 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from .locks import LockRow
+
+#: Attempts per call: an unreachable endpoint fails after these, each connect bounded by
+#: ``CONNECT_TIMEOUT`` and announced on stderr.
+CLI_ATTEMPTS = 5
 
 
 @dataclass
@@ -55,9 +65,16 @@ class Options:
         region = self.region
         if region is None and self.endpoint_url and not session.region_name:
             region = "us-east-1"  # a local endpoint ignores the region, but boto3 needs one
-        return session.client(
-            "dynamodb", endpoint_url=self.endpoint_url, region_name=region, config=client_config(5)
+        from botocore.config import Config
+
+        config = client_config(CLI_ATTEMPTS).merge(
+            Config(connect_timeout=CONNECT_TIMEOUT, read_timeout=CONNECT_TIMEOUT * 10)
         )
+        client = session.client(
+            "dynamodb", endpoint_url=self.endpoint_url, region_name=region, config=config
+        )
+        say_retries(client, client.meta.endpoint_url, CLI_ATTEMPTS)
+        return client
 
     def manager(self) -> Any:
         return TransactionManager(self.client(), self.transactions_table, self.images_table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -90,3 +91,25 @@ def report_table(report: dict[str, Any], title: str) -> Any:
     for gap in report["not_covered"]:
         table.add_row(f"  not covered: {gap}", "")
     return table
+
+
+#: Seconds the CLI waits for a connection (botocore's default is 60, per attempt).
+CONNECT_TIMEOUT = 3.0
+
+
+def say_retries(client: Any, endpoint: str, attempts: int) -> None:
+    """A line on stderr each time ``client`` retries a call it could not connect for, so an
+    unreachable endpoint is never a silent wait (botocore retries it ``attempts`` times)."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    def notice(**event: Any) -> None:
+        made = int(event.get("attempts") or 0)
+        if isinstance(event.get("caught_exception"), BotoConnectionError) and made < attempts:
+            print(
+                f"ddbtx: cannot connect to {endpoint} yet (attempt {made} of {attempts}); retrying",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    # First, and answering None: botocore's own retry handler still decides.
+    client.meta.events.register_first("needs-retry.dynamodb", notice)
