@@ -713,3 +713,35 @@ def test_the_cli_bounds_each_connection_attempt_to_a_few_seconds() -> None:
     client = Options(endpoint_url="http://127.0.0.1:9", region="us-east-1").client()
     # Then a connection attempt gives up after 3 s (botocore's default: 60)
     assert client.meta.config.connect_timeout == 3.0
+
+
+def test_given_held_locks_when_listed_as_tables_then_each_is_titled_with_its_time_column(
+    ddbtx: Callable[..., tuple[int, str]],
+    endpoint_env: Any,
+    old_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    ddb: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a transfer abandoned pending long ago, and a held lease with a 60 s lease
+    t = janitor_tables
+    seed(a=100, b=100)
+    tx_id = abandon(old_tm, t.data, "pending", ("a", "b"))
+    lease = LeaseLockClient(ddb, t.locks, owner="worker-3", lease_duration=60.0)
+    held = lease.acquire("report", wait=0)
+    lease._heartbeats.close()  # its holder's heartbeats are not what is shown here
+    monkeypatch.setenv("COLUMNS", "200")
+
+    # When on-call lists the locks as tables
+    status, out = ddbtx("locks")
+
+    # Then each table has a title naming its table, the lease shows when it expires and
+    # each item lock how long its transaction has been idle
+    assert status == 0 and held is not None
+    assert f"lock rows in {t.locks}" in out and f"items locked by transactions in {t.data}" in out
+    lease_line = next(line for line in out.splitlines() if "worker-3" in line)
+    seconds, unit = lease_line.rstrip(" │|").split()[-2:]
+    assert unit == "s" and 0 < int(seconds) <= 60  # counted down from the 60 s lease
+    item_lines = [line for line in out.splitlines() if tx_id[:12] in line]
+    assert len(item_lines) == 2 and all(line.rstrip(" │|").endswith(" s") for line in item_lines)

@@ -214,6 +214,9 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
                 state = "record gone" if header is None else recovery.STATE_NAMES[header.state]
                 if header is not None and header.completed:
                     state += " (completed)"
+                idle = None
+                if header is not None:  # on the record's clock: how long nothing has moved
+                    idle = round((tm.protocol.now_ms() - header.updated_ms) / 1000, 3)
                 rows.append(
                     {
                         "table": table,
@@ -221,6 +224,7 @@ def held_item_locks(tm: Any, tables: tuple[str, ...]) -> list[dict[str, Any]]:
                         "transaction_id": owner,
                         "state": state,
                         "write_applied": applied(item),
+                        "idle_seconds": idle,
                     }
                 )
     return rows
@@ -250,35 +254,55 @@ def cmd_locks(opts: Options) -> int:
     if not opts.locks_table:
         console.print("lock rows: no locks table configured (--locks-table / LOCKS_TABLE)")
     else:
-        console.print(_row_table(lock_rows) if lock_rows else f"no lock rows in {opts.locks_table}")
+        empty_rows = f"no lock rows in {opts.locks_table}"
+        console.print(_row_table(lock_rows, opts.locks_table) if lock_rows else empty_rows)
     if not opts.data_tables:
         console.print("item locks: no data tables configured (--data-tables / DATA_TABLES)")
     else:
         empty = f"no item locked by a transaction in {', '.join(opts.data_tables)}"
-        console.print(_item_table(item_locks) if item_locks else empty)
+        console.print(_item_table(item_locks, opts.data_tables) if item_locks else empty)
     return 0
 
 
-def _row_table(lock_rows: list["LockRow"]) -> "Table":
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.0f} s"
+
+
+def _row_table(lock_rows: list["LockRow"], table_name: str) -> "Table":
     from rich.table import Table
 
-    table = Table("resource", "kind", "namespace", "state", "owner", "fencing", "ticket", "queue")
+    table = Table(
+        "resource", "kind", "namespace", "state", "owner", "fencing", "ticket", "queue",
+        "expires in", title=f"lock rows in {table_name}",
+    )  # fmt: skip
+    now = time.time()
     for r in lock_rows:
+        # The holder's own estimate of its lease end, on its clock (display only).
+        left = None if r.expires_at is None or r.state != "held" else r.expires_at - now
         table.add_row(
             r.resource, r.kind, r.namespace or "", r.state, r.owner or "",
             str(r.fencing_token or ""), str(r.ticket or ""), str(r.queue_position or ""),
+            _seconds(left),
         )  # fmt: skip
     return table
 
 
-def _item_table(item_locks: list[dict[str, Any]]) -> "Table":
+def _item_table(item_locks: list[dict[str, Any]], tables: tuple[str, ...]) -> "Table":
     from rich.table import Table
 
-    table = Table("table", "key", "transaction", "state", "write applied")
+    table = Table(
+        "table",
+        "key",
+        "transaction",
+        "state",
+        "write applied",
+        "idle",
+        title=f"items locked by transactions in {', '.join(tables)}",
+    )
     for i in item_locks:
         table.add_row(
             i["table"], _key_text(i["key"]), i["transaction_id"], i["state"],
-            _yes(i["write_applied"]),
+            _yes(i["write_applied"]), _seconds(i["idle_seconds"]),
         )  # fmt: skip
     return table
 
