@@ -18,7 +18,10 @@ from ddbtx.local import LocalDynamo, free_port
 from ddbtx.locks import LeaseLockClient, Mutex
 from helpers import assert_clean, scan
 
-from .support import JanitorTables, abandon
+from .support import ROOT, JanitorTables, abandon
+
+#: The checkout's janitor handlers, for ``ddbtx invoke``.
+FUNCTIONS = ROOT / "functions"
 
 #: Variables through which boto3 or the CLI could find a region, credentials or tables.
 AMBIENT = (
@@ -745,3 +748,68 @@ def test_given_held_locks_when_listed_as_tables_then_each_is_titled_with_its_tim
     assert unit == "s" and 0 < int(seconds) <= 60  # counted down from the 60 s lease
     item_lines = [line for line in out.splitlines() if tx_id[:12] in line]
     assert len(item_lines) == 2 and all(line.rstrip(" │|").endswith(" s") for line in item_lines)
+
+
+# --- ddbtx invoke -----------------------------------------------------------------------------
+
+
+def test_given_a_stuck_transfer_when_the_janitors_are_invoked_locally_then_they_answer_as_lambda(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    old_tm: TransactionManager,
+    janitor_tables: JanitorTables,
+    seed: Callable[..., None],
+    ddb: Any,
+    ddbtx_logger: Any,
+) -> None:
+    # Given a transfer abandoned pending long ago
+    t = janitor_tables
+    seed(a=100, b=100)
+    tx_id = abandon(old_tm, t.data, "pending", ("a", "b"))
+    functions = ("--functions-dir", str(FUNCTIONS))
+
+    # When on-call runs the recovery function here: inspect, then recover
+    inspect_status, inspected, _ = ddbtx_streams(
+        "invoke", "recovery", json.dumps({"action": "inspect", "transaction_id": tx_id}), *functions
+    )
+    recover_status, recovered, _ = ddbtx_streams(
+        "invoke", "recovery", json.dumps({"action": "recover", "transaction_id": tx_id}), *functions
+    )
+    # Then stdout holds the function's answer alone, as Lambda would return it
+    seen = json.loads(inspected)
+    assert (inspect_status, seen["ok"], seen["result"]["state"]) == (0, True, "pending")
+    outcome = json.loads(recovered)["result"]["outcome"]
+    assert (recover_status, outcome) == (0, "rolled_back")
+    assert_clean(ddb, t)
+
+    # When the sweeper runs here with its scheduled event
+    status, out, _ = ddbtx_streams("invoke", "sweeper", *functions)
+    # Then its report says it covered everything, with no error
+    report = json.loads(out)
+    assert (status, report["errors"], report["not_covered"]) == (0, 0, [])
+
+
+def test_given_mistakes_when_a_janitor_is_invoked_locally_then_one_line_or_the_functions_error(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+    ddbtx_logger: Any,
+) -> None:
+    functions = ("--functions-dir", str(FUNCTIONS))
+    # When the recovery function is invoked without an event, with one that is not JSON,
+    # or a janitor that does not exist
+    no_event = ddbtx_streams("invoke", "recovery", *functions)
+    not_json = ddbtx_streams("invoke", "recovery", "{action", *functions)
+    no_such = ddbtx_streams("invoke", "cleaner", "{}", *functions)
+    # Then each is one line on stderr, exit status 2
+    for status, out, err in (no_event, not_json, no_such):
+        assert (status, out) == (2, "") and len(err.strip().splitlines()) == 1
+    assert "needs an event" in no_event[2] and "not JSON" in not_json[2]
+    assert "invoke one of sweeper, recovery" in no_such[2]
+
+    # When it is asked about an id no record answers to
+    status, out, _ = ddbtx_streams(
+        "invoke", "recovery", '{"action": "recover", "transaction_id": "nope"}', *functions
+    )
+    # Then the function's not-found answer is printed, exit status 1
+    assert status == 1 and json.loads(out)["error"] == "TransactionNotFound"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__, recovery
@@ -19,6 +20,8 @@ from ._base.dynamo import client_config
 from ._base.items import applied, lock_owner
 from ._cli.args import hoist_globals
 from ._cli.errors import CliError, check_endpoint, explain
+from ._cli.invoke import invoke as run_handler
+from ._cli.invoke import scheduled_event
 from ._cli.progress import (
     CONNECT_TIMEOUT,
     SweepProgress,
@@ -78,6 +81,24 @@ class Options:
 
     def manager(self) -> Any:
         return TransactionManager(self.client(), self.transactions_table, self.images_table)
+
+    def janitor_environment(self) -> dict[str, str]:
+        """The variables the CDK app gives a janitor, from these options."""
+        settings = {
+            "TRANSACTIONS_TABLE": self.transactions_table,
+            "IMAGES_TABLE": self.images_table,
+            "DATA_TABLES": ",".join(self.data_tables),
+            # X-Ray's daemon is not here: tracing off, as in the tests.
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
+        if self.locks_table:
+            settings["LOCKS_TABLE"] = self.locks_table
+        if self.endpoint_url:
+            settings["AWS_ENDPOINT_URL_DYNAMODB"] = self.endpoint_url
+        region = self.region or ("us-east-1" if self.endpoint_url else None)
+        if region:
+            settings["AWS_REGION"] = settings["AWS_DEFAULT_REGION"] = region
+        return settings
 
     def explain(self, exc: BaseException) -> str | None:
         """The one-line message for a mistake in these options (see :mod:`ddbtx._cli.errors`)."""
@@ -415,6 +436,35 @@ def _app(state: dict[str, Options]) -> Any:
             if report.stuck_ids:
                 console.print("stuck transactions: " + ", ".join(report.stuck_ids))
         raise typer.Exit(1 if report.errors or (strict and report.left_something) else 0)
+
+    @app.command("invoke")
+    def invoke_(
+        ctx: typer.Context,
+        function: str = typer.Argument(..., help="sweeper or recovery"),
+        event: str | None = typer.Argument(
+            None, help="the event as JSON (default for the sweeper: a scheduled event)"
+        ),
+        functions_dir: str = typer.Option("functions", help="the checkout's functions folder"),
+        timeout: float = typer.Option(60.0, min=1.0, help="seconds the context starts with"),
+    ) -> None:
+        """Run a janitor's Lambda handler here, with the table options as its environment."""
+        opts: Options = ctx.obj
+        if event is None and function == "recovery":
+            raise CliError(
+                "the recovery function needs an event, e.g. "
+                '\'{"action": "inspect", "transaction_id": "..."}\''
+            )
+        try:
+            parsed = scheduled_event() if event is None else json.loads(event)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"the event is not JSON: {exc}") from exc
+        answer = run_handler(
+            function, parsed, functions_dir=Path(functions_dir),
+            settings=opts.janitor_environment(), timeout=timeout,
+        )  # fmt: skip
+        _print_json(answer)
+        failed = isinstance(answer, dict) and (answer.get("ok") is False or answer.get("errors"))
+        raise typer.Exit(1 if failed else 0)
 
     @app.command("local")
     def local_(
