@@ -79,9 +79,19 @@ explore: setup
 	$(RUN) python -m tests.explore --backend dynalite --schedules $(EXPLORE_SCHEDULES_DYNALITE) --seed $(EXPLORE_SEED) $(EXPLORE_ARGS); dyn=$$?; \
 	wait $$moto; mot=$$?; exit $$(( sys || dyn || mot ))
 
-# The demo runs on moto, in-process: it needs the Python environment only, not npm.
-demo: .venv/.synced
-	$(RUN) ddbtx demo
+# The demo runs on moto, in-process: it needs neither npm nor the dev environment, only
+# ddbtx with its demo extra, at the versions uv.lock pins, in a venv of its own.
+DEMO_VENV := $(TOOLS)/demo-venv
+$(DEMO_VENV)/.installed: pyproject.toml uv.lock $(TOOLS)/.uv-$(UV_VERSION)
+	rm -rf $(DEMO_VENV)
+	$(UV) venv --quiet --python $(PYTHON) $(DEMO_VENV)
+	$(UV) export --quiet --frozen --extra demo --no-default-groups --no-emit-project --no-hashes -o $(DEMO_VENV)/requirements.txt
+	$(UV) pip install --quiet --python $(DEMO_VENV)/bin/python -r $(DEMO_VENV)/requirements.txt
+	$(UV) pip install --quiet --python $(DEMO_VENV)/bin/python --no-deps -e .
+	@touch $@
+
+demo: $(DEMO_VENV)/.installed
+	$(DEMO_VENV)/bin/ddbtx demo
 
 # What `pip install '.[demo]'` (from a checkout) gives a user: the wheel, in a fresh venv, runs the demo.
 wheel-demo: setup
