@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from ddbtx import TransactionManager, schema
+from ddbtx._cli.invoke import scheduled_event as local_scheduled_event
 from helpers import Tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,15 +50,11 @@ class LambdaContext:
 def scheduled_event() -> dict[str, Any]:
     """An EventBridge scheduled event as the sweeper's rule delivers it."""
     return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
+        **local_scheduled_event(),
         "account": "123456789012",
         "time": "2026-11-21T18:00:00Z",
         "region": "us-east-1",
         "resources": ["arn:aws:events:us-east-1:123456789012:rule/ddbtx-SweepSchedule"],
-        "detail": {},
     }
 
 

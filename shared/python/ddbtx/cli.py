@@ -390,15 +390,19 @@ def _app(state: dict[str, Options]) -> Any:
         opts: Options = ctx.obj
         console = _console()
         manager = opts.manager()
-        if dry_run:
-            plan = Sweeper(
+
+        def sweeper_with(**options: Any) -> Sweeper:
+            return Sweeper(
                 manager,
                 rollback_after=timedelta(seconds=rollback_after),
                 delete_after=timedelta(seconds=delete_after),
                 locks_table=opts.locks_table,
                 data_tables=opts.data_tables,
-                persist_cursor=False,
-            ).dry_run()
+                **options,
+            )
+
+        if dry_run:
+            plan = sweeper_with(persist_cursor=False).dry_run()
             if opts.as_json:
                 _print_json(plan)
             else:
@@ -414,13 +418,8 @@ def _app(state: dict[str, Options]) -> Any:
             transient=True,
             disable=opts.as_json,
         ) as progress:
-            sweeper = Sweeper(
-                manager,
-                rollback_after=timedelta(seconds=rollback_after),
-                delete_after=timedelta(seconds=delete_after),
-                locks_table=opts.locks_table,
-                data_tables=opts.data_tables,
-                progress=SweepProgress(progress, manager.transactions_table if full else None),
+            sweeper = sweeper_with(
+                progress=SweepProgress(progress, manager.transactions_table if full else None)
             )
             # Without a budget this sweep covers everything from the start; with one it resumes.
             report = (
