@@ -95,7 +95,7 @@ def test_given_a_transaction_that_writes_every_40_s_when_swept_between_then_it_l
 
 
 @pytest.mark.parametrize("skew", [-30, 30], ids=["coordinator-behind", "coordinator-ahead"])
-def test_given_clocks_apart_when_swept_then_the_age_is_the_sweepers_now_minus_the_coordinators_stamp(
+def test_given_clocks_apart_when_swept_then_the_age_is_the_sweepers_now_less_the_coordinators_ts(
     tm: TransactionManager, tables: Tables, clock: FakeClock, sweeper_clock: FakeClock,
     sweep: Callable[[], Any], skew: int,
 ) -> None:  # fmt: skip
