@@ -592,6 +592,8 @@ def test_given_stuck_done_and_live_transactions_when_a_dry_run_sweeps_then_plans
     plans = {tx["transaction_id"]: tx["plan"] for tx in plan["transactions"]}
     assert plans.keys() == {stuck, live}
     assert plans[stuck].startswith("roll back") and plans[live].startswith("leave")
+    acts = {tx["transaction_id"]: tx["acts"] for tx in plan["transactions"]}
+    assert acts == {stuck: True, live: False}
     assert plan["records_to_delete"] == 1
     assert [gap.split(":")[0] for gap in plan["not_looked_at"]] == [
         "orphan images, stray item locks and expired lock rows"
@@ -602,6 +604,23 @@ def test_given_stuck_done_and_live_transactions_when_a_dry_run_sweeps_then_plans
     status, out = ddbtx("sweep", "--dry-run", "--strict")
     # Then the stuck one makes it exit 1, and the table says nothing is changed
     assert status == 1 and "dry run: nothing is changed" in out and stuck in out
+
+
+@pytest.mark.parametrize("option", [("--full",), ("--page-budget", "3")], ids=["full", "budget"])
+def test_given_a_dry_run_with_a_scan_option_then_one_line_and_nothing_read(
+    ddbtx_streams: Callable[..., tuple[int, str, str]],
+    endpoint_env: Any,
+    janitor_tables: JanitorTables,
+    option: tuple[str, ...],
+) -> None:
+    # When a dry run is asked with an option only a real sweep's scan takes
+    status, out, err = ddbtx_streams("sweep", "--dry-run", *option)
+    # Then one line says to leave it out, exit status 2
+    assert (status, out) == (2, "")
+    assert err.strip().splitlines() == [
+        "ddbtx: error: --dry-run reads the sweep index and the records, not the tables: "
+        "leave out --full and --page-budget"
+    ]
 
 
 def test_given_a_sweeper_without_data_or_lock_tables_when_it_sweeps_then_it_says_what_it_missed(
@@ -697,11 +716,12 @@ def test_given_an_endpoint_nothing_listens_on_when_a_command_runs_then_each_retr
     url = f"http://127.0.0.1:{free_port()}"
     # When on-call inspects a transaction there
     status, out, err = bare_ddbtx("--endpoint-url", url, "inspect", "tx-1")
-    # Then each retry is announced on stderr, then one line names the URL to check
+    # Then each retry (botocore makes 6 attempts) is announced on stderr, then one line
+    # names the URL to check
     lines = err.splitlines()
     assert status == 2 and out == ""
     assert lines[:-1] == [
-        f"ddbtx: cannot connect to {url} yet (attempt {n} of 5); retrying" for n in range(1, 5)
+        f"ddbtx: cannot connect to {url} yet (attempt {n} of 6); retrying" for n in range(1, 6)
     ]
     assert lines[-1] == (
         f"ddbtx: error: cannot reach DynamoDB at {url}: "

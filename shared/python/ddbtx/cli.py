@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
     from .locks import LockRow
 
-#: Attempts per call: an unreachable endpoint fails after these, each connect bounded by
-#: ``CONNECT_TIMEOUT`` and announced on stderr.
+#: botocore's ``max_attempts`` for the CLI's calls (6 attempts in all: it counts retries);
+#: each connection attempt is bounded by ``CONNECT_TIMEOUT`` and each retry announced.
 CLI_ATTEMPTS = 5
 
 
@@ -76,7 +76,7 @@ class Options:
         client = session.client(
             "dynamodb", endpoint_url=self.endpoint_url, region_name=region, config=config
         )
-        say_retries(client, client.meta.endpoint_url, CLI_ATTEMPTS)
+        say_retries(client, client.meta.endpoint_url)
         return client
 
     def manager(self) -> Any:
@@ -402,12 +402,17 @@ def _app(state: dict[str, Options]) -> Any:
             )
 
         if dry_run:
+            if full or page_budget is not None:
+                raise CliError(
+                    "--dry-run reads the sweep index and the records, not the tables: "
+                    "leave out --full and --page-budget"
+                )
             plan = sweeper_with(persist_cursor=False).dry_run()
             if opts.as_json:
                 _print_json(plan)
             else:
                 _show_dry_run(plan)
-            acting = [t for t in plan["transactions"] if not t["plan"].startswith("leave")]
+            acting = any(t["acts"] for t in plan["transactions"])
             raise typer.Exit(1 if strict and acting else 0)
         with Progress(
             SpinnerColumn(),

@@ -304,7 +304,8 @@ class Sweeper:
     def pending(self) -> list[dict[str, Any]]:
         """Every transaction whose record is not completed, oldest first, each as
         :func:`ddbtx.recovery.inspect` shows it plus ``plan``: what a sweep with these
-        settings would do with it now. Changes nothing.
+        settings would do with it now, and ``acts``: whether that changes anything.
+        Changes nothing.
 
         Examples
         --------

@@ -97,10 +97,13 @@ def report_table(report: dict[str, Any], title: str) -> Any:
 CONNECT_TIMEOUT = 3.0
 
 
-def say_retries(client: Any, endpoint: str, attempts: int) -> None:
+def say_retries(client: Any, endpoint: str) -> None:
     """A line on stderr each time ``client`` retries a call it could not connect for, so an
-    unreachable endpoint is never a silent wait (botocore retries it ``attempts`` times)."""
+    unreachable endpoint is never a silent wait."""
     from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    # botocore's own total (a configured max_attempts of 5 makes 6 attempts in all).
+    attempts = int(client.meta.config.retries.get("total_max_attempts", 1))
 
     def notice(**event: Any) -> None:
         made = int(event.get("attempts") or 0)

@@ -31,7 +31,8 @@ class Survey:
     page_size: int
 
     def pending(self) -> Step[list[dict[str, Any]]]:
-        """Every record not completed, oldest first, as ``inspect`` shows it plus ``plan``."""
+        """Every record not completed, oldest first, as ``inspect`` shows it plus ``plan``
+        (what a sweep would do, in words) and ``acts`` (whether it would change anything)."""
         ids: list[str] = []
         for tag, shard in PARTITIONS:
             if tag != s.STATE_COMPLETED_TAG:
@@ -40,7 +41,8 @@ class Survey:
         for tx_id in ids:
             seen = yield from inspect_step(self.tm, tx_id)
             if seen["found"] and not seen["completed"]:  # not finished meanwhile
-                found.append({**seen, "plan": self.plan(seen["state"], seen["age_seconds"])})
+                acts, plan = self.plan(seen["state"], seen["age_seconds"])
+                found.append({**seen, "plan": plan, "acts": acts})
         return sorted(found, key=lambda t: (t["updated_ms"], t["transaction_id"]))
 
     def dry_run(self, delete_cutoff_ms: int) -> Step[dict[str, Any]]:
@@ -56,20 +58,20 @@ class Survey:
             "not_looked_at": [NOT_READ, *self.scans.not_covered()],
         }
 
-    def plan(self, state: str, age_seconds: float) -> str:
-        """What a sweep would do now with a record in ``state`` (not completed), last changed
-        ``age_seconds`` ago."""
+    def plan(self, state: str, age_seconds: float) -> tuple[bool, str]:
+        """Whether a sweep would act now on a record in ``state`` (not completed), last
+        changed ``age_seconds`` ago, and what it would do, in words."""
         if state == "pending":
             limit = self.rollback_after.total_seconds()
             if age_seconds > limit:
-                return f"roll back: pending, stale for {age_seconds - limit:.0f} s"
-            return f"leave: active (stale in {limit - age_seconds:.0f} s)"
+                return True, f"roll back: pending, stale for {age_seconds - limit:.0f} s"
+            return False, f"leave: active (stale in {limit - age_seconds:.0f} s)"
         limit = self.decided_grace.total_seconds()
         verb = "roll forward" if state == "committed" else "complete the rollback"
         if age_seconds > limit:
-            return f"{verb}: decided {age_seconds:.0f} s ago"
+            return True, f"{verb}: decided {age_seconds:.0f} s ago"
         wait = limit - age_seconds
-        return f"leave: its coordinator may still {verb} (a sweep will in {wait:.0f} s)"
+        return False, f"leave: its coordinator may still {verb} (a sweep will in {wait:.0f} s)"
 
     def ids_in(self, tag: str, shard: int, cutoff: int | None = None) -> Step[list[str]]:
         """Every TX record id in the sweep index's partition ``tag#shard`` (last changed
