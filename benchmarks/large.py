@@ -185,7 +185,7 @@ def state_of(client: Any, table: str, size: int) -> dict[str, str]:
     """pk -> tag of every item whose value is whole; fails loudly on leftover protocol data."""
     out: dict[str, str] = {}
     for item in scan_all(client, table):
-        leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
+        leftover = [a for a in item if s.is_held_attribute(a)]
         if leftover:
             raise AssertionError(f"{item['pk']['S']} still carries {leftover}")
         tag = item["tag"]["S"]

@@ -129,7 +129,7 @@ def check_restored(client: Any, table: str, accounts: Sequence[str]) -> None:
     bad = [
         i[DATA_KEY]["S"]
         for i in items
-        if i["balance"] != {"N": str(BALANCE)} or any(a.startswith(s.RESERVED_PREFIX) for a in i)
+        if i["balance"] != {"N": str(BALANCE)} or any(map(s.is_held_attribute, i))
     ]
     if len(items) != len(wanted) or bad:
         raise RuntimeError(f"stray-locked accounts not restored and unlocked: {bad}")

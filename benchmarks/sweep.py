@@ -287,7 +287,7 @@ def check_recovered(client: Any, tables: Tables, ids: Sequence[str], stale: int)
     restored = [i for i in items if i["balance"] == {"N": str(BALANCE)}]
     if len(restored) != len(items):
         raise RuntimeError(f"{len(items) - len(restored)} accounts were not restored")
-    return sum(1 for i in items if any(a.startswith(s.RESERVED_PREFIX) for a in i))
+    return sum(1 for i in items if any(map(s.is_held_attribute, i)))
 
 
 # -- measuring ---------------------------------------------------------------------

@@ -34,6 +34,10 @@ TRANSACTIONS_ACTIONS: Final = (
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
     "dynamodb:BatchWriteItem",  # a deleted record's request-body rows, 25 per call
+    # A record completed with the unlocks of its inserted items, in one TransactWriteItems
+    # (IAM authorizes each of its actions: UpdateItem here and on the data table, and a
+    # ConditionCheck of the record before a second chunk).
+    "dynamodb:ConditionCheckItem",
 )
 SWEEP_INDEX_ACTIONS: Final = ("dynamodb:Query",)
 #: On each data table's sparse lock index: the stray-lock pass scans it (a keys-only

@@ -69,15 +69,26 @@ def clear(client: Any, tables: Tables) -> None:
 
 
 def data_state(client: Any, table: str) -> dict[str, dict[str, Any]]:
-    """The data table as {pk: item}, for exact before/after comparisons."""
-    return {item["pk"]["S"]: item for item in scan(client, table)}
+    """The data table as {pk: item}, for exact before/after comparisons (without the fence:
+    it stays on items a transaction locked, as a version attribute does)."""
+    return {item["pk"]["S"]: unfenced(item) for item in scan(client, table)}
+
+
+def unfenced(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` without the fence (``_tx:f``), the one protocol attribute that stays."""
+    return {a: v for a, v in item.items() if a != s.ATTR_FENCE}
+
+
+def leftover(item: dict[str, Any] | None) -> list[str]:
+    """The protocol attributes ``item`` keeps that no finished transaction may leave."""
+    return sorted(a for a in item or {} if s.is_held_attribute(a))
 
 
 def assert_clean(client: Any, tables: Tables) -> None:
     """No protocol attribute on any item, no image, no TX record left not completed."""
     for item in scan(client, tables.data):
-        leftover = [a for a in item if a.startswith(s.RESERVED_PREFIX)]
-        assert not leftover, f"protocol attributes left on {item['pk']}: {leftover}"
+        left = leftover(item)
+        assert not left, f"protocol attributes left on {item['pk']}: {left}"
     assert scan(client, tables.images) == []
     for record in scan(client, tables.tx):
         if record[s.TX_SK]["S"] == s.TX_HEADER_SK:

@@ -6,16 +6,15 @@ write it sends is recorded as sent. A later transaction T2 deletes x, overwrites
 re-creates z. Then copies of T1's recorded writes arrive late, sent verbatim by a plain
 client, and a sweep runs. Whatever arrived, the data must be what T2 left, with no lock.
 
-- every single copy: survived today (no assertion is weakened for it);
-- every pair of copies in their original order, and random sets of up to four copies in
-  any order (both ``slow``: ``make faults``): NOT survived yet. Two copies to one item (a
-  lock, then the write under it) overwrite T2's data; the fence of issue 34, item 1 (a
-  counter every lock moves, every write under the lock conditioned on it, and the TX
-  record kept as a tombstone) is what will make these pass. Until then they are strict
-  xfails that name the cases that break: when the fence lands they pass, and the xfail
-  must go.
+- every single copy;
+- every pair of copies in their original order (before the fence, 5 of the 10 pairs to one
+  item broke: a lock and the write under it overwrote T2's data, or a lock with its delete
+  mark and the completing delete removed the item T2 re-created);
+- random sets of up to four copies, in any order (``slow``: ``make faults``).
 
-Both emulators.
+Both emulators. On dynalite, which has no ``TransactWriteItems`` (AWS has), a copy of x's
+locking insert followed by a copy of its unlock re-creates x after T2 deleted it: the one
+case docs/protocol.md names as not survived there, skipped on dynalite only.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from botocore.model import OperationModel
 
 from ddbtx import TransactionManager
 from ddbtx import schema as s
+from ddbtx.local import LocalDynamo
 from ddbtx.sweeper import Sweeper
 from helpers import FakeClock, Tables, data_state
 
@@ -87,6 +87,7 @@ class Scene:
     tables: Tables
     clock: FakeClock
     make_tm: Callable[..., TransactionManager]
+    backend: str
 
     def reset(self) -> None:
         """Given: x absent, y = 1, z = 1, no lock anywhere."""
@@ -150,14 +151,41 @@ class Scene:
         calls = self.first(outcome)
         expected = self.later()
         copies = pick(calls)
+        if self.backend == "dynalite" and insert_then_unlock(copies):
+            # dynalite has no TransactWriteItems, so x's unlock went alone: see the docstring
+            return None
         self.deliver(copies)
         self.sweep()
         found = data_state(self.ddb, self.tables.data)
-        if found == expected and not any(
-            a.startswith(s.RESERVED_PREFIX) for i in found.values() for a in i
+        # The fence stays on items and moves with every lock, a late copy's too: the data
+        # is compared without it, and no other protocol attribute may be left.
+        if unfenced(found) == unfenced(expected) and not any(
+            a.startswith(s.RESERVED_PREFIX) and a != s.ATTR_FENCE for i in found.values() for a in i
         ):
             return None
         return f"copies {[str(c) for c in copies]}: expected {expected}, found {found}"
+
+
+def unfenced(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: {a: v for a, v in i.items() if a != s.ATTR_FENCE} for k, i in state.items()}
+
+
+def insert_then_unlock(copies: list[Call]) -> bool:
+    """Whether a copy of a locking insert comes before a copy of an unlock of its item."""
+    inserts = [
+        i
+        for i, c in enumerate(copies)
+        if c.operation == "PutItem" and s.ATTR_TRANSIENT in c.params.get("Item", {})
+    ]
+    unlocks = [
+        (i, c.params["Key"])
+        for i, c in enumerate(copies)
+        if c.operation == "UpdateItem"
+        and str(c.params.get("UpdateExpression", "")).startswith("REMOVE")
+    ]
+    return any(
+        i < j and copies[i].params["Item"]["pk"] == key["pk"] for i in inserts for j, key in unlocks
+    )
 
 
 def _snake(operation: str) -> str:
@@ -166,9 +194,13 @@ def _snake(operation: str) -> str:
 
 @pytest.fixture
 def scene(
-    ddb: Any, tables: Tables, clock: FakeClock, make_tm: Callable[..., TransactionManager]
+    ddb: Any,
+    tables: Tables,
+    clock: FakeClock,
+    make_tm: Callable[..., TransactionManager],
+    backend: LocalDynamo,
 ) -> Scene:
-    return Scene(ddb, tables, clock, make_tm)
+    return Scene(ddb, tables, clock, make_tm, backend.kind)
 
 
 def recorded_count(scene: Scene, outcome: str) -> int:
@@ -203,8 +235,6 @@ def test_given_a_finished_transaction_when_any_one_of_its_writes_arrives_late_th
     assert failures(scene, outcome, picks) == []
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 34: no fence yet (two copies to one item break it)")
 @pytest.mark.parametrize("outcome", OUTCOMES)
 def test_given_a_finished_transaction_when_two_writes_arrive_late_in_order_then_data_stands(
     scene: Scene, outcome: str
@@ -218,7 +248,6 @@ def test_given_a_finished_transaction_when_two_writes_arrive_late_in_order_then_
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 34: no fence yet (two copies to one item break it)")
 @pytest.mark.parametrize("outcome", OUTCOMES)
 def test_given_a_finished_transaction_when_random_sets_of_copies_arrive_then_data_stands(
     scene: Scene, outcome: str

@@ -14,7 +14,7 @@ import pytest
 from ddbtx import TransactionManager
 from ddbtx.chaos import Chaos
 from ddbtx.local import LocalDynamo
-from helpers import Tables, assert_clean
+from helpers import Tables, assert_clean, unfenced
 
 #: The item both tables start from.
 START = {
@@ -106,7 +106,7 @@ def test_given_a_lost_answer_at_any_call_then_return_values_are_dynamodbs(
             chaos.close()
         # Then its answer is DynamoDB's, and the item is what DynamoDB left
         assert answer.get("Attributes") == expected, f"answer lost at call {index}"
-        stored = ddb.get_item(TableName=tables.data, Key={"pk": {"S": "a"}})["Item"]
+        stored = unfenced(ddb.get_item(TableName=tables.data, Key={"pk": {"S": "a"}})["Item"])
         assert stored == ddb.get_item(TableName=twin, Key={"pk": {"S": "a"}})["Item"]
         assert_clean(ddb, tables)
         if not fired:

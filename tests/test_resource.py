@@ -23,10 +23,9 @@ from ddbtx import (
     TransactionConflictError,
     TransactionManager,
 )
-from ddbtx import schema as s
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
-from helpers import create_read_table, scan
+from helpers import create_read_table, leftover, scan
 
 ITEM = {
     "pk": "p",
@@ -234,7 +233,7 @@ def test_given_a_transaction_when_it_uses_tx_table_then_its_calls_are_the_transa
     assert [i["balance"] for i in seen] == [Decimal(70), Decimal(30)]
     assert projected == {"Item": {"balance": Decimal(30)}}
     assert [i["balance"] for i in ours.scan()["Items"]] in ([70, 30], [30, 70])
-    assert all(not a.startswith(s.RESERVED_PREFIX) for i in scan(ddb, name) for a in i)
+    assert all(not leftover(i) for i in scan(ddb, name))
 
 
 def test_given_an_item_a_transaction_holds_when_tm_table_writes_it_then_it_waits_its_turn(

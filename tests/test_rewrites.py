@@ -22,7 +22,7 @@ from ddbtx.errors import ConditionalCheckFailedError, InvalidRequestError
 from ddbtx.instrumentation import count_requests
 from ddbtx.tables import create_data_table
 from ddbtx.transaction import TransactionManager
-from helpers import Tables, assert_clean, crash_run, data_state, rescue
+from helpers import Tables, assert_clean, crash_run, data_state, rescue, unfenced
 
 S = lambda v: {"S": v}  # noqa: E731
 N = lambda n: {"N": str(n)}  # noqa: E731
@@ -261,7 +261,8 @@ def test_given_a_crash_at_any_call_of_several_writes_when_rescued_then_the_recor
             )
             writes = entry.seq if committed and entry is not None else 0
             item = ddb.get_item(TableName=tables.data, Key={"pk": S(pk)}).get("Item")
-            assert item == states[(pk, writes)], f"{kind} at call {index}: {pk} after {writes}"
+            found = item and unfenced(item)
+            assert found == states[(pk, writes)], f"{kind} at call {index}: {pk} after {writes}"
         assert_clean(ddb, tables)
         rescuer.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(0))
     assert schedules >= 15

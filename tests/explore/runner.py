@@ -36,9 +36,9 @@ from .schedule import ITEMS, OPS, Schedule
 from .world import DATA, IMAGES, TX, World
 
 try:  # pytest puts tests/ on the path; ``python -m tests.explore`` does not
-    from helpers import FakeClock
+    from helpers import FakeClock, leftover, unfenced
 except ImportError:  # pragma: no cover - the command-line runner
-    from tests.helpers import FakeClock
+    from tests.helpers import FakeClock, leftover, unfenced
 
 #: The sweeper rolls back a pending record unchanged for this long; a pause outlasts it.
 ROLLBACK_AFTER = timedelta(seconds=60)
@@ -311,7 +311,8 @@ class _Run:
             self.rows = self.world.rows()
             raw = self._header(tx_id)
             residue = self.residue(tx_id, raw)
-        items = {row["pk"]["S"]: row for row in self.rows[DATA]}
+        # the fence stays on items (docs/protocol.md): the values are compared without it
+        items = {row["pk"]["S"]: unfenced(row) for row in self.rows[DATA]}
         return raw, items, residue
 
     def _header(self, tx_id: str) -> Item | None:
@@ -331,7 +332,7 @@ class _Run:
         """Protocol attributes, images and unnamed body rows left behind."""
         out = []
         for item in sorted(self.rows[DATA], key=lambda i: i["pk"]["S"]):
-            left = sorted(a for a in item if a.startswith(s.RESERVED_PREFIX))
+            left = leftover(item)
             if left:
                 out.append(f"item {item['pk']['S']} keeps {left}")
         if self.rows[IMAGES]:

@@ -24,8 +24,10 @@ from ddbtx.tables import create_data_table
 
 try:
     from drivers import EventLoopThread, Synced  # under pytest: tests/ is on the path
+    from helpers import leftover
 except ImportError:  # python -m tests.faults.run
     from tests.drivers import EventLoopThread, Synced
+    from tests.helpers import leftover
 
 _LOOP: list[EventLoopThread] = []
 
@@ -244,10 +246,10 @@ class Env:
         problems: list[str] = []
         for pk in keys:
             item = self.item(pk) or {}
-            leftover = sorted(a for a in item if a.startswith(s.RESERVED_PREFIX))
-            if leftover:
+            left = leftover(item)
+            if left:
                 owner = item.get(s.ATTR_LOCK, {}).get("S", "").rsplit("/", 1)[0]
-                problems.append(f"item {pk} keeps {leftover} (lock owner {owner or None})")
+                problems.append(f"item {pk} keeps {left} (lock owner {owner or None})")
         client = self.client()
         for tx_id in tx_ids:
             images = client.query(

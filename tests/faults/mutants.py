@@ -18,6 +18,7 @@ from unittest import mock
 import ddbtx._item_steps.writes as writes_module
 from ddbtx import schema as s
 from ddbtx._base.effects import Step, request
+from ddbtx._base.items import FENCED, UNFENCED
 from ddbtx._item_steps.apply import APPLY, Applies
 from ddbtx._stores.completion import Completion, Entry, Header
 from ddbtx.errors import ConditionFailed
@@ -81,14 +82,17 @@ def _patched_request(
 
 @contextmanager
 def drop_owner_condition() -> Iterator[None]:
-    """apply: the write no longer requires this request's lock on the item."""
+    """apply: the write no longer requires this request's lock on the item (nor the fence
+    the lock left: either alone would still refuse the write under another's lock)."""
 
     def rewrite(operation: str, params: dict[str, Any]) -> None:
         condition = str(params.get("ConditionExpression") or "")
         if APPLY_CONDITION in condition:
-            params["ConditionExpression"] = condition.replace(
-                APPLY_CONDITION, "attribute_not_exists(#ddbtxp)"
-            )
+            condition = condition.replace(APPLY_CONDITION, "attribute_not_exists(#ddbtxp)")
+            for fence in (FENCED, UNFENCED):
+                clause = " AND " + fence.format(name="#ddbtxf", value=":ddbtxf")
+                condition = condition.replace(clause, "")
+            params["ConditionExpression"] = condition
             _prune(params)
 
     with mock.patch.object(writes_module, "request", _patched_request(rewrite)):

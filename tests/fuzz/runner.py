@@ -17,8 +17,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ddbtx import aio
-from ddbtx import schema as s
-from helpers import scan
+from helpers import leftover, scan
 from oracle.runner import KEYS, Twins, leftovers, normal, reset, stored
 from oracle.shapes import Item
 
@@ -83,7 +82,7 @@ def _observe(
     twins: Twins, table: str, case: Case, response: Item | None, exc: Exception | None
 ) -> Observed:
     item = stored(twins, table, case)
-    protocol = tuple(sorted(a for a in item or {} if a.startswith(s.RESERVED_PREFIX)))
+    protocol = tuple(leftover(item))
     code, message, old = _failure(exc) if exc is not None else (None, None, None)
     return Observed(
         code=code,

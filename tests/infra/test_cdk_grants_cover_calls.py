@@ -38,6 +38,13 @@ from ddbtx.transaction import SPILL_BYTES
 from helpers import Tables, assert_clean
 
 S = lambda v: {"S": v}  # noqa: E731
+#: The call IAM authorizes for each kind of action in a TransactWriteItems.
+ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
 
 
 @contextmanager
@@ -47,6 +54,14 @@ def recorded(client: Any) -> Iterator[set[tuple[str, str, str | None]]]:
     lock = threading.Lock()
 
     def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "TransactWriteItems":
+            # IAM authorizes each action of a transaction as its own call on its table
+            actions = [
+                (ACTIONS[k], v["TableName"]) for a in params["TransactItems"] for k, v in a.items()
+            ]
+            with lock:
+                seen.update((name, table, None) for name, table in actions)
+            return
         tables = [params["TableName"]] if "TableName" in params else list(params["RequestItems"])
         with lock:
             seen.update((model.name, t, params.get("IndexName")) for t in tables)

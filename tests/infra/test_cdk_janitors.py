@@ -12,7 +12,15 @@ from ddbtx import schema
 pytest_plugins = ("cdk_fixtures",)
 
 KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
-TX_ACTIONS = {"GetItem", "Query", "Scan", "UpdateItem", "DeleteItem", "BatchWriteItem"}
+TX_ACTIONS = {
+    "GetItem",
+    "Query",
+    "Scan",
+    "UpdateItem",
+    "DeleteItem",
+    "BatchWriteItem",
+    "ConditionCheckItem",
+}
 IMAGE_ACTIONS = {"GetItem", "Query", "Scan", "DeleteItem"}
 LOCK_ACTIONS = {"GetItem", "Query", "Scan", "DeleteItem", "UpdateItem"}  # frees a dead mutex
 DATA_ACTIONS = {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Scan", "DescribeTable"}

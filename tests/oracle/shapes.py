@@ -564,7 +564,7 @@ def _blob_item(total: int) -> Item:
 OLD = ("ALL_OLD",)
 
 #: The 400 KB frontier: items of these sizes (bytes, as DynamoDB counts them).
-SIZES = {"250kb": 250 * 1024, "399kb": 399 * 1024, "400kb-64": 400 * 1024 - 64, "400kb": 400 * 1024}
+SIZES = {"250kb": 250 * 1024, "399kb": 399 * 1024, "400kb-96": 400 * 1024 - 96, "400kb": 400 * 1024}
 
 #: Each returns the old item, the largest thing a request can return.
 FRONTIER = [

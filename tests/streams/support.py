@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddbtx import schema as s
 from ddbtx.stream_reader import as_json
 from ddbtx.streams import PROTOCOL_FILTER_PATTERNS, Change
-from helpers import scan
+from helpers import leftover, scan, unfenced
 
 Value = dict[str, Any] | None
 
@@ -25,12 +24,13 @@ class Ledger:
     def snapshot(self) -> None:
         items = {item["pk"]["S"]: item for item in scan(self.ddb, self.table)}
         for item in items.values():
-            assert not [a for a in item if a.startswith(s.RESERVED_PREFIX)], (
+            assert not leftover(item), (
                 f"a snapshot is taken only when every transaction has completed: {item['pk']}"
             )
         for pk in set(items) | set(self.values):
             history = self.values.setdefault(pk, [None])
             value = items.get(pk)
+            value = None if value is None else unfenced(value)
             if value != history[-1]:
                 history.append(value)
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from ._base.dynamo import without_transactions
+
 logger = logging.getLogger(__name__)
 
 Kind = Literal["moto", "dynalite"]
@@ -135,6 +137,8 @@ class LocalDynamo:
                 args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
             _wait_for_port(self.port, 20.0, self._proc)
+        if self.kind == "dynalite":  # it has no TransactWriteItems: never asked for it
+            without_transactions(self.endpoint_url)
         logger.info("started %s on %s", self.kind, self.endpoint_url)
         return self
 
@@ -154,6 +158,7 @@ class LocalDynamo:
         )
 
     def stop(self) -> None:
+        without_transactions(self.endpoint_url, serves=True)  # the port may serve another
         if self._moto is not None:
             self._moto.shutdown()
             self._moto.server_close()

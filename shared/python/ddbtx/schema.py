@@ -18,10 +18,21 @@ ATTR_IMAGE_EXTERNAL: Final = "_tx:ext"  #: BOOL, the image lives in the images t
 ATTR_DELETED: Final = "_tx:del"  #: BOOL, an applied delete: the item goes on commit
 #: Never written: a no-op ``REMOVE`` of it lets a conditional write test a condition.
 ATTR_VERDICT: Final = "_tx:chk"
+#: N, the item's fence: every lock moves it on (from a random start on an item without
+#: one) and every write under the lock is conditioned on the value the lock left, so a
+#: late copy of an old lock moves it past every old write. It stays on the item after the
+#: transaction, as a version attribute does (not in ``ITEM_ATTRIBUTES``).
+ATTR_FENCE: Final = "_tx:f"
 
 #: Sparse index of every data table on ``ATTR_LOCK`` (hash only, keys only): exactly the
 #: locked items appear in it, so the sweeper finds stray locks without reading the table.
 LOCK_INDEX: Final = "ddbtx-locked"
+
+def is_held_attribute(name: str) -> bool:
+    """Whether ``name`` is a protocol attribute an item carries only while a transaction
+    holds it: every one but the fence, which stays (an item left with one is not done)."""
+    return name.startswith(RESERVED_PREFIX) and name != ATTR_FENCE
+
 
 ITEM_ATTRIBUTES: Final = (
     ATTR_LOCK,

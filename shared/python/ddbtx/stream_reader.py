@@ -53,24 +53,30 @@ class StreamReader:
             raise ValueError(f"table {table!r} has no stream")
         self.arn: str = arn
         shards = self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
-        self._iterators = [
-            self.streams.get_shard_iterator(
-                StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-            )["ShardIterator"]
-            for shard in shards
-        ]
+        #: Per shard, the last record's sequence number read (None: read from the start).
+        self._after: dict[str, str | None] = {shard["ShardId"]: None for shard in shards}
 
     def read(self) -> list[dict[str, Any]]:
         """The records written since the last read, as ``event["Records"]`` elements."""
         fresh: list[dict[str, Any]] = []
-        for i, iterator in enumerate(self._iterators):
+        for shard, after in self._after.items():
+            # A fresh iterator each read: moto swaps a table's stream for a copy when it
+            # cancels a TransactWriteItems, and an old iterator would read the old one.
+            where: dict[str, Any] = (
+                {"ShardIteratorType": "TRIM_HORIZON"}
+                if after is None
+                else {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": after}
+            )
+            iterator = self.streams.get_shard_iterator(StreamArn=self.arn, ShardId=shard, **where)[
+                "ShardIterator"
+            ]
             while iterator:
                 page = self.streams.get_records(ShardIterator=iterator, Limit=1000)
                 iterator = page.get("NextShardIterator")
-                self._iterators[i] = iterator
                 fresh.extend(lambda_record(r, self.arn) for r in page["Records"])
                 if not page["Records"]:
                     break
+                self._after[shard] = page["Records"][-1]["dynamodb"]["SequenceNumber"]
         return fresh
 
 

@@ -285,7 +285,15 @@ def _images(body: Mapping[str, Any], name: str, seq: str) -> tuple[Item | None, 
             sequence_number=seq,
         )
     old, new = body.get("OldImage"), body.get("NewImage")
-    return (None if old is None else dict(old)), (None if new is None else dict(new))
+    return _unfenced(old), _unfenced(new)
+
+
+def _unfenced(image: Mapping[str, Any] | None) -> Item | None:
+    """An image without the fence: it stays on items after their transactions and moves
+    with every lock, so it tells nothing committed (docs/protocol.md)."""
+    if image is None:
+        return None
+    return {name: value for name, value in image.items() if name != s.ATTR_FENCE}
 
 
 def _table_of(record: Mapping[str, Any], seq: str) -> str:

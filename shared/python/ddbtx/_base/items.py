@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import re
+import secrets
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -181,6 +182,56 @@ def lock_owner(item: Item | None) -> str | None:
     """The transaction id in an item's lock attribute, or None when unlocked."""
     lock = (item or {}).get(schema.ATTR_LOCK, {}).get("S")
     return lock.rsplit("/", 1)[0] if isinstance(lock, str) else None
+
+
+#: Under the lock: the item's fence is the value the lock left...
+FENCED = "{name} = {value}"
+#: ...or there is none (a lock an older ddbtx took, which did not move one).
+UNFENCED = "attribute_not_exists({name})"
+
+#: A fence's random start, in bytes: a counter that begins anew (an insert, or an item a
+#: plain put replaced) does not meet the values an old lock of the item left.
+FENCE_START_BYTES = 6
+
+
+def fence_of(item: Item | None) -> str | None:
+    """The fence an item carries (a number, as text), or None."""
+    value = (item or {}).get(schema.ATTR_FENCE, {}).get("N")
+    return value if isinstance(value, str) else None
+
+
+def new_fence_start() -> str:
+    # token_hex, as nonces and ids are made: a seeded stand-in replays all of them
+    return str(int(secrets.token_hex(FENCE_START_BYTES), 16))
+
+
+def moved_fence(before: str | None, start: str) -> str:
+    """The fence a lock leaves: one past the item's (``before``), or past ``start``."""
+    return str(int(before if before is not None else start) + 1)
+
+
+def fenced(
+    condition: str,
+    fence: str | None,
+    names: dict[str, str],
+    values: dict[str, Any],
+    *,
+    name: str = "#ddbtxf",
+    value: str = ":ddbtxf",
+) -> str:
+    """``condition`` AND the item's fence is ``fence``: a write under a lock made only under
+    the lock it was meant for, never under a late copy of that lock (docs/protocol.md)."""
+    names[name] = schema.ATTR_FENCE
+    if fence is None:
+        return f"{condition} AND {UNFENCED.format(name=name)}"
+    values[value] = {"N": fence}
+    return f"{condition} AND {FENCED.format(name=name, value=value)}"
+
+
+def held(item: Item | None, lock: str, fence: str | None) -> bool:
+    """Whether ``lock`` holds the item under ``fence``: the lock as taken, not a late copy."""
+    found = (item or {}).get(schema.ATTR_LOCK, {}).get("S")
+    return found == lock and fence_of(item) == fence
 
 
 def flag(item: Item | None, name: str) -> bool:

@@ -42,10 +42,14 @@ PLACEHOLDER_PREFIX = "ddbtx"
 
 #: Bytes of an item a lock takes: ``_tx:id`` = "<tx id, 29 characters>/<nonce, 8>".
 LOCK_BYTES = len(schema.ATTR_LOCK) + 29 + 1 + 8
+#: Bytes of the fence ``_tx:f``: a number of up to 20 digits (it starts below 2**48).
+FENCE_BYTES = len(schema.ATTR_FENCE) + 11
 #: Bytes a transaction adds to an item at most, besides an in-item image: the lock, the
-#: applied flag, and ``_tx:new`` or ``_tx:ext`` (a delete: the lock and ``_tx:del``).
+#: fence, the applied flag, and ``_tx:new`` or ``_tx:ext`` (a delete: the lock, the fence
+#: and ``_tx:del``).
 PROTOCOL_OVERHEAD = (
     LOCK_BYTES
+    + FENCE_BYTES
     + len(schema.ATTR_APPLIED)
     + 1
     + max(len(schema.ATTR_TRANSIENT), len(schema.ATTR_IMAGE_EXTERNAL))
@@ -454,7 +458,7 @@ def too_large(size: int | None = None) -> str:
     return (
         f"{what}: in a transaction it must also hold its lock and flags ({PROTOCOL_OVERHEAD} "
         f"bytes at most) within the {MAX_ITEM_BYTES}-byte DynamoDB limit (docs/limits.md: items "
-        "within about 60 bytes of 400 KB); write it natively instead"
+        "within about 80 bytes of 400 KB); write it natively instead"
     )
 
 

@@ -264,6 +264,7 @@ class CoordinatorSteps:
             upgrade=True,
             seq=known.seq + 1 if prior else 1,
             prior=prior,
+            fence=known.fence,
         )
 
     def add(self, locals_: list[Local]) -> Step[list[Local]]:
@@ -418,6 +419,8 @@ class CoordinatorSteps:
                 continue
             req = loc.request
             item: Item = {**req.key, s.ATTR_LOCK: {"S": new_lock_value(self.id, loc.nonce)}}
+            if loc.fence is not None:
+                item[s.ATTR_FENCE] = {"N": loc.fence}
             if loc.transient:
                 item[s.ATTR_TRANSIENT] = {"BOOL": True}
             if loc.applied:

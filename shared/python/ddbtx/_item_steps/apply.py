@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import schema as s
 from .._base.effects import Step
-from .._base.items import flag, strip
+from .._base.items import fenced, flag, held, strip
 from .._base.requests import with_user_condition
 from ..errors import ConditionFailed, ValidationFailed
 from .responses import attributes, return_values
@@ -30,7 +30,7 @@ class Applies(UnderLock):
         names, values = self.writes.lock_names(local)
         names["#ddbtxd"] = s.ATTR_DELETED
         values[":ddbtxt"] = {"BOOL": True}
-        condition = HELD_BY_REQUEST
+        condition = fenced(HELD_BY_REQUEST, local.fence, names, values)
         if not local.transient:
             condition = with_user_condition(req, condition)
         try:
@@ -39,7 +39,7 @@ class Applies(UnderLock):
             raise (yield from self.writes.refusal(req, exc, sized=True)) from exc
         except ConditionFailed as exc:
             item = yield from self.p.read_item(req.table, req.key)
-            if (item or {}).get(s.ATTR_LOCK, {}).get("S") != values[":ddbtxl"]["S"]:
+            if not held(item, values[":ddbtxl"]["S"], local.fence):
                 return (yield from self.steps.lost_lock(local))
             if not flag(item, s.ATTR_DELETED):
                 raise (yield from self.writes.condition_false(req, item)) from exc
@@ -54,7 +54,7 @@ class Applies(UnderLock):
         names, values = self.writes.lock_names(local)
         names["#ddbtxp"] = s.ATTR_APPLIED
         values[":ddbtxt"] = {"BOOL": True}
-        condition = APPLY
+        condition = fenced(APPLY, local.fence, names, values)
         if check_condition and not local.transient:
             condition = with_user_condition(req, condition)
         try:
@@ -78,6 +78,8 @@ class Applies(UnderLock):
                 s.ATTR_APPLIED: {"BOOL": True},
                 **image_attrs,
             }
+            if local.fence is not None:  # a put replaces the item: the fence stays on it
+                item[s.ATTR_FENCE] = {"N": local.fence}
             if local.transient:
                 item[s.ATTR_TRANSIENT] = {"BOOL": True}
             yield from self.writes.guarded_put(req, item, condition, names, values)
@@ -95,11 +97,10 @@ class Applies(UnderLock):
         """The apply's condition failed: our write (lost answer), false, or the lock gone."""
         req = local.request
         item = yield from self.p.read_item(req.table, req.key)
-        held = (item or {}).get(s.ATTR_LOCK, {}).get("S") == lock
-        if held and flag(item, s.ATTR_APPLIED):
+        if held(item, lock, local.fence) and flag(item, s.ATTR_APPLIED):
             local.applied = local.confirmed = True  # our own write, its response lost
             assert item is not None
             return return_values(local, item)
-        if held:
+        if held(item, lock, local.fence):
             raise (yield from self.writes.condition_false(req, item)) from exc
         return (yield from self.steps.lost_lock(local))

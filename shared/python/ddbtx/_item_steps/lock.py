@@ -9,7 +9,15 @@ from botocore.exceptions import BotoCoreError
 
 from .. import schema as s
 from .._base.effects import Step, was_resent
-from .._base.items import Item, flag, lock_owner, strip
+from .._base.items import (
+    Item,
+    fence_of,
+    flag,
+    lock_owner,
+    moved_fence,
+    new_fence_start,
+    strip,
+)
 from .._base.requests import with_user_condition
 from .._stores.record import Header, new_lock_value, new_nonce
 from ..errors import ConditionFailed, DynamoDBError, TransactionRolledBackError, ValidationFailed
@@ -109,7 +117,12 @@ class ItemSteps:
         """lock: an existing, unlocked item; the user's condition is checked in the same write."""
         req = local.request
         names, values = self.writes.lock_names(local)
-        sets = "#ddbtxl = :ddbtxl"
+        # The fence moves on with every lock, so a late copy of an old lock never puts
+        # back the value the writes under that lock are conditioned on.
+        start = new_fence_start()
+        names["#ddbtxf"] = s.ATTR_FENCE
+        values.update({":ddbtxz": {"N": start}, ":ddbtxo": {"N": "1"}})
+        sets = "#ddbtxl = :ddbtxl, #ddbtxf = if_not_exists(#ddbtxf, :ddbtxz) + :ddbtxo"
         if req.op == "delete":
             names["#ddbtxd"] = s.ATTR_DELETED
             values[":ddbtxt"] = {"BOOL": True}
@@ -120,6 +133,7 @@ class ItemSteps:
             req, f"SET {sets}", condition, names, values, ReturnValues="ALL_OLD", resent=resent
         )
         local.pre = strip(resp.get("Attributes"))
+        local.fence = moved_fence(fence_of(resp.get("Attributes")), start)
         local.transient = False
         local.locked = True
         if any(resent) or local.maybe_landed:
@@ -145,11 +159,17 @@ class ItemSteps:
         true = {"BOOL": True}
         condition = with_user_condition(req, LOCK_INSERT)
         local.pre, local.transient = None, True
-        protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_TRANSIENT: true}
+        # A new item's fence starts anywhere: not at a value an old lock of a deleted
+        # item with this key left (a copy of that lock would meet it again).
+        local.fence = new_fence_start()
+        fence = {"N": local.fence}
+        protocol = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_TRANSIENT: true, s.ATTR_FENCE: fence}
         if req.op == "update":
-            names.update({"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED})
-            values[":ddbtxt"] = true
-            sets = "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt"
+            names.update(
+                {"#ddbtxn": s.ATTR_TRANSIENT, "#ddbtxp": s.ATTR_APPLIED, "#ddbtxf": s.ATTR_FENCE}
+            )
+            values.update({":ddbtxt": true, ":ddbtxf": fence})
+            sets = "#ddbtxl = :ddbtxl, #ddbtxn = :ddbtxt, #ddbtxp = :ddbtxt, #ddbtxf = :ddbtxf"
             rv = req.return_values if req.return_values in ("ALL_NEW", "UPDATED_NEW") else "NONE"
             resp = yield from self.writes.user_update(req, sets, names, values, condition, rv)
             local.applied = local.locked = local.confirmed = True
@@ -170,6 +190,7 @@ class ItemSteps:
         if local.seq > 1:
             return (yield from self.rewrites.apply(local, item))
         local.locked = True
+        local.fence = fence_of(item)
         local.transient = flag(item, s.ATTR_TRANSIENT)
         local.applied = flag(item, s.ATTR_APPLIED)
         # Its image in the images table must be deleted at completion, whoever saved it.

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import schema as s
 from .._base.effects import Step
-from .._base.items import Item, flag, strip, write_marker
+from .._base.items import Item, fence_of, fenced, flag, held, strip, write_marker
 from .._base.requests import with_user_condition
 from .._stores.record import new_lock_value
 from ..errors import ConditionFailed, ValidationFailed
@@ -57,10 +57,14 @@ class Rewrites(UnderLock):
 
     def _from_item(self, local: Local, item: Item | None) -> Step[bool]:
         """Learn from the item what the earlier writes left; True if this write is there."""
-        if (item or {}).get(s.ATTR_LOCK, {}).get("S") != new_lock_value(self.tx.id, local.nonce):
-            yield from self.steps.lost_lock(local)  # raises: a later write's lock is never re-taken
+        lock = new_lock_value(self.tx.id, local.nonce)
+        known = local.fence if local.locked and local.fence is not None else fence_of(item)
+        if not held(item, lock, known):
+            # raises: a later write's lock is never re-taken (nor a late copy of it adopted)
+            yield from self.steps.lost_lock(local)
         assert item is not None
         local.locked = True
+        local.fence = known
         local.transient = flag(item, s.ATTR_TRANSIENT)
         local.external_image = flag(item, s.ATTR_IMAGE_EXTERNAL)
         marker = item.get(s.ATTR_APPLIED)
@@ -89,9 +93,11 @@ class Rewrites(UnderLock):
         names.update({"#ddbtxp": s.ATTR_APPLIED, "#ddbtxd": s.ATTR_DELETED})
         values.update({":ddbtxs": {"N": str(local.seq)}, ":ddbtxt": {"BOOL": True}})
         if marker is None:
-            return names, values, REWRITE.format(prior=NO_MARKER)
-        values[":ddbtxm"] = marker
-        return names, values, REWRITE.format(prior=SAME_MARKER)
+            guard = REWRITE.format(prior=NO_MARKER)
+        else:
+            values[":ddbtxm"] = marker
+            guard = REWRITE.format(prior=SAME_MARKER)
+        return names, values, fenced(guard, local.fence, names, values)
 
     def _image(self, local: Local, values: dict[str, Any]) -> Step[dict[str, Any]]:
         if local.transient:
@@ -111,6 +117,8 @@ class Rewrites(UnderLock):
         condition = guard if absent or cleared else with_user_condition(req, guard)
         rv = req.return_values
         protocol: Item = {s.ATTR_LOCK: values[":ddbtxl"], s.ATTR_APPLIED: values[":ddbtxs"]}
+        if local.fence is not None:  # a put replaces the item: the fence stays on it
+            protocol[s.ATTR_FENCE] = {"N": local.fence}
         if local.transient:
             protocol[s.ATTR_TRANSIENT] = {"BOOL": True}
         if req.op == "put":  # (ALL_OLD: the caller returns what it read before)

@@ -46,6 +46,8 @@ class Local:
     elsewhere: bool = False  # another coordinator's (or attempt's) request, from the record
     #: An earlier lock write may have landed unseen (botocore resent it, or it failed).
     maybe_landed: bool = False
+    #: The item's fence under this request's lock (``_tx:f``; None: the item has none).
+    fence: str | None = None
 
 
 class AddRefused(Exception):

@@ -15,11 +15,24 @@ from typing import Any, TypeVar
 from .. import schema as s
 from .._base import parts as _parts
 from .._base.drive import drive
+from .._base.dynamo import endpoint_of, serves_transactions, without_transactions
 from .._base.effects import Step, gather, pause, query_all, request
-from .._base.items import Item, applied, flag, is_locked_by, request_id, strip, write_marker
+from .._base.items import (
+    Item,
+    applied,
+    fence_of,
+    fenced,
+    flag,
+    is_locked_by,
+    item_size,
+    request_id,
+    strip,
+    write_marker,
+)
 from ..errors import ConditionFailed, TableNotFound, Throttled, ValidationFailed
 from . import record as _record
 from .alias import AliasStore
+from .finish import HELD, Finish, Unlock, release_request
 from .record import Entry, Header, RecordStore, new_lock_value, new_tx_id, params_from_av, shard_of
 
 #: Saved images outlive any transaction that needs them; TTL only collects orphans.
@@ -40,13 +53,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: complete/undo: only while this very lock still holds the item.
-HELD = "#l = :l"
-#: complete (commit): an unlock must not drop a write it believes applied...
-RELEASE_APPLIED = "#l = :l AND attribute_exists(#ap)"
-#: ...nor keep one it believes unapplied (roll back of a lock that never applied).
-RELEASE_UNAPPLIED = "#l = :l AND attribute_not_exists(#ap)"
 
 
 class SweepOutcome(enum.Enum):
@@ -82,6 +88,12 @@ class Completion:
         self.max_workers = max_workers
         self.records = RecordStore(
             transactions_table, clock=clock, completed_ttl_seconds=completed_ttl_seconds
+        )
+        self.finishing = Finish(
+            self.records,
+            self.read_item,
+            known=lambda: serves_transactions(client),
+            lacking=lambda: without_transactions(endpoint_of(client)),
         )
         self.aliases = AliasStore(
             transactions_table, clock=clock, ttl_seconds=completed_ttl_seconds
@@ -149,28 +161,20 @@ class Completion:
         return (yield from _record.read_row(table, key))
 
     def release(
-        self, table: str, key: Item, lock_value: str, *, delete: bool, applied: bool | None
+        self,
+        table: str,
+        key: Item,
+        lock_value: str,
+        *,
+        delete: bool,
+        applied: bool | None,
+        fence: str | None,
     ) -> Step[None]:
         """Unlock an item whose write stands (commit), or delete it (transient or delete)."""
-        names = {"#l": s.ATTR_LOCK}
-        condition = HELD
-        update: dict[str, Any] = {}
-        if not delete:
-            removal = ", ".join(f"#r{i}" for i in range(len(s.ITEM_ATTRIBUTES)))
-            names.update({f"#r{i}": a for i, a in enumerate(s.ITEM_ATTRIBUTES)})
-            update = {"UpdateExpression": f"REMOVE {removal}"}
-            if applied is not None:
-                names["#ap"] = s.ATTR_APPLIED
-                condition = RELEASE_APPLIED if applied else RELEASE_UNAPPLIED
-        yield from request(
-            "delete_item" if delete else "update_item",
-            TableName=table,
-            Key=key,
-            ConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues={":l": {"S": lock_value}},
-            **update,
+        operation, params = release_request(
+            table, key, lock_value, delete=delete, applied=applied, fence=fence
         )
+        yield from request(operation, **params)
 
     def image_of(self, tx_id: str, rid: str, item: Item) -> Step[Item | None]:
         """The pre-write image of an applied item, from the item or the images table."""
@@ -221,43 +225,59 @@ class Completion:
             lock_value = item[s.ATTR_LOCK]["S"]
             if only is not None and lock_value != only:
                 return
+            fence = fence_of(item)
             try:
                 if flag(item, s.ATTR_TRANSIENT):
-                    yield from self.release(table, key, lock_value, delete=True, applied=None)
+                    yield from self.release(
+                        table, key, lock_value, delete=True, applied=None, fence=fence
+                    )
                 elif applied(item):
                     image = yield from self.image_of(tx_id, request_id(table, key), item)
                     if image is None:
                         logger.error("applied item without image tx=%s table=%s", tx_id, table)
                         return
-                    # the saved image back over the applied item, under the same lock
-                    yield from request(
-                        "put_item",
-                        TableName=table,
-                        Item=image,
-                        ConditionExpression=HELD,
-                        ExpressionAttributeNames={"#l": s.ATTR_LOCK},
-                        ExpressionAttributeValues={":l": item[s.ATTR_LOCK]},
-                    )
+                    yield from self._restore(table, image, item[s.ATTR_LOCK], fence)
                 else:
-                    yield from self.release(table, key, lock_value, delete=False, applied=False)
+                    yield from self.release(
+                        table, key, lock_value, delete=False, applied=False, fence=fence
+                    )
                 return
             except ConditionFailed:
                 item = None
         raise RuntimeError(f"undo of tx {tx_id} in {table} did not converge")
 
-    def complete_item(self, header: Header, entry: Entry, known: Item | None = None) -> Step[None]:
-        """complete: one recorded request; ``known`` (saves a read) only with the recorded lock."""
+    def _restore(self, table: str, image: Item, lock: Item, fence: str | None) -> Step[None]:
+        """undo: the saved image back over the applied item, under the same lock; the fence
+        stays on the item."""
+        names = {"#l": s.ATTR_LOCK}
+        values: dict[str, Any] = {":l": lock}
+        restored = {**image, s.ATTR_FENCE: {"N": fence}} if fence is not None else image
+        yield from request(
+            "put_item",
+            TableName=table,
+            Item=restored,
+            ConditionExpression=fenced(HELD, fence, names, values, name="#f", value=":f"),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    def complete_item(
+        self, header: Header, entry: Entry, known: Item | None = None
+    ) -> Step[Unlock | None]:
+        """complete: one recorded request; ``known`` (saves a read) only with the recorded
+        lock. An item the transaction inserted is not unlocked here: its :class:`Unlock` is
+        returned, to be sent with the record's completion (:mod:`ddbtx._stores.finish`)."""
         tx_id = header.tx_id
         lock_value = new_lock_value(tx_id, entry.nonce)
         if header.state == s.STATE_ROLLED_BACK:
             yield from self.undo(tx_id, entry.table, entry.key, known)
-            return
+            return None
         item = known if known is None or known.get(s.ATTR_LOCK, {}).get("S") == lock_value else None
         for _ in range(8):
             if item is None:
                 item = yield from self.read_item(entry.table, entry.key)
             if not is_locked_by(item, tx_id):
-                return
+                return None
             assert item is not None
             if item[s.ATTR_LOCK]["S"] != lock_value:
                 # A stray lock from a paused or superseded coordinator: never kept.
@@ -279,7 +299,10 @@ class Completion:
                     "committed tx %s has an unapplied write on %s; undoing it", tx_id, entry.table
                 )
                 yield from self.undo(tx_id, entry.table, entry.key, item, only=lock_value)
-                return
+                return None
+            if flag(item, s.ATTR_TRANSIENT) and not deleting:
+                fence = fence_of(item)
+                return Unlock(entry.table, entry.key, lock_value, fence, grown(item, entry))
             try:
                 yield from self.release(
                     entry.table,
@@ -287,17 +310,21 @@ class Completion:
                     lock_value,
                     delete=deleting,
                     applied=True if needs_write else None,
+                    fence=fence_of(item),
                 )
-                return
+                return None
             except ConditionFailed:
                 item = None
         raise RuntimeError(f"completion of tx {tx_id} in {entry.table} did not converge")
 
-    def _complete_or_skip(self, header: Header, entry: Entry, known: Item | None) -> Step[bool]:
-        """:meth:`complete_item`, or False for an item DynamoDB rejects (it holds no lock)."""
+    def _complete_or_skip(
+        self, header: Header, entry: Entry, known: Item | None
+    ) -> Step[Unlock | bool]:
+        """:meth:`complete_item` (True, or the unlock it leaves to the record's completion),
+        or False for an item DynamoDB rejects (it holds no lock)."""
         try:
-            yield from self.complete_item(header, entry, known)
-            return True
+            unlock = yield from self.complete_item(header, entry, known)
+            return True if unlock is None else unlock
         except (ValidationFailed, TableNotFound) as exc:
             with self._pool_lock:
                 self.skipped_requests += 1
@@ -341,8 +368,9 @@ class Completion:
         )
         if external_images is not False:
             yield from self.delete_images(header.tx_id)
-        yield from self.records.mark_completed(header)
-        return done.count(False)
+        unlocks = [u for u in done if isinstance(u, Unlock)]
+        yield from self.finishing.finish(header, unlocks)
+        return sum(1 for u in done if u is False)
 
     def resolve(
         self,
@@ -378,6 +406,14 @@ class Completion:
         if header.caller_id is not None:
             yield from self.aliases.forget(header.caller_id, header.tx_id)
         yield from self.records.delete(header, self.write_batches)
+
+
+def grown(item: Item, entry: Entry) -> int:
+    """An estimate of an inserted item's size (what a coordinator knows of it may hold only
+    its key and lock): the request's values counted twice, as an update may use each twice."""
+    params = entry.params or {}
+    values = params.get("ExpressionAttributeValues") or {}
+    return item_size(item) + item_size(params.get("Item") or {}) + 2 * item_size(values)
 
 
 #: Rows per ``BatchWriteItem`` (DynamoDB's limit).

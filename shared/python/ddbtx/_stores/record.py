@@ -475,27 +475,47 @@ class RecordStore:
 
     def mark_completed(self, header: Header) -> Step[None]:
         """complete (last step): every item is completed; TTL may delete the record later."""
-        names = {
-            "#fin": s.TX_COMPLETED,
-            "#sw": s.TX_SWEEP_KEY,
-            "#ts": s.TX_UPDATED,
-            "#ttl": s.TX_TTL,
-            "#st": s.TX_STATE,
-            "#v": s.TX_VERSION,
-        }
-        values = {
-            ":t": {"BOOL": True},
-            ":sw": {"S": f"{s.STATE_COMPLETED_TAG}#{shard_of(header.tx_id)}"},
-            ":now": {"N": str(self.now_ms())},
-            ":ttl": {"N": str(int(self.clock()) + self.completed_ttl_seconds)},
-            ":st": {"S": header.state},
-            ":one": {"N": "1"},
-        }
-        update = "SET #fin = :t, #sw = :sw, #ts = :now, #ttl = :ttl, #v = #v + :one"
         # Failing means another coordinator completed (or deleted) the record first.
         with contextlib.suppress(ConditionFailed):
-            yield from self._send(header.tx_id, update, MARK_COMPLETED, names, values)
+            yield from request("update_item", **self.completing(header))
         header.completed = True
+
+    def completing(self, header: Header) -> dict[str, Any]:
+        """The write that marks ``header`` completed (``MARK_COMPLETED``), as a request's
+        parameters: sent alone, or as the ``Update`` of a ``TransactWriteItems``."""
+        names, values = self._completed_names(header)
+        values[":now"] = {"N": str(self.now_ms())}
+        values[":ttl"] = {"N": str(int(self.clock()) + self.completed_ttl_seconds)}
+        values[":one"] = {"N": "1"}
+        names.update(
+            {"#sw": s.TX_SWEEP_KEY, "#ts": s.TX_UPDATED, "#ttl": s.TX_TTL, "#v": s.TX_VERSION}
+        )
+        values[":t"] = {"BOOL": True}
+        values[":sw"] = {"S": f"{s.STATE_COMPLETED_TAG}#{shard_of(header.tx_id)}"}
+        return {
+            "TableName": self.table,
+            "Key": self.header_key(header.tx_id),
+            "UpdateExpression": "SET #fin = :t, #sw = :sw, #ts = :now, #ttl = :ttl, #v = #v + :one",
+            "ConditionExpression": MARK_COMPLETED,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+
+    def not_completed(self, header: Header) -> dict[str, Any]:
+        """``MARK_COMPLETED`` as a ``ConditionCheck``: ``header`` is decided and not yet
+        completed (what a part of its completion sent before the record's own needs)."""
+        names, values = self._completed_names(header)
+        return {
+            "TableName": self.table,
+            "Key": self.header_key(header.tx_id),
+            "ConditionExpression": MARK_COMPLETED,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+
+    @staticmethod
+    def _completed_names(header: Header) -> tuple[dict[str, str], dict[str, Any]]:
+        return {"#fin": s.TX_COMPLETED, "#st": s.TX_STATE}, {":st": {"S": header.state}}
 
     def delete(
         self, header: Header, write_batches: Callable[[str, list[Any]], Step[None]]
