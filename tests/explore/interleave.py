@@ -11,13 +11,16 @@ becomes child runs of the same participant, interleaved like the rest.
 Nothing here waits for threads to go still: there are no threads, no wall clock
 and no settle delay, so a seed gives the same sequence of calls, byte for byte,
 every time. Faults are the driver's to inject as it performs a call (crash before
-or after it, an answer lost and the request resent, a pause, a stall), so no
-client hook is involved, and a call goes out through boto3 or aiobotocore alike
+or after it, an answer lost and the request resent, a pause, a stall, late copies of
+earlier writes), so no client hook is involved, and a call goes out through boto3 or
+aiobotocore alike
 (:func:`ddbtx._base.drive.perform`, the one both drivers use).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import random
 from collections.abc import Callable
@@ -35,6 +38,12 @@ from .schedule import Fault
 
 #: Others' steps a stalled participant waits at most.
 STALL_STEPS = 400
+#: Late copies one ``copy`` fault delivers at most.
+MAX_COPIES = 3
+#: The calls a late copy may repeat: every write.
+WRITES = frozenset(
+    {"put_item", "update_item", "delete_item", "batch_write_item", "transact_write_items"}
+)
 
 
 class Stopped(Crash):
@@ -202,6 +211,9 @@ class Interleaver:
         self._strands: list[Strand] = []
         self._seq = 0
         self._count: dict[str, int] = {}  #: owner -> calls made (retries apart)
+        #: Every write sent so far (copies apart), with its sender: what a copy repeats.
+        self.writes: list[tuple[str, Call]] = []
+        self.copied = False
 
     # -- entry -------------------------------------------------------------------------
 
@@ -371,6 +383,10 @@ class Interleaver:
             self._resume(strand, _crash(f"{owner}: crash before call {strand.index}"))
             return
         transport = self.transports[owner]
+        if kind == "copy" and not self.copied:
+            # Late copies of earlier writes arrive just before this call goes out.
+            self.fired = self.copied = True
+            self._deliver_copies()
         if kind == "lost" and strand.attempt == 0:
             # Applied by DynamoDB, but the answer never came: the SDK sends it again,
             # and the others may run in between.
@@ -389,9 +405,24 @@ class Interleaver:
         resent = strand.attempt > 0
         self._resume(strand, lambda: self._answer(transport, effect, strand, resent))
 
+    def _deliver_copies(self) -> None:
+        """One to three earlier writes of any party, sent again verbatim, in any order:
+        what a late duplicate is to DynamoDB. Their answers go nowhere."""
+        if not self.writes:
+            return
+        for _ in range(self.rng.randint(1, MAX_COPIES)):
+            owner, call = self.rng.choice(self.writes)
+            params = json.dumps(call.params, sort_keys=True, default=repr)
+            self.calls.append(f"{owner} copy {call.operation} {params}")
+            self.trace.append(f"{owner}:copy {self._label(call)}")
+            with contextlib.suppress(ClientError):
+                self.transports[owner].send(Call(call.operation, copy.deepcopy(call.params)))
+
     def _send(self, transport: Transport, call: Call, strand: Strand) -> Any:
         params = json.dumps(call.params, sort_keys=True, default=repr)
         self.calls.append(f"{strand.owner} {call.operation} {params}")
+        if call.operation in WRITES:
+            self.writes.append((strand.owner, Call(call.operation, copy.deepcopy(call.params))))
         try:
             return transport.send(call)
         except ClientError as exc:

@@ -20,10 +20,12 @@ import random
 from dataclasses import dataclass, field, replace
 
 #: Fault kinds, in the issue's words: crash before, crash after (applied, answer lost),
-#: answer lost and the SDK resends, pause past the sweeper's rollback age; and a stall
+#: answer lost and the SDK resends, pause past the sweeper's rollback age; a stall
 #: until another participant is about to mark the record completed (that one dies
-#: there, and the stalled one's late call lands on completed items).
-FAULT_KINDS = ("before", "after", "lost", "pause", "stall")
+#: there, and the stalled one's late call lands on completed items); and late copies
+#: (issue 34): as the participant reaches its call, one to three writes any party sent
+#: before arrive again, verbatim, in any order (one may come twice).
+FAULT_KINDS = ("before", "after", "lost", "pause", "stall", "copy")
 
 ITEMS = ("a", "b", "c")
 OPS = {"p": "put", "u": "update", "d": "delete", "g": "get"}

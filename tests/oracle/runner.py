@@ -345,8 +345,16 @@ def expected(twins: Twins, shape: Shape, rv: str | None) -> Expected:
 
 
 def leftovers(twins: Twins) -> list[str]:
-    """Anything of the protocol still in its tables: TX records, spilled rows, images."""
-    left = [f"TX row {r['id']['S']}" for r in scan(twins.client, twins.tm.transactions_table)]
+    """Anything of the protocol still in its tables: TX records not completed (a completed
+    one is kept, with its rows, as a fence against late copies), rows of no completed
+    record, images."""
+    rows = scan(twins.client, twins.tm.transactions_table)
+    completed = {
+        r[s.TX_PK]["S"]
+        for r in rows
+        if r[s.TX_SK]["S"] == s.TX_HEADER_SK and r.get(s.TX_COMPLETED) and s.TX_TTL in r
+    }
+    left = [f"TX row {r['id']['S']}" for r in rows if r[s.TX_PK]["S"] not in completed]
     left += [f"image {r['id']['S']}" for r in scan(twins.client, twins.tm.images_table)]
     return left
 

@@ -172,6 +172,9 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
         With ``delete`` (the default without a ``transaction_id``) the completed
         TX record is deleted on exit. With a ``transaction_id`` (see :meth:`begin`)
         it is kept, since it remembers the id; check ``tx.already_committed``.
+        ``delete=False`` keeps it (``completed_ttl``, and the sweeper's
+        ``delete_after``, remove it later), so that late copies of the record's own
+        writes fail on it (docs/protocol.md, "Fault model").
 
         Examples
         --------

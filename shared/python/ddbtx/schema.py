@@ -28,6 +28,7 @@ ATTR_FENCE: Final = "_tx:f"
 #: locked items appear in it, so the sweeper finds stray locks without reading the table.
 LOCK_INDEX: Final = "ddbtx-locked"
 
+
 def is_held_attribute(name: str) -> bool:
     """Whether ``name`` is a protocol attribute an item carries only while a transaction
     holds it: every one but the fence, which stays (an item left with one is not done)."""

@@ -159,7 +159,8 @@ class ManagerCore(Generic[Tx]):
 
 
 def deletes(delete: bool | None, transaction_id: str | None) -> bool:
-    """Whether a ``transaction()`` block deletes its record (not one a transaction_id keeps)."""
+    """Whether a ``transaction()`` block deletes its record (not one a transaction_id keeps).
+    A kept record fences late copies of the record's own writes (docs/protocol.md)."""
     if delete is None:
         return transaction_id is None
     if delete and transaction_id is not None:
