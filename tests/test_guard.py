@@ -23,7 +23,7 @@ from ddbtx import TransactionManager
 from ddbtx import schema as s
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
 from ddbtx.tables import create_data_table
-from helpers import Tables
+from helpers import Tables, unfenced
 
 N = lambda v: {"N": str(v)}  # noqa: E731
 S = lambda v: {"S": v}  # noqa: E731
@@ -66,7 +66,7 @@ def read(ddb: Any, table: str, pk: str) -> dict[str, Any] | None:
     item: dict[str, Any] | None = ddb.get_item(
         TableName=table, Key={"pk": S(pk)}, ConsistentRead=True
     ).get("Item")
-    return item
+    return None if item is None else unfenced(item)  # the fence stays on locked items
 
 
 def outcome(send: Callable[..., Any], params: dict[str, Any]) -> tuple[str | None, Any]:
