@@ -21,7 +21,7 @@ import pytest
 
 from ddbtx import DuplicateRequestError, InvalidRequestError, TransactionManager
 from ddbtx.tables import create_table_if_missing
-from helpers import Tables, assert_clean, scan
+from helpers import Tables, assert_clean, scan, unfenced
 
 
 @pytest.fixture
@@ -43,7 +43,8 @@ def keyed(ddb: Any, table_name: Callable[[str], str]) -> Callable[[str], str]:
 
 
 def stored(ddb: Any, table: str) -> list[dict[str, Any]]:
-    return scan(ddb, table)
+    """The table's items, without the fence a lock leaves on its item."""
+    return [unfenced(i) for i in scan(ddb, table)]
 
 
 # --- class 2: one canonical key ---------------------------------------------------
@@ -284,7 +285,7 @@ def test_given_a_request_dynamodb_rejects_then_it_is_refused_before_anything_is_
     with pytest.raises(InvalidRequestError):
         SENDERS[path](tm, op, {"TableName": tables.data, **params})
     # Then nothing was written: not the item, not a TX record, not an image
-    assert scan(ddb, tables.data) == [{"pk": {"S": "a"}, "v": {"N": "0"}}]
+    assert stored(ddb, tables.data) == [{"pk": {"S": "a"}, "v": {"N": "0"}}]
     assert scan(ddb, tables.tx) == []
     assert_clean(ddb, tables)
 
@@ -321,7 +322,7 @@ def test_given_no_update_expression_on_a_missing_item_then_a_key_only_item_is_ma
     tm: TransactionManager, ddb: Any, tables: Tables, path: str
 ) -> None:
     SENDERS[path](tm, "update", {"TableName": tables.data, "Key": {"pk": {"S": "new"}}})
-    assert scan(ddb, tables.data) == [{"pk": {"S": "new"}}]
+    assert stored(ddb, tables.data) == [{"pk": {"S": "new"}}]
     assert_clean(ddb, tables)
 
 
@@ -345,7 +346,7 @@ def test_given_no_update_expression_then_return_values_are_dynamodbs(
         )
         old = tx.update_item(TableName=tables.data, Key={"pk": {"S": "b"}}, ReturnValues="ALL_OLD")
     assert (updated, old) == ({}, {})
-    assert sorted(scan(ddb, tables.data), key=lambda i: i["pk"]["S"]) == [
+    assert sorted(stored(ddb, tables.data), key=lambda i: i["pk"]["S"]) == [
         expected,
         {"pk": {"S": "b"}},
     ]

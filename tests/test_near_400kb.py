@@ -30,8 +30,8 @@ from helpers import Tables, assert_clean, crash_run, data_state, rescue, scan
 S = lambda v: {"S": v}  # noqa: E731
 N = lambda n: {"N": str(n)}  # noqa: E731
 
-#: DynamoDB's limit less 64 bytes: enough room for an item's lock and flags, not more.
-NEAR_LIMIT = 409_600 - 64
+#: DynamoDB's limit less 96 bytes: enough room for an item's lock, fence and flags, not more.
+NEAR_LIMIT = 409_600 - 96
 
 
 def mixed_item(pk: str, total: int, seed: int) -> dict[str, Any]:
@@ -136,14 +136,14 @@ def test_given_copies_spanning_several_rows_when_a_transaction_writes_then_it_is
 
 
 @pytest.mark.parametrize("ending", ["commit", "rollback"])
-def test_given_items_64_bytes_under_400_kb_when_a_transaction_writes_them_then_it_is_as_native(
+def test_given_items_96_bytes_under_400_kb_when_a_transaction_writes_them_then_it_is_as_native(
     backend: Any, tm: TransactionManager, ddb: Any, tables: Tables, twin: str, ending: str
 ) -> None:
     if backend.kind == "moto":
         # AWS stores items up to 400 KB counted as names plus values (Developer Guide,
         # "Item sizes and formats"); moto refuses such items natively from about 399 KB.
         pytest.skip("moto refuses a 409,536-byte item that AWS accepts")
-    # Given items 64 bytes under DynamoDB's limit (their copies cannot fit in one row)
+    # Given items 96 bytes under DynamoDB's limit (their copies cannot fit in one row)
     # When one transaction writes all four kinds of request, Then as natively
     run_both_ways(tm, ddb, tables, twin, NEAR_LIMIT, ending)
 
