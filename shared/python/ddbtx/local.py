@@ -200,21 +200,22 @@ def serve(kind: Kind = "moto", port: int = 8000, *, out: Any = None) -> None:
 
     out = out or sys.stdout
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Both signals only set the event: a KeyboardInterrupt raised wherever the main thread
+    # happens to be (inside Event.wait's lock handling, say) could leave the stop half done.
+    stopping = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in stopping}
     try:
         with LocalDynamo(kind, own_process=kind == "moto", port=port) as db:
             print(
                 f"# {kind} serves DynamoDB on {db.endpoint_url} until Ctrl-C; in a shell:", file=out
             )
             print(exports(db), file=out, flush=True)
-            try:
-                while not stop.wait(0.5):
-                    pass
-            except KeyboardInterrupt:
+            while not stop.wait(0.5):
                 pass
             print(f"# {kind} on {db.endpoint_url} stopped", file=out, flush=True)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
