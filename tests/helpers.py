@@ -79,6 +79,21 @@ def unfenced(item: dict[str, Any]) -> dict[str, Any]:
     return {a: v for a, v in item.items() if a != s.ATTR_FENCE}
 
 
+def records_left(client: Any, table: str) -> list[dict[str, Any]]:
+    """The TX table's rows no finished transaction may leave: every row of a record that is
+    not completed. A completed record with its TTL, and its rows, are kept on purpose until
+    the janitors' ``delete_after``: they fence late copies (docs/protocol.md)."""
+    rows = scan(client, table)
+    kept = {
+        row[s.TX_PK]["S"]
+        for row in rows
+        if row[s.TX_SK]["S"] == s.TX_HEADER_SK
+        and row.get(s.TX_COMPLETED) == {"BOOL": True}
+        and s.TX_TTL in row
+    }
+    return [row for row in rows if row[s.TX_PK]["S"] not in kept]
+
+
 def leftover(item: dict[str, Any] | None) -> list[str]:
     """The protocol attributes ``item`` keeps that no finished transaction may leave."""
     return sorted(a for a in item or {} if s.is_held_attribute(a))

@@ -33,7 +33,7 @@ from ddbtx._stores import entry_rows as _entry_rows
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LocalDynamo
 from drivers import EventLoopThread, Scenario
-from helpers import FakeClock, Tables, assert_clean, scan
+from helpers import FakeClock, Tables, assert_clean, records_left
 
 
 @pytest.fixture
@@ -447,7 +447,7 @@ def test_given_bad_arguments_to_async_entry_points_then_each_is_named_and_nothin
     assert "ConditionExpression" in str(errors[3]) and "delete=True" in str(errors[4])
     assert calls == []
     assert balances(w.ddb, w.tables, "a") == ["1"]
-    assert scan(w.ddb, w.tables.tx) == []
+    assert records_left(w.ddb, w.tables.tx) == []
     assert_clean(w.ddb, w.tables)
     with pytest.raises(ValueError, match="lock_wait"):
         w.make_aio_tm(lock_wait=-1)
@@ -518,7 +518,7 @@ def test_given_a_commit_cancelled_in_flight_when_its_record_is_gone_then_rollbac
     sync_tm = w.make_tm()
     for _ in range(3):
         sync_tm.sweep(tx.id, rollback_after=timedelta(0), delete_after=timedelta(0))
-    assert scan(w.ddb, w.tables.tx) == []
+    assert records_left(w.ddb, w.tables.tx) == []
 
     # When the program, having caught the cancellation, rolls back
     async def rollback() -> None:
@@ -633,4 +633,4 @@ def test_given_a_record_in_entry_rows_when_async_and_sync_coordinators_add_then_
     # Then all four writes landed once, and nothing of the record is left
     assert balances(w.ddb, w.tables, "a", "b", "c", "d") == ["70", "10", "10", "10"]
     assert_clean(w.ddb, w.tables)
-    assert scan(w.ddb, w.tables.tx) == []
+    assert records_left(w.ddb, w.tables.tx) == []

@@ -21,7 +21,7 @@ import pytest
 
 from ddbtx import DuplicateRequestError, InvalidRequestError, TransactionManager
 from ddbtx.tables import create_table_if_missing
-from helpers import Tables, assert_clean, scan, unfenced
+from helpers import Tables, assert_clean, records_left, scan, unfenced
 
 
 @pytest.fixture
@@ -286,7 +286,7 @@ def test_given_a_request_dynamodb_rejects_then_it_is_refused_before_anything_is_
         SENDERS[path](tm, op, {"TableName": tables.data, **params})
     # Then nothing was written: not the item, not a TX record, not an image
     assert stored(ddb, tables.data) == [{"pk": {"S": "a"}, "v": {"N": "0"}}]
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
     assert_clean(ddb, tables)
 
 
@@ -311,7 +311,7 @@ def test_given_key_types_in_key_schemas_then_they_are_checked_without_describe_t
     not_the_schema = "The provided key element does not match the schema"
     with pytest.raises(InvalidRequestError, match=not_the_schema), tm.transaction() as tx:
         tx.delete_item(TableName=tables.data, Key={"pk": {"N": "1"}})
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
 
 
 # --- class 5: UpdateItem without an UpdateExpression -------------------------------

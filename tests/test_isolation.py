@@ -8,7 +8,7 @@ import pytest
 
 from ddbtx import Isolation, TransactionManager
 from ddbtx.instrumentation import count_requests
-from helpers import Tables, assert_clean, scan
+from helpers import Tables, assert_clean, records_left
 
 COMMITTED, UNCOMMITTED = Isolation.COMMITTED, Isolation.UNCOMMITTED
 
@@ -76,5 +76,5 @@ def test_given_an_unlocked_item_when_read_serializable_then_it_is_read_under_a_l
 ) -> None:
     seed(a=5)
     assert read(tm, tables, "a", Isolation.SERIALIZABLE) == "5"
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
     assert_clean(ddb, tables)

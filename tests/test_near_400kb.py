@@ -25,7 +25,7 @@ from ddbtx._item_steps import writes as _item_writes
 from ddbtx.sweeper import Sweeper
 from ddbtx.tables import create_data_table
 from ddbtx.transaction import TransactionManager
-from helpers import Tables, assert_clean, crash_run, data_state, rescue, scan
+from helpers import Tables, assert_clean, crash_run, data_state, records_left, rescue, scan
 
 S = lambda v: {"S": v}  # noqa: E731
 N = lambda n: {"N": str(n)}  # noqa: E731
@@ -121,7 +121,7 @@ def run_both_ways(
     assert data_state(ddb, tables.data) == expected
     assert_clean(ddb, tables)
     tx.delete()
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
 
 
 @pytest.mark.parametrize("ending", ["commit", "rollback"])

@@ -25,7 +25,7 @@ from ddbtx import (
 )
 from ddbtx.instrumentation import count_requests
 from ddbtx.local import LOCAL_CREDENTIALS, LocalDynamo
-from helpers import create_read_table, leftover, scan, unfenced
+from helpers import create_read_table, leftover, records_left, scan, unfenced
 
 ITEM = {
     "pk": "p",
@@ -282,7 +282,7 @@ def test_given_a_false_condition_when_tm_table_writes_then_nothing_is_written(
     # Then nothing is written, for the failed write and one read of the item
     assert counts.by_operation == {"DeleteItem": 1, "GetItem": 1}
     assert [i["n"] for i in ours.scan()["Items"]] == [1]
-    assert scan(ddb, tm.transactions_table) == []
+    assert records_left(ddb, tm.transactions_table) == []
 
 
 BAD: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -335,7 +335,7 @@ def test_given_bad_input_then_a_specific_error_and_nothing_written(
         getattr(table, method)(**kwargs)
     assert counts.total == 0
     # And nothing is written: no item, no TX record; the transaction is still usable
-    assert scan(ddb, name) == [] and scan(ddb, tm.transactions_table) == []
+    assert scan(ddb, name) == [] and records_left(ddb, tm.transactions_table) == []
     if inside:
         tx.table(name).put_item(Item={"pk": "p", "sk": 1})
         tx.commit()

@@ -20,7 +20,7 @@ from ddbtx import schema as s
 from ddbtx.chaos import Chaos, Crash
 from ddbtx.errors import TableNotFound
 from ddbtx.instrumentation import count_requests
-from helpers import Tables, assert_clean, data_state, scan
+from helpers import Tables, assert_clean, data_state, records_left, scan
 
 N = lambda n: {"N": str(n)}  # noqa: E731
 S = lambda v: {"S": v}  # noqa: E731
@@ -114,7 +114,7 @@ def test_given_a_with_block_when_it_raises_then_the_transaction_rolls_back_and_t
         raise KeyError("boom")
     # Then
     assert data_state(ddb, tables.data) == before
-    assert scan(ddb, tables.tx) == []  # deleted on exit: the caller saw the outcome
+    assert records_left(ddb, tables.tx) == []  # completed, and kept as a fence
     assert_clean(ddb, tables)
 
 
@@ -126,7 +126,7 @@ def test_given_a_with_block_when_it_ends_then_it_commits_and_deletes_the_record(
         add_to(tx, tables.data, "a", 1)
     assert data_state(ddb, tables.data)["a"]["balance"] == N(101)
     assert tx.state == s.STATE_COMMITTED
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
 
 
 def test_given_an_empty_transaction_when_committed_then_nothing_is_written(
@@ -137,7 +137,7 @@ def test_given_an_empty_transaction_when_committed_then_nothing_is_written(
         tx.commit()
         tx.delete()
     assert counts.total == 0
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
 
 
 # --- bad input: rejected before anything is written, transaction still usable ---------
@@ -173,7 +173,7 @@ def test_given_a_bad_put_when_requested_then_it_is_rejected_and_the_transaction_
         tx.put_item(TableName=tables.data, **params)
     # Then
     assert tx.id in str(caught.value)
-    assert scan(ddb, tables.data) == [] and scan(ddb, tables.tx) == []
+    assert scan(ddb, tables.data) == [] and records_left(ddb, tables.tx) == []
     tx.put_item(TableName=tables.data, Item={"pk": S("ok")})
     tx.commit()
     assert list(data_state(ddb, tables.data)) == ["ok"]
@@ -211,7 +211,7 @@ def test_given_a_bad_update_when_requested_then_it_is_rejected_before_any_write(
     # At most DynamoDB was asked (an error of its own: it refuses the request whole)
     assert counts.writes <= 1
     assert data_state(ddb, tables.data) == {"a": {"pk": S("a"), "balance": N(1)}}
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
 
 
 def test_given_a_missing_table_when_requested_then_invalid_request_names_the_table(
@@ -602,7 +602,7 @@ def test_given_large_requests_and_images_when_committed_or_rolled_back_then_all_
         assert tm.get_item(TableName=tables.data, Key=key("big1"))["Item"] == before["big1"]
         getattr(tx, ending)()
         tx.delete()
-        assert scan(ddb, tables.tx) == [] and scan(ddb, tables.images) == []
+        assert records_left(ddb, tables.tx) == [] and scan(ddb, tables.images) == []
     assert data_state(ddb, tables.data)["big2"]["blob"] == S(blob + "big2")
     assert_clean(ddb, tables)
 
@@ -623,7 +623,7 @@ def test_given_requests_past_the_item_limit_when_committed_crashed_and_swept_the
     first.commit()
     first.delete()
     committed = data_state(ddb, tables.data)
-    assert len(committed) == 40 and scan(ddb, tables.tx) == []
+    assert len(committed) == 40 and records_left(ddb, tables.tx) == []
     # When a second one dies half-way through its requests
     victim = make_tm(max_workers=1)
     chaos = Chaos(victim.client)
@@ -642,5 +642,5 @@ def test_given_requests_past_the_item_limit_when_committed_crashed_and_swept_the
         SweepOutcome.DELETED
     )
     assert data_state(ddb, tables.data) == committed
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
     assert_clean(ddb, tables)

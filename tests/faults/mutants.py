@@ -100,6 +100,24 @@ def drop_owner_condition() -> Iterator[None]:
 
 
 @contextmanager
+def drop_fence() -> Iterator[None]:
+    """apply, complete: writes under a lock no longer name the fence the lock left, only
+    the lock (as before issue 34), so a late copy of a lock makes old writes under it pass."""
+
+    def rewrite(operation: str, params: dict[str, Any]) -> None:
+        condition = str(params.get("ConditionExpression") or "")
+        for fence in (FENCED, UNFENCED):
+            clause = " AND " + fence.format(name="#ddbtxf", value=":ddbtxf")
+            condition = condition.replace(clause, "")
+        if condition != str(params.get("ConditionExpression") or ""):
+            params["ConditionExpression"] = condition
+            _prune(params)
+
+    with mock.patch.object(writes_module, "request", _patched_request(rewrite)):
+        yield
+
+
+@contextmanager
 def blind_retry() -> Iterator[None]:
     """lock/apply: a failed condition is taken for our own retried write, without reading."""
 
@@ -154,6 +172,9 @@ class Mutant:
     patch: Callable[[], Any]
     probe: Callable[[Env, Report], None]
     workload: str = "single"  #: the ``--only`` workload that replays the probe's findings
+    #: Whether the explorer (one transaction and its rescuers) can show it: a mutant that
+    #: only shows once a later transaction changed the items cannot be.
+    one_transaction: bool = True
 
 
 def _single(shape: tuple[str, ...], kinds: tuple[str, ...]) -> Callable[[Env, Report], None]:
@@ -170,6 +191,9 @@ def _bank(env: Env, report: Report) -> None:
 MUTANTS = (
     Mutant("skip-image-save", skip_image_save, _single(("update",), ("before",))),
     Mutant("drop-owner-condition", drop_owner_condition, _single(("update",), ("pause",))),
+    # Late copies of a lock and the write under it re-apply the same write unless another
+    # transaction changed the item in between: only the harness's copy schedules have one.
+    Mutant("drop-fence", drop_fence, _single(("update",), ("copy",)), one_transaction=False),
     Mutant("blind-retry", blind_retry, _bank, "bank"),
     Mutant("delete-record-first", delete_record_first, _single(("update", "update"), ("before",))),
     Mutant("restore-after-commit", restore_after_commit, _single(("update",), ("lost",))),

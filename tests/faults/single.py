@@ -9,21 +9,27 @@ end atomic and matching the decided state, with nothing left behind.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import itertools
 import random
+import re
 import sys
 import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from ddbtx import TransactionManager
 from ddbtx import schema as s
 from ddbtx._base.items import request_id
 from ddbtx.chaos import Crash
 from ddbtx.errors import DdbtxError, TransactionNotFoundError
+from ddbtx.sweeper import Sweeper
 
-from .env import ROLLBACK_AGE, Env
+from .env import KEEP, ROLLBACK_AGE, Env
 from .inject import KINDS, Fault
 from .report import Report
 
@@ -125,6 +131,7 @@ class Run:
         self.initial = initial_state(schedule.shape, self.keys)
         self.problems: list[str] = []
         self.at_pause: str | None = "unpaused"
+        self.overwritten = False
         self.tx_ids: list[str] = []
 
     # -- the pause: the world moves on while the victim sleeps -----------------------
@@ -135,15 +142,42 @@ class Run:
         self.at_pause = header[s.TX_STATE]["S"] if header else None
         env.clock.advance(3 * ROLLBACK_AGE)
         env.sweep_ids(env.coordinator(), self.tx_ids[:1], rollback_after=ROLLBACK_AGE)
-        competitor = env.coordinator()
-        tx = competitor.begin()
+        self._compete()
+
+    def _compete(self) -> None:
+        """A competitor's transaction overwrites every item of the victim's."""
+        tx = self.env.coordinator().begin()
         self.tx_ids.append(tx.id)
         for pk in self.keys:
             tx.put_item(
-                TableName=env.data_table,
+                TableName=self.env.data_table,
                 Item={"pk": {"S": pk}, "balance": {"N": str(COMPETITOR_BALANCE)}},
             )
         tx.commit()
+
+    # -- the late copy: an old call sent again once the world has moved on -----------
+
+    def _late_copies(self, sent: list[tuple[str, dict[str, Any]]]) -> None:
+        """After the victim's transaction is finished and a competitor has overwritten its
+        items, the remembered calls arrive again, in their order, twice over, verbatim; then
+        the sweeper's pass over the data table releases any lock a copy took for a finished
+        transaction."""
+        env = self.env
+        self.overwritten = True  # what the competitor wrote is what must stand
+        self._compete()
+        client = env.client()
+        for operation, params in sent * 2:
+            send = getattr(client, re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower())
+            # a copy whose condition fails is refused: that is the fence at work
+            with contextlib.suppress(ClientError):
+                send(**copy.deepcopy(params))
+        Sweeper(
+            env.coordinator(),
+            rollback_after=timedelta(seconds=ROLLBACK_AGE),
+            delete_after=KEEP,
+            data_tables=[env.data_table],
+            persist_cursor=False,
+        ).run()
 
     # -- the schedule ----------------------------------------------------------
 
@@ -184,6 +218,8 @@ class Run:
         try:
             decided_at_crash = self._state(tx.id)
             self._rescue(tx.id, victim)
+            if fault.copy is not None and fault.copy.sent:
+                self._late_copies(fault.copy.sent)
             self._check_outcome(tx.id, outcome, decided_at_crash)
         except Exception as exc:  # a recovery or a committed read that fails is itself a finding
             self.problems.append(f"recovery or checking raised {exc!r}")
@@ -210,8 +246,8 @@ class Run:
 
     def _check_victim(self, outcome: str, reads: dict[str, Any]) -> None:
         kind = self.sc.kind
-        if kind == "lost" and outcome not in ("committed", "rolled_back"):
-            self.problems.append(f"a lost response made the victim fail: {outcome}")
+        if kind in ("lost", "copy") and outcome not in ("committed", "rolled_back"):
+            self.problems.append(f"a {kind} fault made the victim fail: {outcome}")
         if kind in ("before", "after") and outcome not in ("crashed", "committed", "rolled_back"):
             self.problems.append(f"a crash surfaced as {outcome}")
         if kind == "pause":
@@ -222,8 +258,11 @@ class Run:
 
     def _expected(self, tx_id: str, state: str | None) -> dict[str, Item | None]:
         base = dict(self.initial)
+        competed = {pk: {"pk": {"S": pk}, "balance": {"N": str(COMPETITOR_BALANCE)}} for pk in base}
+        if self.overwritten:
+            return dict(competed)  # the victim finished first; late copies change nothing
         if self.sc.kind == "pause" and self.at_pause != "unpaused":
-            base = {pk: {"pk": {"S": pk}, "balance": {"N": str(COMPETITOR_BALANCE)}} for pk in base}
+            base = dict(competed)
             if self.at_pause is not None:
                 return base  # the victim's work was completed before the competitor wrote
         if state != s.STATE_COMMITTED:
@@ -324,7 +363,7 @@ def check_schedule(env: Env, schedule: Schedule, report: Report) -> bool:
     if run is None:
         return False
     report.counts["schedules"] += 1
-    report.counts["transactions"] += 1 + (schedule.kind == "pause")
+    report.counts["transactions"] += 1 + (schedule.kind in ("pause", "copy"))
     replay = ("--schedule", schedule.spec())
     if run.problems:
         report.anomaly(f"schedule {schedule.spec()}: " + "; ".join(run.problems), *replay)

@@ -22,7 +22,7 @@ from ddbtx import (
 )
 from ddbtx import schema as s
 from ddbtx.errors import TableNotFound
-from helpers import Tables, assert_clean, boto3_refusal, data_state, scan
+from helpers import Tables, assert_clean, boto3_refusal, data_state, records_left, scan
 
 LIMIT = 400 * 1024
 
@@ -128,7 +128,7 @@ def test_given_a_type_error_only_the_apply_can_find_then_the_whole_transaction_i
     # Then a's credit is rolled back too, and nothing is left
     assert data_state(ddb, tables.data) == before
     assert_clean(ddb, tables)
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
 
 
 def test_given_an_empty_transaction_then_commit_writes_nothing(
@@ -211,7 +211,7 @@ def test_given_a_stored_item_at_the_limit_when_the_lock_would_push_it_over_then_
     # Then the request is refused, a's credit is rolled back and nothing is left
     assert data_state(ddb, tables.data) == before
     assert_clean(ddb, tables)
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []
 
 
 def test_given_a_forged_lock_pointing_to_a_missing_record_then_a_transaction_clears_it(
@@ -228,4 +228,4 @@ def test_given_a_forged_lock_pointing_to_a_missing_record_then_a_transaction_cle
     assert seen == {"Item": {**key("f"), "balance": {"N": "3"}}}
     assert data_state(ddb, tables.data) == {"f": {**key("f"), "balance": {"N": "7"}}}
     assert_clean(ddb, tables)
-    assert scan(ddb, tables.tx) == []
+    assert records_left(ddb, tables.tx) == []

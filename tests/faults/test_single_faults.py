@@ -62,3 +62,24 @@ def test_given_a_pause_before_the_lock_call_when_the_victim_ends_then_no_lock_is
     assert check_schedule(env, Schedule(("update",), ending, "pause", 1, "sweeper"), report)
     # Then it undoes its late lock: the competitor's write stands and nothing is left
     assert_no_anomalies(report)
+
+
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_given_any_call_sent_again_late_when_a_competitor_overwrote_the_items_then_it_stands(
+    env: Env, make_report: Callable[[str], Report], ending: str
+) -> None:
+    # Given an insert, an update and a delete (and a read lock with an update), and each of
+    # the victim's calls in turn remembered as sent
+    report = make_report("single")
+    # When the victim finishes, a rescuer sweeps, a competitor overwrites every item, and the
+    # remembered call arrives twice more, verbatim, before a sweep of the data table
+    run_single(
+        env,
+        report,
+        shape_filter=[("insert", "update", "delete"), ("read", "update")],
+        endings=(ending,),
+        kinds=("copy",),
+    )
+    # Then the competitor's writes stand, with nothing left: every copy met the fence
+    assert report.counts["schedules"] >= 30
+    assert_no_anomalies(report)

@@ -20,6 +20,7 @@ Hierarchy::
     │   ├── ValidationFailed          ValidationException (bad expression, item too large, ...)
     │   ├── TableNotFound             ResourceNotFoundException
     │   └── Throttled                 throughput or request-limit errors, after SDK retries
+    ├── GlobalTableError              a table's replication forbids it here (MREC)
     ├── TransactionError              a transaction could not do what was asked
     │   ├── TransactionRolledBackError
     │   ├── TransactionCommittedError
@@ -261,6 +262,20 @@ class ConditionalCheckFailedError(TransactionError, ClientError):
         super().__init__(message, **where)
         self.operation_name = _operation(operation)
         self.response = _response("ConditionalCheckFailedException", CONDITION_FAILED_MESSAGE, item)
+
+
+class GlobalTableError(DdbtxError):
+    """A table's replication forbids what was asked here: an MREC global table written
+    outside its home Region, or with no home Region given (docs/global-tables.md).
+
+    Raised before any write; ``table``, ``mode`` and ``region`` say which, where.
+    """
+
+    def __init__(self, message: str, *, table: str, mode: str, region: str | None) -> None:
+        super().__init__(message)
+        self.table = table
+        self.mode = mode
+        self.region = region
 
 
 class LockError(DdbtxError):

@@ -169,12 +169,12 @@ class TransactionManager(ManagerCore[Transaction], ManagerReads):
     ) -> Iterator[Transaction]:
         """Commit on normal exit; roll back and re-raise on an exception.
 
-        With ``delete`` (the default without a ``transaction_id``) the completed
-        TX record is deleted on exit. With a ``transaction_id`` (see :meth:`begin`)
-        it is kept, since it remembers the id; check ``tx.already_committed``.
-        ``delete=False`` keeps it (``completed_ttl``, and the sweeper's
-        ``delete_after``, remove it later), so that late copies of the record's own
-        writes fail on it (docs/protocol.md, "Fault model").
+        The completed TX record is kept: late copies of the record's own writes
+        fail on it (docs/protocol.md, "Fault model"), and ``completed_ttl`` or the
+        sweeper's ``delete_after`` remove it later, with no request of the block's.
+        With a ``transaction_id`` (see :meth:`begin`) it also remembers the id;
+        check ``tx.already_committed``. ``delete=True`` deletes it on exit (one
+        request more, and late copies of its writes are no longer fenced).
 
         Examples
         --------

@@ -159,10 +159,11 @@ class ManagerCore(Generic[Tx]):
 
 
 def deletes(delete: bool | None, transaction_id: str | None) -> bool:
-    """Whether a ``transaction()`` block deletes its record (not one a transaction_id keeps).
-    A kept record fences late copies of the record's own writes (docs/protocol.md)."""
+    """Whether a ``transaction()`` block deletes its record: only when asked, since a kept
+    record fences late copies of the record's own writes (docs/protocol.md, "Fault model")
+    and ``completed_ttl`` or the sweeper remove it later without a request of the block's."""
     if delete is None:
-        return transaction_id is None
+        return False
     if delete and transaction_id is not None:
         raise ValueError("delete=True would forget the transaction_id as soon as it commits")
     return delete
@@ -244,9 +245,9 @@ def own_transaction(
             try:
                 result = yield from tx.request(op, params)
             except BaseException as exc:  # a cancelled task's too, as a block's
-                yield from closing(tx, exc, True)
+                yield from closing(tx, exc, False)
                 raise
-            yield from closing(tx, None, True)
+            yield from closing(tx, None, False)
             return result
         except RETRIED as exc:
             tries.failed(exc)  # raises it after the last attempt

@@ -47,7 +47,6 @@ class HasReads(typing.Protocol):
 class Ends(typing.Protocol):
     def commit(self) -> Step[None]: ...
     def rollback(self) -> Step[None]: ...
-    def delete(self) -> Step[None]: ...
 
 
 class InTransaction(typing.Protocol):
@@ -171,9 +170,9 @@ class Reads:
             except errors.TransactionRolledBackError as exc:
                 wounded = exc
             finally:
+                # The record stays, completed, as a block's does: it fences late copies.
                 if tx.state == s.STATE_PENDING:
                     yield from tx.end.rollback()
-                yield from tx.end.delete()
         assert wounded is not None
         raise errors.TransactionConflictError(
             f"a serializable read was rolled back by an older transaction on each of its "
