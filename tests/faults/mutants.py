@@ -80,6 +80,13 @@ def _patched_request(
     return patched
 
 
+def _without_fence(condition: str) -> str:
+    """``condition`` without its fence clause (``items.fenced``'s), if it has one."""
+    for fence in (FENCED, UNFENCED):
+        condition = condition.replace(" AND " + fence.format(name="#ddbtxf", value=":ddbtxf"), "")
+    return condition
+
+
 @contextmanager
 def drop_owner_condition() -> Iterator[None]:
     """apply: the write no longer requires this request's lock on the item (nor the fence
@@ -89,10 +96,7 @@ def drop_owner_condition() -> Iterator[None]:
         condition = str(params.get("ConditionExpression") or "")
         if APPLY_CONDITION in condition:
             condition = condition.replace(APPLY_CONDITION, "attribute_not_exists(#ddbtxp)")
-            for fence in (FENCED, UNFENCED):
-                clause = " AND " + fence.format(name="#ddbtxf", value=":ddbtxf")
-                condition = condition.replace(clause, "")
-            params["ConditionExpression"] = condition
+            params["ConditionExpression"] = _without_fence(condition)
             _prune(params)
 
     with mock.patch.object(writes_module, "request", _patched_request(rewrite)):
@@ -106,11 +110,8 @@ def drop_fence() -> Iterator[None]:
 
     def rewrite(operation: str, params: dict[str, Any]) -> None:
         condition = str(params.get("ConditionExpression") or "")
-        for fence in (FENCED, UNFENCED):
-            clause = " AND " + fence.format(name="#ddbtxf", value=":ddbtxf")
-            condition = condition.replace(clause, "")
-        if condition != str(params.get("ConditionExpression") or ""):
-            params["ConditionExpression"] = condition
+        if _without_fence(condition) != condition:
+            params["ConditionExpression"] = _without_fence(condition)
             _prune(params)
 
     with mock.patch.object(writes_module, "request", _patched_request(rewrite)):

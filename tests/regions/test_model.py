@@ -9,6 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ddbtx.local import LocalDynamo
+from ddbtx.tables import create_data_table
 
 from .model import CONFLICT, REGIONS, Conflicts, GlobalTable, Regions
 
@@ -30,22 +31,11 @@ def test_given_a_global_table_when_described_in_a_region_then_it_shows_its_repli
     regions: Regions, data_table: str, table_name: Any, ddb: Any
 ) -> None:
     # Given an MRSC table, an MREC table and a single-Region one
-    mrec = table_name("mrec")
-    ddb.create_table(
-        TableName=mrec,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    mrec, single = table_name("mrec"), table_name("single")
+    for name in (mrec, single):
+        create_data_table(ddb, name, lock_index=False)
     regions.world.tables[data_table] = GlobalTable("MRSC")
     regions.world.tables[mrec] = GlobalTable("MREC", witness=None)
-    single = table_name("single")
-    ddb.create_table(
-        TableName=single,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
     # When each is described in us-east-1
     east1 = regions[EAST1].client()
     strong = east1.describe_table(TableName=data_table)["Table"]
